@@ -1,0 +1,167 @@
+"""One measurement: boot a vLLM server with some flags, run the profile's load, stop it.
+
+This is the whole of a trial minus Optuna: `autotune bench` calls it directly and the study's
+objective calls it per trial. Expected failures surface as `ServerError`s with their cause.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.command import serve_argv
+from autotune.config import ProfileConfig, ServerConfig
+from autotune.datasets import Request, load_tokenizer, sample_random, sample_sharegpt
+from autotune.errors import AutotuneError, LoadError
+from autotune.load import LoadSettings, run_load
+from autotune.metrics import BenchMetrics, RequestRecord, compute_metrics
+from autotune.server import ServerProcess, free_port
+
+Phase = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds spent in each part of a trial."""
+
+    boot_s: float = 0.0
+    bench_s: float = 0.0
+    stop_s: float = 0.0
+    total_s: float = 0.0
+
+    @property
+    def overhead_s(self) -> float:
+        return self.total_s - self.boot_s - self.bench_s - self.stop_s
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    argv: list[str]
+    params: dict[str, Any]
+    metrics: BenchMetrics
+    records: list[RequestRecord]
+    timings: Timings
+    log_path: str
+    workload: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "argv": self.argv,
+            "params": self.params,
+            "workload": self.workload,
+            "timings": asdict(self.timings),
+            "metrics": self.metrics.flat(),
+            "errors": self.metrics.errors,
+            "log_path": self.log_path,
+        }
+
+
+def build_requests(profile: ProfileConfig, tokenizer_dir: str) -> list[Request]:
+    tok = load_tokenizer(tokenizer_dir)
+    i, o = profile.lengths()
+    if profile.name == "sharegpt":
+        return sample_sharegpt(tok, profile.num_prompts, profile.seed, output_len=o)
+    assert i is not None and o is not None
+    return sample_random(tok, profile.num_prompts, i, o, profile.seed)
+
+
+def server_env(server: ServerConfig, workdir: Path) -> dict[str, str]:
+    """The server's environment: ours, the config's, its own TMPDIR, a shared VLLM_CACHE_ROOT."""
+    tmp = workdir / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    cache = server.cache_root or str(workdir.parent / "vllm-cache")
+    return {**os.environ, **server.env, "TMPDIR": str(tmp), "VLLM_CACHE_ROOT": cache}
+
+
+def run_bench(
+    server: ServerConfig,
+    profile: ProfileConfig,
+    params: Mapping[str, Any],
+    workdir: Path,
+    *,
+    on_phase: Phase | None = None,
+    on_request: Callable[[RequestRecord], None] | None = None,
+    requests: list[Request] | None = None,
+) -> BenchResult:
+    """Boot `vllm serve` with the fixed args plus `params`, run the profile, stop the server."""
+    t_start = time.monotonic()
+    phase = on_phase or (lambda _p: None)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    argv = serve_argv(server.executable, server.model, {**server.args, **params}, server.extra_args)
+    proc = ServerProcess(
+        argv,
+        log_path=workdir / "server.log",
+        port=free_port(server.host),
+        host=server.host,
+        env=server_env(server, workdir),
+    )
+    phase("booting")
+    boot_s = bench_s = 0.0
+    with proc:
+        # Sample the workload while vLLM boots; a bad tokenizer path waits for the server's own
+        # verdict, which names the real problem when the model path itself is wrong.
+        pending: AutotuneError | None = None
+        if requests is None:
+            try:
+                requests = build_requests(profile, server.tokenizer_dir)
+            except AutotuneError as e:
+                pending = e
+        boot_s = proc.wait_healthy(server.boot_timeout_s)
+        if pending is not None:
+            raise pending
+        assert requests is not None
+        phase("benchmarking")
+        i_len, o_len = profile.lengths()
+        settings = LoadSettings(
+            max_concurrency=profile.max_concurrency,
+            request_rate=profile.request_rate,
+            seed=profile.seed,
+            warmup=profile.warmup,
+            endpoint=profile.endpoint,
+            ignore_eos=True,
+            request_timeout_s=profile.request_timeout_s,
+        )
+        t_bench = time.monotonic()
+        result = run_load(
+            proc.base_url,
+            server.model,
+            requests,
+            settings,
+            on_done=on_request,
+            alive=lambda: proc.proc is not None and proc.proc.poll() is None,
+        )
+        bench_s = time.monotonic() - t_bench
+        proc.check_alive()
+        phase("stopping")
+        t_stop = time.monotonic()
+    stop_s = time.monotonic() - t_stop
+    metrics = compute_metrics(result.records, result.duration_s)
+    if metrics.completed == 0:
+        first = next(iter(metrics.errors), "no request succeeded")
+        raise LoadError(f"every request failed: {first}")
+    timings = Timings(boot_s, bench_s, stop_s, time.monotonic() - t_start)
+    out = BenchResult(
+        argv=proc.argv,
+        params=dict(params),
+        metrics=metrics,
+        records=result.records,
+        timings=timings,
+        log_path=str(proc.log_path),
+        workload={
+            "profile": profile.name,
+            "input_len": i_len,
+            "output_len": o_len,
+            "num_prompts": profile.num_prompts,
+            "max_concurrency": profile.max_concurrency,
+            "request_rate": str(profile.request_rate),
+            "seed": profile.seed,
+        },
+    )
+    (workdir / "result.json").write_text(json.dumps(out.to_json(), indent=2, default=str) + "\n")
+    return out

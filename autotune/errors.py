@@ -1,0 +1,62 @@
+"""The exception tree of autotune. Every error autotune raises on purpose is one of these.
+
+    AutotuneError                    root: the CLI turns any of these into one message and exit 1
+     +-- ConfigError                 bad user input (study file, search space, flags, paths)
+     +-- ServerError                 one vLLM server process
+     |    +-- ServerBootError        exited before it became healthy (exit code + root-cause line)
+     |    +-- ServerBootTimeout      still not healthy at the boot deadline
+     |    +-- ServerDiedError        exited while it was serving (crash mid-benchmark)
+     +-- LoadError                   the benchmark could not produce a measurement
+     +-- StudyError                  the study storage or its state
+
+Expected trial failures (boot errors, timeouts, crashes) are ServerError/LoadError: the study
+records them on the trial with their cause. Anything else is a bug and surfaces as such.
+"""
+
+from __future__ import annotations
+
+
+class AutotuneError(Exception):
+    """Root of autotune's exceptions."""
+
+
+class ConfigError(AutotuneError):
+    """Bad input: names the file or field and the fix."""
+
+
+class ServerError(AutotuneError):
+    """A vLLM server process failed. `cause` is the one line a user should read first."""
+
+    def __init__(self, message: str, *, cause: str | None = None, log_path: str | None = None):
+        super().__init__(message)
+        self.cause = cause or message
+        self.log_path = log_path
+
+
+class ServerBootError(ServerError):
+    """The server exited before it was healthy."""
+
+    def __init__(
+        self, returncode: int, cause: str | None, *, log_path: str | None = None
+    ) -> None:
+        msg = f"vLLM server exited with code {returncode} during boot"
+        if cause:
+            msg += f": {cause}"
+        super().__init__(msg, cause=cause or f"exit code {returncode}", log_path=log_path)
+        self.returncode = returncode
+
+
+class ServerBootTimeout(ServerError):
+    """The server did not become healthy before the deadline."""
+
+
+class ServerDiedError(ServerError):
+    """The server exited while serving requests."""
+
+
+class LoadError(AutotuneError):
+    """The load generator could not measure (for example every request failed)."""
+
+
+class StudyError(AutotuneError):
+    """The study's storage or state is not what the command needs."""

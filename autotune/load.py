@@ -1,0 +1,216 @@
+"""Async httpx load generator: streams requests at a server and returns one record per request.
+
+Payloads and timing follow `vllm bench serve` (vllm/benchmarks/lib/endpoint_request_func.py):
+streaming, `stream_options.include_usage` so token counts come from the server, a chunk with
+`choices` is a token event (the first one is TTFT, the gaps between later ones are ITLs), and the
+request ends at its last token event. Warm-up requests run before the clock starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+import numpy as np
+
+from autotune.datasets import Request
+from autotune.metrics import RequestRecord
+
+Endpoint = Literal["completions", "chat"]
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    max_concurrency: int | None = None  # None: no cap
+    request_rate: float = math.inf  # requests/s; finite -> Poisson arrivals
+    seed: int = 0
+    warmup: int = 0
+    endpoint: Endpoint = "completions"
+    ignore_eos: bool = True
+    request_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    records: list[RequestRecord]
+    duration_s: float
+
+
+def _payload(model: str, req: Request, s: LoadSettings) -> tuple[str, dict[str, Any]]:
+    common: dict[str, Any] = {
+        "model": model,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if s.ignore_eos:
+        common["ignore_eos"] = True
+    if s.endpoint == "chat":
+        content = req.prompt if isinstance(req.prompt, str) else None
+        if content is None:
+            raise ValueError("the chat endpoint needs text prompts (use the completions endpoint)")
+        return "/v1/chat/completions", {
+            **common,
+            "messages": [{"role": "user", "content": content}],
+            "max_completion_tokens": req.output_len,
+        }
+    return "/v1/completions", {
+        **common,
+        "prompt": req.prompt,
+        "max_tokens": req.output_len,
+        "repetition_penalty": 1.0,
+    }
+
+
+def _is_token_event(data: dict[str, Any], endpoint: Endpoint) -> bool:
+    choices = data.get("choices")
+    if not choices:
+        return False
+    if endpoint == "chat":  # the first chat chunk carries only the role
+        return "content" in (choices[0].get("delta") or {}) and bool(choices[0]["delta"]["content"])
+    return True
+
+
+async def _one(
+    client: httpx.AsyncClient,
+    model: str,
+    index: int,
+    req: Request,
+    s: LoadSettings,
+    t0: float,
+) -> RequestRecord:
+    path, body = _payload(model, req, s)
+    send = time.perf_counter() - t0
+    chunks: list[float] = []
+    usage: dict[str, Any] = {}
+    error: str | None = None
+    try:
+        async with client.stream("POST", path, json=body) as resp:
+            if resp.status_code != 200:
+                text = (await resp.aread()).decode(errors="replace")
+                error = f"HTTP {resp.status_code}: {text[:300]}"
+            else:
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue  # blank separators and SSE comments
+                    payload = line[6:]
+                    if payload == "[DONE]":
+                        break
+                    data = json.loads(payload)
+                    if _is_token_event(data, s.endpoint):
+                        chunks.append(time.perf_counter() - t0)
+                    if data.get("usage"):
+                        usage = data["usage"]
+                if not chunks:
+                    error = "no token received"
+    except httpx.HTTPError as e:
+        error = f"{type(e).__name__}: {e}"[:300] or type(e).__name__
+    return RequestRecord(
+        index=index,
+        send_time=send,
+        prompt_len=req.prompt_len,
+        expected_output_len=req.output_len,
+        first_token_time=chunks[0] if chunks else None,
+        end_time=chunks[-1] if chunks else None,
+        chunk_times=tuple(chunks),
+        prompt_tokens=usage.get("prompt_tokens"),
+        output_tokens=int(usage.get("completion_tokens") or len(chunks)),
+        error=error,
+    )
+
+
+def arrival_offsets(n: int, rate: float, seed: int) -> list[float]:
+    """Send times in seconds from the start: all at 0 for rate=inf, else Poisson arrivals."""
+    if math.isinf(rate):
+        return [0.0] * n
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
+    return np.concatenate([[0.0], np.cumsum(gaps[:-1])]).tolist() if n else []
+
+
+async def run_load_async(
+    base_url: str,
+    model: str,
+    requests: Sequence[Request],
+    settings: LoadSettings,
+    *,
+    on_done: Callable[[RequestRecord], None] | None = None,
+    alive: Callable[[], bool] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> LoadResult:
+    """Run the warm-up, then every request; returns records and the measured duration.
+
+    `alive` is polled while requests run; when it turns False (the server died) outstanding
+    requests are cancelled and recorded as failed, so a crash ends the benchmark in about a second.
+    """
+    conc = settings.max_concurrency or max(len(requests), 1)
+    limits = httpx.Limits(max_connections=conc, max_keepalive_connections=conc)
+    timeout = httpx.Timeout(settings.request_timeout_s, connect=10.0, pool=None)
+    sem = asyncio.Semaphore(conc)
+    async with httpx.AsyncClient(
+        base_url=base_url, limits=limits, timeout=timeout, transport=transport
+    ) as client:
+
+        async def limited(i: int, req: Request, t0: float, at: float) -> RequestRecord:
+            delay = at - (time.perf_counter() - t0)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            async with sem:
+                rec = await _one(client, model, i, req, settings, t0)
+            if on_done is not None and t0 != warm_t0:
+                on_done(rec)
+            return rec
+
+        warm_t0 = time.perf_counter()
+        if settings.warmup and requests:
+            warm = [requests[i % len(requests)] for i in range(settings.warmup)]
+            await asyncio.gather(*(limited(-1, r, warm_t0, 0.0) for r in warm))
+
+        offsets = arrival_offsets(len(requests), settings.request_rate, settings.seed)
+        t0 = time.perf_counter()
+        tasks = [
+            asyncio.create_task(limited(i, r, t0, at))
+            for i, (r, at) in enumerate(zip(requests, offsets, strict=True))
+        ]
+        watcher = asyncio.create_task(_watch(alive, tasks)) if alive else None
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        duration = time.perf_counter() - t0
+        if watcher:
+            watcher.cancel()
+    records = [
+        r
+        if isinstance(r, RequestRecord)
+        else RequestRecord(
+            index=i,
+            send_time=0.0,
+            prompt_len=requests[i].prompt_len,
+            expected_output_len=requests[i].output_len,
+            error="cancelled: server exited" if isinstance(r, asyncio.CancelledError) else repr(r),
+        )
+        for i, r in enumerate(done)
+    ]
+    return LoadResult(records=records, duration_s=duration)
+
+
+async def _watch(alive: Callable[[], bool], tasks: list[asyncio.Task[RequestRecord]]) -> None:
+    while True:
+        await asyncio.sleep(0.5)
+        if not alive():
+            for t in tasks:
+                t.cancel()
+            return
+
+
+def run_load(
+    base_url: str,
+    model: str,
+    requests: Sequence[Request],
+    settings: LoadSettings,
+    **kw: Any,
+) -> LoadResult:
+    """Synchronous wrapper of `run_load_async`."""
+    return asyncio.run(run_load_async(base_url, model, requests, settings, **kw))

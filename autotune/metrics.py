@@ -1,0 +1,135 @@
+"""Pure: per-request records -> the summary `vllm bench serve` prints, with its definitions.
+
+- duration: from the benchmark's start (after warm-up) to the last request's end;
+- total token throughput = (input + output tokens of successful requests) / duration;
+- TTFT: first content chunk - send; E2EL: last content chunk - send;
+- TPOT per request (output > 1 token) = (E2EL - TTFT) / (output tokens - 1);
+- ITL: every gap between consecutive content chunks, pooled over requests;
+- summaries: mean, median, p90, p99 (numpy's linear percentiles), in milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """What happened to one request; times in seconds relative to the benchmark's start."""
+
+    index: int
+    send_time: float
+    prompt_len: int
+    expected_output_len: int
+    first_token_time: float | None = None
+    end_time: float | None = None
+    chunk_times: tuple[float, ...] = ()
+    prompt_tokens: int | None = None  # from the server's `usage`
+    output_tokens: int = 0
+    error: str | None = None
+
+    @property
+    def success(self) -> bool:
+        return self.error is None and self.first_token_time is not None
+
+    @property
+    def ttft(self) -> float:
+        assert self.first_token_time is not None
+        return self.first_token_time - self.send_time
+
+    @property
+    def e2el(self) -> float:
+        assert self.end_time is not None
+        return self.end_time - self.send_time
+
+    def itls(self) -> list[float]:
+        return [b - a for a, b in zip(self.chunk_times, self.chunk_times[1:], strict=False)]
+
+
+@dataclass(frozen=True)
+class Summary:
+    mean: float
+    median: float
+    p90: float
+    p99: float
+    std: float
+
+    @classmethod
+    def of(cls, values_s: Sequence[float]) -> Summary:
+        if not values_s:
+            return cls(0.0, 0.0, 0.0, 0.0, 0.0)
+        a = np.asarray(values_s, dtype=float) * 1000.0
+        p50, p90, p99 = np.percentile(a, PERCENTILES)
+        return cls(float(a.mean()), float(p50), float(p90), float(p99), float(a.std()))
+
+
+@dataclass(frozen=True)
+class BenchMetrics:
+    duration_s: float
+    completed: int
+    failed: int
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    ttft_ms: Summary
+    tpot_ms: Summary
+    itl_ms: Summary
+    e2el_ms: Summary
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def flat(self) -> dict[str, float]:
+        """`{"total_token_throughput": ..., "mean_ttft_ms": ..., "p99_tpot_ms": ...}`."""
+        out: dict[str, float] = {
+            k: float(v) for k, v in asdict(self).items() if isinstance(v, int | float)
+        }
+        for name in ("ttft", "tpot", "itl", "e2el"):
+            s: Summary = getattr(self, f"{name}_ms")
+            for stat in ("mean", "median", "p90", "p99", "std"):
+                out[f"{stat}_{name}_ms"] = getattr(s, stat)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+METRIC_NAMES = tuple(
+    ["duration_s", "completed", "failed", "total_input_tokens", "total_output_tokens"]
+    + ["request_throughput", "output_throughput", "total_token_throughput"]
+    + [f"{s}_{n}_ms" for n in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p90", "p99", "std")]
+)
+
+
+def compute_metrics(records: Sequence[RequestRecord], duration_s: float) -> BenchMetrics:
+    ok = [r for r in records if r.success]
+    errors: dict[str, int] = {}
+    for r in records:
+        if not r.success:
+            key = (r.error or "no tokens received")[:200]
+            errors[key] = errors.get(key, 0) + 1
+    in_tok = sum(r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len for r in ok)
+    out_tok = sum(r.output_tokens for r in ok)
+    tpots = [(r.e2el - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
+    dur = max(duration_s, 1e-9)
+    return BenchMetrics(
+        duration_s=duration_s,
+        completed=len(ok),
+        failed=len(records) - len(ok),
+        total_input_tokens=in_tok,
+        total_output_tokens=out_tok,
+        request_throughput=len(ok) / dur,
+        output_throughput=out_tok / dur,
+        total_token_throughput=(in_tok + out_tok) / dur,
+        ttft_ms=Summary.of([r.ttft for r in ok]),
+        tpot_ms=Summary.of(tpots),
+        itl_ms=Summary.of([x for r in ok for x in r.itls()]),
+        e2el_ms=Summary.of([r.e2el for r in ok]),
+        errors=errors,
+    )

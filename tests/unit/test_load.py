@@ -1,0 +1,94 @@
+"""The load generator against an in-process fake OpenAI server (httpx MockTransport)."""
+
+import asyncio
+import json
+import math
+
+import httpx
+
+from autotune.datasets import Request
+from autotune.load import LoadSettings, arrival_offsets, run_load_async
+from autotune.metrics import compute_metrics
+
+
+def sse(events: list[dict]) -> bytes:
+    return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
+
+
+def fake_server(seen: list[dict]) -> httpx.MockTransport:
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append({"path": request.url.path, **body})
+        if body.get("max_tokens") == 999:
+            return httpx.Response(500, text="boom")
+        n = body.get("max_tokens") or body.get("max_completion_tokens")
+        prompt = body.get("prompt")
+        plen = len(prompt) if isinstance(prompt, list) else 7
+        if request.url.path.endswith("/chat/completions"):
+            events = [{"choices": [{"delta": {"role": "assistant"}}]}]
+            events += [{"choices": [{"delta": {"content": "x"}}]} for _ in range(n)]
+        else:
+            events = [{"choices": [{"text": "x"}]} for _ in range(n)]
+        events.append({"choices": [], "usage": {"prompt_tokens": plen, "completion_tokens": n}})
+        return httpx.Response(200, content=sse(events),
+                              headers={"content-type": "text/event-stream"})
+
+    return httpx.MockTransport(handler)
+
+
+def run(reqs: list[Request], s: LoadSettings, seen: list[dict], **kw):  # type: ignore[no-untyped-def]
+    return asyncio.run(run_load_async("http://fake", "m", reqs, s,
+                                      transport=fake_server(seen), **kw))
+
+
+def test_completions_records_and_payload() -> None:
+    seen: list[dict] = []
+    reqs = [Request(prompt=[1, 2, 3, 4], prompt_len=4, output_len=5) for _ in range(6)]
+    done: list = []
+    res = run(reqs, LoadSettings(max_concurrency=2, warmup=2), seen, on_done=done.append)
+    assert len(res.records) == 6 and len(done) == 6  # warm-up requests not reported
+    assert len(seen) == 8  # but they were sent
+    body = seen[-1]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["ignore_eos"] is True and body["max_tokens"] == 5 and body["prompt"] == [1, 2, 3, 4]
+    for r in res.records:
+        assert r.success and r.output_tokens == 5 and r.prompt_tokens == 4
+        assert len(r.chunk_times) == 5 and r.ttft <= r.e2el
+    m = compute_metrics(res.records, res.duration_s)
+    assert m.total_input_tokens == 24 and m.total_output_tokens == 30
+
+
+def test_chat_skips_role_chunk() -> None:
+    seen: list[dict] = []
+    reqs = [Request(prompt="hello", prompt_len=1, output_len=3)]
+    res = run(reqs, LoadSettings(endpoint="chat"), seen)
+    assert seen[0]["path"] == "/v1/chat/completions"
+    assert seen[0]["messages"] == [{"role": "user", "content": "hello"}]
+    assert len(res.records[0].chunk_times) == 3
+
+
+def test_http_error_is_recorded() -> None:
+    seen: list[dict] = []
+    res = run([Request(prompt=[1], prompt_len=1, output_len=999)], LoadSettings(), seen)
+    r = res.records[0]
+    assert not r.success and r.error is not None and r.error.startswith("HTTP 500")
+
+
+def test_dead_server_cancels_outstanding() -> None:
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(30)
+        return httpx.Response(200)
+
+    reqs = [Request(prompt=[1], prompt_len=1, output_len=2) for _ in range(3)]
+    res = asyncio.run(run_load_async("http://fake", "m", reqs, LoadSettings(),
+                                     transport=httpx.MockTransport(slow), alive=lambda: False))
+    assert res.duration_s < 5
+    assert all(r.error == "cancelled: server exited" for r in res.records)
+
+
+def test_arrivals() -> None:
+    assert arrival_offsets(3, math.inf, 0) == [0.0, 0.0, 0.0]
+    offs = arrival_offsets(2000, 10.0, 1)
+    assert offs[0] == 0.0 and offs == sorted(offs)
+    assert 180 < offs[-1] < 220  # ~ n / rate
+    assert offs == arrival_offsets(2000, 10.0, 1)
