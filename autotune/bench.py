@@ -71,11 +71,9 @@ def build_requests(profile: ProfileConfig, tokenizer_dir: str) -> list[Request]:
 
 
 def server_env(server: ServerConfig, workdir: Path) -> dict[str, str]:
-    """The server's environment: ours, the config's, its own TMPDIR, a shared VLLM_CACHE_ROOT."""
-    tmp = workdir / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
+    """The server's environment: ours, the config's, and a VLLM_CACHE_ROOT shared by trials."""
     cache = server.cache_root or str(workdir.parent / "vllm-cache")
-    return {**os.environ, **server.env, "TMPDIR": str(tmp), "VLLM_CACHE_ROOT": cache}
+    return {**os.environ, **server.env, "VLLM_CACHE_ROOT": cache}
 
 
 def run_bench(

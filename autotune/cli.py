@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
+from rich.table import Table
 
 from autotune import __version__
 from autotune.config import ProfileConfig, ServerConfig, parse_model
@@ -94,6 +96,149 @@ def bench(model: str, tokenizer: str | None, vllm_cmd: str | None, boot_timeout:
     console.print(f"result written to {dest}")
 
 
+def _study_options(f: Any) -> Any:
+    opts = [
+        click.option("--config", "config_path", required=True,
+                     type=click.Path(path_type=Path), help="Study YAML file."),
+        click.option("--study-name", help="Override the study's name."),
+        click.option("--storage", help="Optuna storage URL (default: sqlite under mlruns/)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _load_cfg(config_path: Path, study_name: str | None, storage: str | None,
+              **more: Any) -> Any:
+    from autotune.config import load_study_config
+
+    overrides = {k: v for k, v in {"name": study_name, "storage": storage, **more}.items()
+                 if v is not None}
+    return load_study_config(config_path, overrides)
+
+
+@cli.command()
+@_study_options
+@click.option("--n-trials", type=int, help="Trials the study should hold in all.")
+@click.option("--timeout", "timeout_s", type=float, help="Stop starting trials after this (s).")
+@click.option("--sampler", type=click.Choice(["tpe", "nsga2", "gp", "random"]))
+@click.option("--search-space", help="Search space name or file.")
+@click.option("--seed", type=int, help="Sampler seed.")
+def study(config_path: Path, study_name: str | None, storage: str | None, n_trials: int | None,
+          timeout_s: float | None, sampler: str | None, search_space: str | None,
+          seed: int | None) -> None:
+    """Run (or resume) a multi-objective study over vLLM's flags."""
+    from autotune.present import StudyView, trials_table
+    from autotune.study import completed, open_study, preflight, run_study, trial_rows
+
+    cfg = _load_cfg(config_path, study_name, storage, n_trials=n_trials, timeout_s=timeout_s,
+                    search_space=search_space, **{"sampler.name": sampler, "sampler.seed": seed})
+    console.print(f"study [bold]{cfg.name}[/bold]: checking the search space against vLLM...")
+    pre = preflight(cfg)
+    done = len(completed(open_study(cfg)))
+    console.print(f"vLLM {pre.vllm.version}; space {pre.space.name!r} "
+                  f"({len(pre.space.parameters)} parameters); {done} of {cfg.n_trials} trials "
+                  f"done; storage {cfg.storage_url()}", highlight=False)
+    metrics = [o.metric for o in cfg.objectives]
+    with StudyView(cfg.n_trials, done, metrics) as view:
+        st = run_study(cfg, on_phase=view.on_phase, on_trial=view.on_trial, pre=pre)
+    out.print(trials_table(trial_rows(st, metrics), metrics, title=f"study {cfg.name}"))
+    _print_front(st, cfg)
+
+
+def _print_front(st: Any, cfg: Any) -> None:
+    from autotune.present import trials_table
+    from autotune.study import feasible_front, trial_rows
+
+    metrics = [o.metric for o in cfg.objectives]
+    front = {t.number for t in feasible_front(st)}
+    rows = [r for r in trial_rows(st, metrics) if r["number"] in front]
+    out.print(trials_table(rows, metrics, title="Pareto front (feasible)"))
+
+
+@cli.command()
+@_study_options
+def trials(config_path: Path, study_name: str | None, storage: str | None) -> None:
+    """Table of every trial, with deltas against the baseline."""
+    from autotune.present import trials_table
+    from autotune.study import open_study, trial_rows
+
+    cfg = _load_cfg(config_path, study_name, storage)
+    st = open_study(cfg, create=False)
+    metrics = [o.metric for o in cfg.objectives]
+    out.print(trials_table(trial_rows(st, metrics), metrics, title=f"study {cfg.name}"))
+
+
+@cli.command()
+@_study_options
+def pareto(config_path: Path, study_name: str | None, storage: str | None) -> None:
+    """Table of the feasible Pareto front."""
+    from autotune.study import open_study
+
+    cfg = _load_cfg(config_path, study_name, storage)
+    _print_front(open_study(cfg, create=False), cfg)
+
+
+@cli.command("export")
+@_study_options
+@click.option("--prefer", type=click.Choice(["throughput", "latency", "knee"]), default="knee",
+              show_default=True, help="Which end of the front to take.")
+@click.option("--max-tpot-ms", type=float, help="Best throughput with mean TPOT under this.")
+@click.option("--trial", "trial_number", type=int, help="Export this trial instead.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+              help="Where to write vllm-config.yaml (default: the study's folder).")
+@click.option("--validate", is_flag=True, help="Boot the chosen config again and re-measure.")
+def export_cmd(config_path: Path, study_name: str | None, storage: str | None, prefer: str,
+               max_tpot_ms: float | None, trial_number: int | None, out_dir: Path | None,
+               validate: bool) -> None:
+    """Print the chosen configuration's `vllm serve` command, config file and bench command."""
+    from autotune.errors import StudyError
+    from autotune.export import choose, export
+    from autotune.study import open_study
+
+    cfg = _load_cfg(config_path, study_name, storage)
+    st = open_study(cfg, create=False)
+    if trial_number is not None:
+        matches = [t for t in st.get_trials(deepcopy=False) if t.number == trial_number]
+        if not matches:
+            raise StudyError(f"--trial: study {cfg.name!r} has no trial {trial_number}")
+        trial = matches[0]
+    else:
+        trial = choose(st, cfg, prefer, max_tpot_ms)  # type: ignore[arg-type]
+    res = export(st, cfg, trial, out_dir or cfg.study_dir() / "export")
+    vals = ", ".join(f"{k} {v:,.2f}" for k, v in res["values"].items())
+    console.print(f"trial {trial.number} ({vals})", highlight=False)
+    console.print(f"vLLM config file: {res['config_path']}", highlight=False)
+    console.print("benchmark it with:", highlight=False)
+    console.print("  " + res["bench_command"], highlight=False, soft_wrap=True, markup=False)
+    console.print("serve it with:", highlight=False)
+    out.print(res["serve_command"], highlight=False, soft_wrap=True, markup=False)
+    if validate:
+        _validate(cfg, trial)
+
+
+def _validate(cfg: Any, trial: Any) -> None:
+    import time
+
+    from autotune.bench import run_bench
+
+    run_dir = cfg.study_dir() / f"validate-{trial.number:04d}-{time.strftime('%H%M%S')}"
+    with trial_progress("validate", cfg.profile.num_prompts) as tp:
+        res = run_bench(cfg.server, cfg.profile, trial.user_attrs.get("flags", {}), run_dir,
+                        on_phase=tp.phase, on_request=tp.request_done)
+    now = res.metrics.flat()
+    t = Table(title="validation", header_style="bold")
+    t.add_column("metric")
+    t.add_column("study", justify="right")
+    t.add_column("re-run", justify="right")
+    t.add_column("change", justify="right")
+    for i, o in enumerate(cfg.objectives):
+        before, after = trial.values[i], now[o.metric]
+        t.add_row(o.metric, f"{before:,.2f}", f"{after:,.2f}",
+                  f"{(after - before) / before * 100:+.1f}%" if before else "-")
+    out.print(t)
+
+
 @cli.command("make-tiny-model")
 @click.argument("out_dir", type=click.Path(path_type=Path))
 def make_tiny_model_cmd(out_dir: Path) -> None:
@@ -114,10 +259,11 @@ def main() -> None:
         e.show()
         sys.exit(e.exit_code)
     except AutotuneError as e:
-        console.print(f"[bold red]error:[/bold red] {e}", highlight=False)
+        console.print("[bold red]error:[/bold red] " + escape(str(e)), highlight=False,
+                      soft_wrap=True)
         log = getattr(e, "log_path", None)
         if log:
-            console.print(f"server log: {log}", highlight=False)
+            console.print(f"server log: {log}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except KeyboardInterrupt:
         console.print("[red]interrupted[/red]")

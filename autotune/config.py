@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from autotune.errors import ConfigError
 
@@ -144,3 +151,103 @@ def parse_model(cls: type[_Model], data: Any, source: str) -> Any:
         return cls.model_validate(data)
     except ValidationError as e:
         raise ConfigError(format_validation_error(e, source)) from None
+
+
+Direction = Literal["maximize", "minimize"]
+
+
+def _known_metric(v: str) -> str:
+    from autotune.metrics import METRIC_NAMES
+
+    if v not in METRIC_NAMES:
+        raise ValueError(f"unknown metric {v!r}; known: {', '.join(METRIC_NAMES)}")
+    return v
+
+
+class ObjectiveConfig(_Model):
+    metric: str = Field(description="A measured metric, e.g. total_token_throughput, "
+                        "mean_tpot_ms, p99_ttft_ms.")
+    direction: Direction
+
+    _metric = field_validator("metric")(_known_metric)
+
+
+class SLOConfig(_Model):
+    metric: str = Field(description="A measured metric, e.g. p99_ttft_ms.")
+    max: float | None = Field(None, description="Feasible when metric <= max.")
+    min: float | None = Field(None, description="Feasible when metric >= min.")
+
+    _metric = field_validator("metric")(_known_metric)
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> SLOConfig:
+        if (self.max is None) == (self.min is None):
+            raise ValueError("give exactly one of max or min")
+        return self
+
+    @property
+    def key(self) -> str:
+        return f"slo_{self.metric}"
+
+    def violation(self, value: float) -> float:
+        """Optuna's convention: <= 0 is feasible."""
+        if self.max is not None:
+            return value - self.max
+        assert self.min is not None
+        return self.min - value
+
+
+class SamplerConfig(_Model):
+    name: Literal["tpe", "nsga2", "gp", "random"] = "tpe"
+    seed: int | None = 0
+    n_startup_trials: int = Field(5, ge=0, description="Random trials before TPE/GP model.")
+    population_size: int = Field(8, ge=2, description="NSGA-II population.")
+
+
+DEFAULT_OBJECTIVES = [
+    {"metric": "total_token_throughput", "direction": "maximize"},
+    {"metric": "mean_tpot_ms", "direction": "minimize"},
+]
+
+
+class StudyConfig(_Model):
+    """A study file: what to tune, on what workload, toward what."""
+
+    name: str = Field(description="Study name in the storage (and MLflow experiment).")
+    server: ServerConfig
+    profile: ProfileConfig = Field(default_factory=lambda: ProfileConfig())  # type: ignore[call-arg]
+    search_space: str = Field(description="A file in search_spaces/ by name, or a path.")
+    objectives: list[ObjectiveConfig] = Field(
+        default_factory=lambda: [ObjectiveConfig(**o) for o in DEFAULT_OBJECTIVES],
+        min_length=1,
+    )
+    slos: list[SLOConfig] = Field(default_factory=list)
+    sampler: SamplerConfig = Field(default_factory=SamplerConfig)
+    n_trials: int = Field(10, ge=1, description="Trials in the study, in all (resume included).")
+    timeout_s: float | None = Field(None, gt=0, description="Stop starting trials after this.")
+    baseline: bool = Field(True, description="Run vLLM's defaults as the first trial.")
+    storage: str | None = Field(None, description="Optuna storage URL "
+                                "(default: sqlite:///<workdir>/optuna.db).")
+    workdir: str = Field("mlruns", description="Where the storage, logs and results go.")
+
+    def storage_url(self) -> str:
+        if self.storage:
+            return self.storage
+        return f"sqlite:///{Path(self.workdir).resolve() / 'optuna.db'}"
+
+    def study_dir(self) -> Path:
+        return Path(self.workdir) / "studies" / self.name
+
+
+def load_study_config(path: str | Path, overrides: dict[str, Any] | None = None) -> StudyConfig:
+    """Read a study YAML, apply dotted-key overrides, validate."""
+    from autotune.search_space import read_yaml
+
+    data = read_yaml(Path(path))
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for k in parents:
+            node = node.setdefault(k, {})
+        node[leaf] = value
+    return parse_model(StudyConfig, data, str(path))  # type: ignore[no-any-return]

@@ -73,6 +73,20 @@ def sharegpt_pairs() -> list[tuple[str, str]]:
     return pairs
 
 
+def sharegpt_json_for_vllm() -> Path:
+    """The recovered conversations as a complete JSON file that `vllm bench serve
+    --dataset-name sharegpt --dataset-path` can read (the packaged file is truncated)."""
+    path = _cache_dir() / "sharegpt_recovered.json"
+    if not path.exists():
+        entries = [{"id": str(i), "conversations": [{"from": "human", "value": p},
+                                                     {"from": "gpt", "value": r}]}
+                   for i, (p, r) in enumerate(sharegpt_pairs())]
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(entries))
+        tmp.replace(path)
+    return path
+
+
 def _is_valid(prompt_len: int, output_len: int, fixed_output: bool) -> bool:
     # vllm.benchmarks.datasets.is_valid_sequence with its defaults
     return not (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -15,12 +16,14 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.markup import escape
 from rich.table import Table
 
 from autotune.metrics import BenchMetrics
 
 console = Console(stderr=True)
-out = Console()
+# tables are wide: when stdout is not a terminal (CI logs, pipes) give them room
+out = Console(width=None if sys.stdout.isatty() else 180)
 
 
 def metrics_table(m: BenchMetrics, title: str = "Benchmark") -> Table:
@@ -77,3 +80,106 @@ def trial_progress(label: str, total: int) -> Iterator[TrialProgress]:
     ) as p:
         tp = TrialProgress(p, label, total)
         yield tp
+
+
+def _fmt(v: Any, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    if pct:
+        return f"{v * 100:+.1f}%"
+    return f"{v:,.2f}" if isinstance(v, float) else str(v)
+
+
+def flags_text(flags: dict[str, Any]) -> str:
+    from autotune.command import params_to_args
+
+    return " ".join(params_to_args(flags)) or "(vLLM defaults)"
+
+
+SHORT = {
+    "total_token_throughput": "total tok/s",
+    "output_throughput": "output tok/s",
+    "request_throughput": "req/s",
+}
+
+
+def short_metric(m: str) -> str:
+    return SHORT.get(m, m.replace("_ms", " ms").replace("_", " "))
+
+
+def params_text(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items()) or "(vLLM defaults)"
+
+
+def trials_table(rows: list[dict[str, Any]], metrics: list[str], title: str = "Trials") -> Table:
+    t = Table(title=title, header_style="bold")
+    t.add_column("#", justify="right")
+    t.add_column("state")
+    for m in metrics:
+        t.add_column(f"{short_metric(m)} (vs base)", justify="right")
+    t.add_column("boot s", justify="right")
+    t.add_column("bench s", justify="right")
+    t.add_column("params / cause", overflow="fold", min_width=30)
+    for r in rows:
+        if r["state"] != "COMPLETE":
+            state = r["state"].lower()
+        elif r["cause"]:
+            state = "[red]infeasible[/red]"
+        elif not r["feasible"]:
+            state = "[yellow]SLO miss[/yellow]"
+        else:
+            state = "[green]ok[/green]"
+        if r["baseline"]:
+            state += " (base)"
+        cells = [str(r["number"]), state]
+        for m in metrics:
+            d = r[f"delta_{m}"]
+            cells.append(_fmt(r[m]) + (f" ({_fmt(d, pct=True)})" if d is not None else ""))
+        tm = r.get("timings") or {}
+        cells += [_fmt(tm.get("boot_s")), _fmt(tm.get("bench_s"))]
+        text = escape(params_text(r["params"]))
+        if r["cause"]:
+            text += f"\n[red]{escape(r['cause'][:200])}[/red]"
+        cells.append(text)
+        t.add_row(*cells)
+    return t
+
+
+class StudyView:
+    """Live progress of a study: an overall bar and the current trial's phase."""
+
+    def __init__(self, total: int, done: int, metrics: list[str]) -> None:
+        self.metrics = metrics
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+            MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
+        )
+        self.task = self.progress.add_task("study", total=total, completed=done)
+
+    def __enter__(self) -> StudyView:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(None, None, None)
+
+    def on_phase(self, number: int, phase: str, flags: dict[str, Any]) -> None:
+        self.progress.update(self.task, description=(
+            f"trial {number}: {phase}"))
+
+    def on_trial(self, study: Any, trial: Any) -> None:
+        self.progress.advance(self.task)
+        cause = trial.user_attrs.get("cause")
+        if cause:
+            msg = f"[red]infeasible[/red]: {escape(cause[:150])}"
+        elif trial.values:
+            deltas = trial.user_attrs.get("delta_vs_baseline") or {}
+            parts = []
+            for m, v in zip(self.metrics, trial.values, strict=False):
+                d = f" ({deltas[m] * 100:+.1f}%)" if m in deltas else ""
+                parts.append(f"{m} {v:,.2f}{d}")
+            msg = ", ".join(parts)
+        else:
+            msg = trial.state.name.lower()
+        console.print(f"trial {trial.number}: {msg}  [dim]{escape(params_text(trial.params))}"
+                      "[/dim]", highlight=False)

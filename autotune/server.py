@@ -12,7 +12,9 @@ import os
 import re
 import signal
 import socket
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -46,9 +48,12 @@ def root_cause(log_text: str) -> str | None:
         if m := _ARGPARSE.search(ln):
             return m.group(1).strip()
     found: list[str] = []
-    for ln in lines:
+    for i, ln in enumerate(lines):
         if m := _EXC_LINE.search(ln):
             text = f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}"
+            if "validation error" in text and i + 1 < len(lines):
+                # pydantic puts the message on the next line: "  Value error, ... [type=..."
+                text += ": " + lines[i + 1].strip().split(" [type=", 1)[0]
             if not any(w in text for w in _WRAPPERS):
                 found.append(text)
     if found:
@@ -118,6 +123,7 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at: float | None = None
         self.healthy_at: float | None = None
+        self.tmpdir: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -137,6 +143,10 @@ class ServerProcess:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # vLLM puts ZMQ IPC sockets in TMPDIR and leaves them behind; a socket path must stay
+        # under 107 bytes, so each server gets a short private directory, removed at stop.
+        self.tmpdir = tempfile.mkdtemp(prefix="autotune-", dir="/tmp")
+        self.env["TMPDIR"] = self.tmpdir
         with open(self.log_path, "ab") as log:
             log.write(f"$ {' '.join(self.argv)}\n".encode())
             log.flush()
@@ -211,6 +221,8 @@ class ServerProcess:
             self.proc.wait(timeout=10)
         while group_pids(pgid) and time.monotonic() < deadline + 10:
             time.sleep(0.1)
+        if self.tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
         port_deadline = time.monotonic() + 10
         while not port_is_free(self.port, self.host) and time.monotonic() < port_deadline:
             time.sleep(0.1)

