@@ -61,6 +61,18 @@ class BenchResult:
         }
 
 
+def write_records(records: list[RequestRecord], path: Path) -> None:
+    """Per-request records as a table (chunk times left out: the ITLs summarise them)."""
+    import pandas as pd
+
+    rows = [{k: v for k, v in asdict(r).items() if k != "chunk_times"} | {
+        "chunks": len(r.chunk_times),
+        "ttft_ms": r.ttft * 1000 if r.success else None,
+        "e2el_ms": r.e2el * 1000 if r.success else None,
+    } for r in records]
+    pd.DataFrame(rows).to_csv(path, index=False)
+
+
 def build_requests(profile: ProfileConfig, tokenizer_dir: str) -> list[Request]:
     tok = load_tokenizer(tokenizer_dir)
     i, o = profile.lengths()
@@ -162,4 +174,5 @@ def run_bench(
         },
     )
     (workdir / "result.json").write_text(json.dumps(out.to_json(), indent=2, default=str) + "\n")
+    write_records(result.records, workdir / "requests.csv")
     return out

@@ -124,10 +124,15 @@ def _load_cfg(config_path: Path, study_name: str | None, storage: str | None,
 @click.option("--sampler", type=click.Choice(["tpe", "nsga2", "gp", "random"]))
 @click.option("--search-space", help="Search space name or file.")
 @click.option("--seed", type=int, help="Sampler seed.")
+@click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlruns/mlflow.db).")
+@click.option("--no-mlflow", is_flag=True, help="Do not log to MLflow.")
+@click.option("--front-every", type=int, default=5, show_default=True,
+              help="Refresh the Pareto artifacts in MLflow every N trials.")
 def study(config_path: Path, study_name: str | None, storage: str | None, n_trials: int | None,
           timeout_s: float | None, sampler: str | None, search_space: str | None,
-          seed: int | None) -> None:
+          seed: int | None, tracking_uri: str | None, no_mlflow: bool, front_every: int) -> None:
     """Run (or resume) a multi-objective study over vLLM's flags."""
+    from autotune.datasets import requests_digest
     from autotune.present import StudyView, trials_table
     from autotune.study import completed, open_study, preflight, run_study, trial_rows
 
@@ -140,10 +145,43 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
                   f"({len(pre.space.parameters)} parameters); {done} of {cfg.n_trials} trials "
                   f"done; storage {cfg.storage_url()}", highlight=False)
     metrics = [o.metric for o in cfg.objectives]
+    tracker = None
+    if not no_mlflow:
+        from autotune.tracking import Tracker
+
+        tracker = Tracker(cfg, tracking_uri)
+        console.print(f"MLflow: {tracker.uri} (experiment {cfg.name!r}; `autotune ui` shows it)",
+                      highlight=False)
+
+    def on_start(st: Any, requests: Any) -> None:
+        if tracker is not None:
+            tracker.start(st, {"vllm_version": pre.vllm.version,
+                               "dataset_hash": requests_digest(requests),
+                               "vllm_executable": " ".join(cfg.server.executable)})
+
     with StudyView(cfg.n_trials, done, metrics) as view:
-        st = run_study(cfg, on_phase=view.on_phase, on_trial=view.on_trial, pre=pre)
+
+        def on_trial(st: Any, trial: Any) -> None:
+            view.on_trial(st, trial)
+            if tracker is not None:
+                tracker.log_trial(st, trial)
+                if front_every and trial.number % front_every == front_every - 1:
+                    tracker.log_front(st)
+
+        try:
+            st = run_study(cfg, on_phase=view.on_phase, on_trial=on_trial, pre=pre,
+                           on_start=on_start)
+        finally:
+            if tracker is not None and tracker.parent_id is not None:
+                tracker.log_front(open_study(cfg, create=False))
+                tracker.finish()
     out.print(trials_table(trial_rows(st, metrics), metrics, title=f"study {cfg.name}"))
     _print_front(st, cfg)
+    if tracker is not None and tracker.seconds:
+        console.print(f"MLflow: {len(tracker.seconds)} trials logged, "
+                      f"{sum(tracker.seconds) / len(tracker.seconds):.2f} s per trial"
+                      + (f", {tracker.failures} failures (run `autotune sync`)"
+                         if tracker.failures else ""), highlight=False)
 
 
 def _print_front(st: Any, cfg: Any) -> None:
@@ -237,6 +275,40 @@ def _validate(cfg: Any, trial: Any) -> None:
         t.add_row(o.metric, f"{before:,.2f}", f"{after:,.2f}",
                   f"{(after - before) / before * 100:+.1f}%" if before else "-")
     out.print(t)
+
+
+@cli.command()
+@_study_options
+@click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlruns/mlflow.db).")
+def sync(config_path: Path, study_name: str | None, storage: str | None,
+         tracking_uri: str | None) -> None:
+    """Backfill MLflow from the Optuna storage (after MLflow was down or read-only)."""
+    from autotune.errors import StudyError
+    from autotune.study import open_study
+    from autotune.tracking import sync as do_sync
+
+    cfg = _load_cfg(config_path, study_name, storage)
+    n = do_sync(cfg, open_study(cfg, create=False), tracking_uri)
+    if n < 0:
+        raise StudyError(f"MLflow sync: {-n} writes failed (see the warnings above)")
+    console.print(f"MLflow holds the study's {n} finished trials")
+
+
+@cli.command()
+@click.option("--workdir", type=click.Path(path_type=Path), default=Path("mlruns"),
+              show_default=True, help="Folder with mlflow.db.")
+@click.option("--port", type=int, default=5000, show_default=True)
+@click.option("--tracking-uri", help="Backend store URI (default: sqlite:///WORKDIR/mlflow.db).")
+def ui(workdir: Path, port: int, tracking_uri: str | None) -> None:
+    """Start the MLflow UI on 127.0.0.1 for the studies under mlruns/ (Ctrl-C stops it)."""
+    from autotune.mlflow_ui import MlflowUI
+
+    uri = tracking_uri or f"sqlite:///{workdir.resolve() / 'mlflow.db'}"
+    with MlflowUI(uri, port=port, log_path=workdir / "mlflow-ui.log") as server:
+        took = server.wait_ready(120)
+        console.print(f"MLflow UI ready in {took:.1f} s: {server.url}  (Ctrl-C stops it)",
+                      highlight=False)
+        server.wait()
 
 
 @cli.command("make-tiny-model")

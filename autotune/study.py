@@ -148,6 +148,7 @@ def run_study(
     on_phase: PhaseHook | None = None,
     on_trial: TrialHook | None = None,
     pre: Preflight | None = None,
+    on_start: Callable[[optuna.Study, list[Any]], None] | None = None,
 ) -> optuna.Study:
     """Run trials until the study holds `cfg.n_trials` complete ones (or `timeout_s` passes)."""
     pre = pre or preflight(cfg)
@@ -158,6 +159,8 @@ def run_study(
     study.set_user_attr("vllm_version", pre.vllm.version)
     if cfg.baseline:
         _enqueue_baseline(study)
+    if on_start is not None:
+        on_start(study, requests)
     remaining = cfg.n_trials - len(completed(study))
     if remaining <= 0:
         return study

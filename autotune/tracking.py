@@ -1,0 +1,254 @@
+"""MLflow: one experiment per study, a parent run for the study, a child run per trial, and the
+Pareto front's artifacts on the parent.
+
+Logging is a side effect at the edge of the study loop (an Optuna callback), never inside a
+measurement. A failure to log never stops a study: it warns, the trial stays in the Optuna
+storage, and `autotune sync` backfills MLflow from there later.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import __version__
+from autotune.config import StudyConfig
+
+STUDY_TAG = "autotune.study"
+KIND_TAG = "autotune.kind"
+TRIAL_TAG = "autotune.trial_number"
+
+
+def default_tracking_uri(cfg: StudyConfig) -> str:
+    return f"sqlite:///{Path(cfg.workdir).resolve() / 'mlflow.db'}"
+
+
+def hardware() -> dict[str, str]:
+    """GPU name and driver where nvidia-smi answers, else the CPU model."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        p = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20)
+        if p.returncode == 0 and p.stdout.strip():
+            first = p.stdout.strip().splitlines()
+            name, driver = (x.strip() for x in first[0].split(",", 1))
+            return {"gpu": name, "gpu_count": str(len(first)), "driver": driver}
+    cpu = platform.processor() or "cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"gpu": "none", "cpu": cpu}
+
+
+class Tracker:
+    """Writes a study to MLflow. Every public method warns instead of raising."""
+
+    def __init__(self, cfg: StudyConfig, tracking_uri: str | None = None) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.cfg = cfg
+        self.uri = tracking_uri or default_tracking_uri(cfg)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        self.experiment_id: str | None = None
+        self.parent_id: str | None = None
+        self.seconds: list[float] = []  # time spent per logged trial
+        self.failures = 0
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def _guard(self, what: str, fn: Any, *args: Any) -> Any:
+        # The one broad catch in autotune: MLflow raises many types (REST, SQLAlchemy, OS), and
+        # none of them may stop a study. The warning names the failure; `sync` repairs it.
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001
+            self.failures += 1
+            warnings.warn(f"MLflow: could not {what} ({type(e).__name__}: {e}); the study goes "
+                          "on, and `autotune sync` backfills MLflow later", stacklevel=2)
+            return None
+
+    def _experiment(self) -> str:
+        exp = self.client.get_experiment_by_name(self.cfg.name)
+        if exp is not None:
+            return str(exp.experiment_id)
+        if self.uri.startswith("sqlite:///"):
+            art = (Path(self.cfg.workdir).resolve() / "artifacts" / self.cfg.name).as_uri()
+            return str(self.client.create_experiment(self.cfg.name, artifact_location=art))
+        return str(self.client.create_experiment(self.cfg.name))
+
+    def _find(self, filter_string: str) -> str | None:
+        assert self.experiment_id is not None
+        runs = self.client.search_runs([self.experiment_id], filter_string, max_results=1)
+        return runs[0].info.run_id if runs else None
+
+    # -- study ---------------------------------------------------------------------------------
+    def start(self, study: optuna.Study, extra: dict[str, Any]) -> None:
+        self._guard("start the study's run", self._start, study, extra)
+
+    def _start(self, study: optuna.Study, extra: dict[str, Any]) -> None:
+        from mlflow.entities import Param, RunTag
+
+        self.experiment_id = self._experiment()
+        self.parent_id = self._find(f"tags.`{KIND_TAG}` = 'study'")
+        if self.parent_id is not None:
+            return
+        run = self.client.create_run(self.experiment_id, run_name=f"study {self.cfg.name}",
+                                     tags={KIND_TAG: "study", STUDY_TAG: self.cfg.name})
+        self.parent_id = run.info.run_id
+        params = {
+            "model": self.cfg.server.model, "profile": self.cfg.profile.name,
+            "search_space": self.cfg.search_space, "sampler": self.cfg.sampler.name,
+            "sampler_seed": str(self.cfg.sampler.seed), "n_trials": str(self.cfg.n_trials),
+            "objectives": ", ".join(f"{o.direction} {o.metric}" for o in self.cfg.objectives),
+            "slos": ", ".join(f"{s.metric} {'<=' if s.max is not None else '>='} "
+                              f"{s.max if s.max is not None else s.min}"
+                              for s in self.cfg.slos) or "none",
+            "autotune_version": __version__, "optuna_storage": self.cfg.storage_url(),
+            **{k: str(v) for k, v in extra.items()}, **hardware(),
+        }
+        self.client.log_batch(self.parent_id, params=[Param(k, v[:6000])
+                                                      for k, v in params.items()],
+                              tags=[RunTag("mlflow.note.content",
+                                           f"autotune study `{self.cfg.name}`")])
+        self.client.log_dict(self.parent_id, self.cfg.model_dump(mode="json"), "study.yaml")
+        from autotune.search_space import load_search_space
+
+        space = load_search_space(self.cfg.search_space)
+        self.client.log_dict(self.parent_id, space.model_dump(mode="json"), "search_space.yaml")
+
+    # -- trials --------------------------------------------------------------------------------
+    def log_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        t0 = time.perf_counter()
+        self._guard(f"log trial {trial.number}", self._log_trial, study, trial)
+        self.seconds.append(time.perf_counter() - t0)
+
+    def _log_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        if self.parent_id is None:
+            raise RuntimeError("the study's parent run was not created")
+        assert self.experiment_id is not None
+        if self._find(f"tags.`{TRIAL_TAG}` = '{trial.number}'"):
+            return  # logged already (sync after a resumed study)
+        ua = trial.user_attrs
+        infeasible = bool(ua.get("failure"))
+        state = ("infeasible" if infeasible else trial.state.name.lower()
+                 if trial.state != TrialState.COMPLETE else
+                 "ok" if all(v <= 0 for v in trial.constraints.values()) else "slo_miss")
+        tags = {"mlflow.parentRunId": self.parent_id, KIND_TAG: "trial", STUDY_TAG: self.cfg.name,
+                TRIAL_TAG: str(trial.number), "autotune.state": state,
+                "autotune.baseline": str(bool(ua.get("baseline"))).lower()}
+        if ua.get("cause"):
+            tags["autotune.cause"] = str(ua["cause"])[:5000]
+        if ua.get("reused_from") is not None:
+            tags["autotune.reused_from"] = str(ua["reused_from"])
+        run = self.client.create_run(self.experiment_id, run_name=f"trial-{trial.number:04d}",
+                                     tags=tags, start_time=_ms(trial.datetime_start))
+        rid = run.info.run_id
+        params = {k: json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else str(v)
+                  for k, v in ua.get("flags", {}).items()}
+        params["baseline"] = str(bool(ua.get("baseline"))).lower()
+        ts = _ms(trial.datetime_complete) or int(time.time() * 1000)
+        metrics: dict[str, float] = {}
+        metrics.update(ua.get("metrics", {}))
+        metrics.update({f"timing_{k}": v for k, v in ua.get("timings", {}).items()})
+        metrics.update({f"constraint_{k}": v for k, v in trial.constraints.items()})
+        metrics.update({f"delta_{k}": v for k, v in (ua.get("delta_vs_baseline") or {}).items()})
+        if trial.values:
+            names = study.metric_names or [f"objective_{i}" for i in range(len(trial.values))]
+            metrics.update({f"objective_{n}": v for n, v in zip(names, trial.values,
+                                                                strict=True)})
+        self.client.log_batch(
+            rid,
+            metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()
+                     if isinstance(v, int | float)],
+            params=[Param(k, v[:6000]) for k, v in params.items()],
+            tags=[RunTag("autotune.trial_state", trial.state.name)],
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp)
+            if ua.get("argv"):
+                (d / "argv.txt").write_text(" ".join(ua["argv"]) + "\n")
+            log = Path(ua.get("log_path", ""))
+            if ua.get("log_path") and log.is_file():
+                with log.open("rb") as src, gzip.open(d / "server.log.gz", "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            reqs = log.parent / "requests.csv" if ua.get("log_path") else None
+            if reqs is not None and reqs.is_file():
+                shutil.copy(reqs, d / "requests.csv")
+            if any(d.iterdir()):
+                self.client.log_artifacts(rid, str(d))
+        status = "FAILED" if infeasible or trial.state != TrialState.COMPLETE else "FINISHED"
+        self.client.set_terminated(rid, status=status, end_time=ts)
+
+    # -- the front -----------------------------------------------------------------------------
+    def log_front(self, study: optuna.Study) -> None:
+        self._guard("log the Pareto front", self._log_front, study)
+
+    def _log_front(self, study: optuna.Study) -> None:
+        from autotune import plots
+        from autotune.study import feasible_front, trial_rows
+
+        if self.parent_id is None:
+            raise RuntimeError("the study's parent run was not created")
+        metrics = [o.metric for o in self.cfg.objectives]
+        rows = trial_rows(study, metrics)
+        front = {t.number for t in feasible_front(study)}
+        df = plots.trials_frame(rows, metrics, front)
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp)
+            df.to_csv(d / "trials.csv", index=False)
+            df[df.on_front].to_csv(d / "pareto_front.csv", index=False)
+            if len(metrics) >= 2 and not df.empty:
+                plots.pareto_html(df, metrics, d / "pareto.html", self.cfg.name)
+                plots.pareto_png(df, metrics, d / "pareto.png", self.cfg.name)
+                hv = plots.hypervolume_history(study, d / "hypervolume.html")
+                if hv is not None:
+                    hv.to_csv(d / "hypervolume.csv", index=False)
+            imp = plots.importances(study, metrics)
+            if imp:
+                (d / "importances.json").write_text(json.dumps(imp, indent=2))
+            self.client.log_artifacts(self.parent_id, str(d), artifact_path="pareto")
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        n = len(study.trials)
+        self.client.log_batch(self.parent_id, metrics=[
+            Metric("trials", float(n), ts, n),
+            Metric("pareto_size", float(len(front)), ts, n),
+            Metric("infeasible_trials", float(int((df.cause != "").sum())), ts, n),
+        ])
+
+    def finish(self) -> None:
+        if self.parent_id is not None:
+            self._guard("close the study's run", self.client.set_terminated, self.parent_id)
+
+
+def _ms(dt: Any) -> int | None:
+    return int(dt.timestamp() * 1000) if dt is not None else None
+
+
+def sync(cfg: StudyConfig, study: optuna.Study, tracking_uri: str | None = None) -> int:
+    """Backfill MLflow from the Optuna storage; returns the number of trials now logged."""
+    tr = Tracker(cfg, tracking_uri)
+    tr.start(study, {"vllm_version": study.user_attrs.get("vllm_version", "unknown")})
+    finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+    for t in finished:
+        tr.log_trial(study, t)
+    tr.log_front(study)
+    tr.finish()
+    return len(finished) if tr.failures == 0 else -tr.failures

