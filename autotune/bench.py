@@ -74,12 +74,14 @@ def write_records(records: list[RequestRecord], path: Path) -> None:
 
 
 def build_requests(profile: ProfileConfig, tokenizer_dir: str) -> list[Request]:
+    """The measured requests followed by `profile.warmup` distinct warm-up requests."""
     tok = load_tokenizer(tokenizer_dir)
     i, o = profile.lengths()
+    n = profile.num_prompts + profile.warmup
     if profile.name == "sharegpt":
-        return sample_sharegpt(tok, profile.num_prompts, profile.seed, output_len=o)
+        return sample_sharegpt(tok, n, profile.seed, output_len=o)
     assert i is not None and o is not None
-    return sample_random(tok, profile.num_prompts, i, o, profile.seed)
+    return sample_random(tok, n, i, o, profile.seed)
 
 
 def server_env(server: ServerConfig, workdir: Path) -> dict[str, str]:
@@ -138,13 +140,15 @@ def run_bench(
             request_timeout_s=profile.request_timeout_s,
         )
         t_bench = time.monotonic()
+        measured, warm = requests[: profile.num_prompts], requests[profile.num_prompts :]
         result = run_load(
             proc.base_url,
             server.model,
-            requests,
+            measured,
             settings,
             on_done=on_request,
             alive=lambda: proc.proc is not None and proc.proc.poll() is None,
+            warmup_requests=warm,
         )
         bench_s = time.monotonic() - t_bench
         proc.check_alive()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -321,7 +322,14 @@ def make_tiny_model_cmd(out_dir: Path) -> None:
     out.print(str(out_dir))
 
 
+def _sigterm(_sig: int, _frame: Any) -> None:
+    # SIGTERM takes the Ctrl-C path: the running trial's server is stopped, the trial is marked
+    # interrupted in the storage, and the same command resumes the study.
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _sigterm)
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

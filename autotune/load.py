@@ -95,17 +95,24 @@ async def _one(
                 text = (await resp.aread()).decode(errors="replace")
                 error = f"HTTP {resp.status_code}: {text[:300]}"
             else:
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data: "):
-                        continue  # blank separators and SSE comments
-                    payload = line[6:]
-                    if payload == "[DONE]":
-                        break
-                    data = json.loads(payload)
-                    if _is_token_event(data, s.endpoint):
-                        chunks.append(time.perf_counter() - t0)
-                    if data.get("usage"):
-                        usage = data["usage"]
+                # Split SSE on bytes, not text: generated text may hold characters that
+                # str.splitlines treats as line breaks (U+2028, U+0085), which JSON leaves raw.
+                buf = b""
+                async for part in resp.aiter_bytes():
+                    buf += part
+                    *lines, buf = buf.split(b"\n")
+                    now = time.perf_counter() - t0
+                    for raw in lines:
+                        if not raw.startswith(b"data: "):
+                            continue  # blank separators and SSE comments
+                        payload = raw[6:].rstrip(b"\r")
+                        if payload == b"[DONE]":
+                            break
+                        data = json.loads(payload)
+                        if _is_token_event(data, s.endpoint):
+                            chunks.append(now)
+                        if data.get("usage"):
+                            usage = data["usage"]
                 if not chunks:
                     error = "no token received"
     except httpx.HTTPError as e:
@@ -141,8 +148,12 @@ async def run_load_async(
     on_done: Callable[[RequestRecord], None] | None = None,
     alive: Callable[[], bool] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    warmup_requests: Sequence[Request] | None = None,
 ) -> LoadResult:
     """Run the warm-up, then every request; returns records and the measured duration.
+
+    Warm-up requests should differ from the measured ones (`warmup_requests`): with prefix
+    caching on, repeating measured prompts in the warm-up would inflate the measurement.
 
     `alive` is polled while requests run; when it turns False (the server died) outstanding
     requests are cancelled and recorded as failed, so a crash ends the benchmark in about a second.
@@ -167,7 +178,8 @@ async def run_load_async(
 
         warm_t0 = time.perf_counter()
         if settings.warmup and requests:
-            warm = [requests[i % len(requests)] for i in range(settings.warmup)]
+            pool = warmup_requests or requests
+            warm = [pool[i % len(pool)] for i in range(settings.warmup)]
             await asyncio.gather(*(limited(-1, r, warm_t0, 0.0) for r in warm))
 
         offsets = arrival_offsets(len(requests), settings.request_rate, settings.seed)

@@ -63,11 +63,21 @@ class Objective:
                               prior.user_attrs.get("failure", "ServerError"))
 
         workdir = self.study_dir / f"trial-{trial.number:04d}"
+        phase = ["starting"]
+
+        def on_phase(p: str) -> None:
+            phase[0] = p
+            hook(trial.number, p, flags)
+
         try:
-            result = run_bench(
-                self.cfg.server, self.cfg.profile, flags, workdir, requests=self.requests,
-                on_phase=lambda p: hook(trial.number, p, flags),
-            )
+            result = run_bench(self.cfg.server, self.cfg.profile, flags, workdir,
+                               requests=self.requests, on_phase=on_phase)
+        except KeyboardInterrupt:
+            # Optuna marks the trial FAIL and re-raises; the server was stopped on the way out.
+            # The next `autotune study` re-enqueues these params (study.requeue_interrupted).
+            trial.set_user_attr("interrupted", True)
+            trial.set_user_attr("cause", f"interrupted while {phase[0]}")
+            raise
         except (ServerError, LoadError) as e:
             trial.set_user_attr("log_path", str(workdir / "server.log"))
             return self._fail(trial, getattr(e, "cause", None) or str(e), type(e).__name__)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -104,8 +105,10 @@ def importances(study: optuna.Study, metrics: list[str]) -> dict[str, dict[str, 
         return out
     for i, m in enumerate(metrics):
         try:
-            out[m] = optuna.importance.get_param_importances(
-                study, target=lambda t, i=i: t.values[i])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "few trials per regime": expected early on
+                out[m] = optuna.importance.get_param_importances(
+                    study, target=lambda t, i=i: t.values[i])
         except (ValueError, RuntimeError, ZeroDivisionError):
             continue  # too few trials sharing a parameter, or no variance yet
     return out

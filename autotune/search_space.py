@@ -161,6 +161,8 @@ class SearchSpace(_Model):
             p = self.parameters.get(name)
             if value is None:
                 continue
+            if isinstance(value, float):
+                value = round(value, 10)  # a stepped float: 0.85, not 0.8500000000000001
             if p is not None and p.into:
                 flags.setdefault(p.into, {})[p.key or name] = value
             else:

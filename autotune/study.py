@@ -94,12 +94,37 @@ def make_sampler(cfg: StudyConfig) -> optuna.samplers.BaseSampler:
     return optuna.samplers.RandomSampler(seed=s.seed)
 
 
+HEARTBEAT_S, GRACE_S = 10, 60
+
+
 def make_storage(url: str) -> optuna.storages.BaseStorage:
-    """Create (once) and return the storage; SQLite files get their folder and a busy timeout."""
+    """Create (once) and return the storage, with heartbeats: a RUNNING trial whose worker died
+    (SIGKILL, lost host) is failed after GRACE_S and its params retried once."""
+    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
+    kw: dict[str, Any] = {"heartbeat_interval": HEARTBEAT_S, "grace_period": GRACE_S,
+                          "heartbeat_stale_trial_callback": retry}
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
-    return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+        kw["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+    try:
+        return optuna.storages.RDBStorage(url, **kw)
+    except (ValueError, ImportError) as e:
+        raise ConfigError(f"storage: cannot use {url!r}: {e}") from None
+
+
+def requeue_interrupted(study: optuna.Study) -> list[int]:
+    """Enqueue again the params of trials stopped by SIGINT/SIGTERM (once each)."""
+    done = set(study.user_attrs.get("requeued", []))
+    again = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+             if t.user_attrs.get("interrupted") and t.number not in done]
+    for t in again:
+        attrs = {"retry_of": t.number}
+        if t.user_attrs.get("baseline"):
+            continue  # the baseline is enqueued again by _enqueue_baseline
+        study.enqueue_trial(t.params, user_attrs=attrs)
+    if again:
+        study.set_user_attr("requeued", sorted(done | {t.number for t in again}))
+    return [t.number for t in again]
 
 
 def open_study(cfg: StudyConfig, *, create: bool = True) -> optuna.Study:
@@ -159,6 +184,7 @@ def run_study(
     study.set_user_attr("vllm_version", pre.vllm.version)
     if cfg.baseline:
         _enqueue_baseline(study)
+    requeue_interrupted(study)
     if on_start is not None:
         on_start(study, requests)
     remaining = cfg.n_trials - len(completed(study))

@@ -59,8 +59,10 @@ def main() -> None:
     server = ServerConfig(model=model, args=args, extra_args=a.server_arg)
     argv = serve_argv(server.executable, model, server.args, server.extra_args)
     profile = ProfileConfig(name="random", input_len=a.input_len, output_len=a.output_len,
-                            num_prompts=a.num_prompts, max_concurrency=a.concurrency)
+                            num_prompts=a.num_prompts, max_concurrency=a.concurrency,
+                            warmup=a.warmup)
     reqs = build_requests(profile, model)
+    reqs, warm = reqs[: a.num_prompts], reqs[a.num_prompts :]
     settings = LoadSettings(max_concurrency=a.concurrency, warmup=a.warmup)
     rows = []
     with ServerProcess(argv, log_path=work / "server.log", port=free_port(),
@@ -68,7 +70,7 @@ def main() -> None:
         proc.wait_healthy(server.boot_timeout_s)
         for r in range(a.rounds):
             v = vllm_bench(server.executable, proc.base_url, model, a, work / f"vllm-{r}.json")
-            res = run_load(proc.base_url, model, reqs, settings)
+            res = run_load(proc.base_url, model, reqs, settings, warmup_requests=warm)
             m = compute_metrics(res.records, res.duration_s)
             rows.append((v["total_token_throughput"], m.total_token_throughput,
                          v["mean_tpot_ms"], m.tpot_ms.mean))

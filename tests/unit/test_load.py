@@ -12,7 +12,8 @@ from autotune.metrics import compute_metrics
 
 
 def sse(events: list[dict]) -> bytes:
-    return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
+    return b"".join(f"data: {json.dumps(e, ensure_ascii=False)}\n\n".encode()
+                    for e in events) + b"data: [DONE]\n\n"
 
 
 def fake_server(seen: list[dict]) -> httpx.MockTransport:
@@ -92,3 +93,15 @@ def test_arrivals() -> None:
     assert offs[0] == 0.0 and offs == sorted(offs)
     assert 180 < offs[-1] < 220  # ~ n / rate
     assert offs == arrival_offsets(2000, 10.0, 1)
+
+
+def test_sse_split_on_bytes_not_unicode_line_breaks() -> None:
+    # JSON leaves U+2028 and U+0085 raw; str.splitlines would cut the event in two
+    text = "a\u2028b\x85c"
+    body = sse([{"choices": [{"text": text}]}, {"choices": [{"text": text}]},
+                {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}])
+    assert "\u2028".encode() in body
+    t = httpx.MockTransport(lambda r: httpx.Response(200, content=body))
+    res = asyncio.run(run_load_async("http://fake", "m", [Request([1], 1, 2)], LoadSettings(),
+                                     transport=t))
+    assert res.records[0].success and len(res.records[0].chunk_times) == 2

@@ -34,3 +34,12 @@ def test_nothing_found() -> None:
 
 def test_free_port_is_free() -> None:
     assert port_is_free(free_port())
+
+
+def test_pydantic_validation_error_takes_the_next_line() -> None:
+    log = ("(APIServer pid=1872) pydantic_core._pydantic_core.ValidationError: 1 validation "
+           "error for SchedulerConfig\n(APIServer pid=1872)   Value error, max_num_batched_tokens "
+           "(2067) is smaller than max_model_len (8192). [type=value_error, input_value=x]\n")
+    assert root_cause(log) == (
+        "ValidationError: 1 validation error for SchedulerConfig: Value error, "
+        "max_num_batched_tokens (2067) is smaller than max_model_len (8192).")

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# On the GPU machine (after ../shared/gpu's install): start or resume a study detached from the
+# call, wait up to WAIT seconds, then pack the study's storage, MLflow store and logs into $OUT.
+#   bash scripts/gpu/study.sh start CONFIG [WAIT]   # resumes from carry/study.tgz if present
+#   bash scripts/gpu/study.sh wait  CONFIG [WAIT]
+#   bash scripts/gpu/study.sh run   AUTOTUNE-ARGS...          # foreground, e.g. export --validate
+set -uo pipefail
+cmd=$1 cfg=${2:-} wait_s=${3:-560}
+source /root/site/activate
+export PYTHONUNBUFFERED=1
+if [ ! -e /root/site/plotly ] && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /root/site .whl/*.whl
+fi
+mkdir -p /root/w
+pack() {
+  [ -d /root/w/mlruns ] || return 0
+  tar -C /root/w -czf "$OUT/study.tgz" --exclude='vllm-cache' --exclude='*.tmp' mlruns
+  cp /root/w/study.log "$OUT/" 2>/dev/null || true
+  nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv > "$OUT/gpu.txt"
+}
+case $cmd in
+  start)
+    if [ -f .gpu-state/study.tgz ] && [ ! -d /root/w/mlruns ]; then
+      tar -C /root/w -xzf .gpu-state/study.tgz
+    fi
+    setsid nohup python3 -m autotune study --config "$cfg" >> /root/w/study.log 2>&1 < /dev/null &
+    echo $! > /root/w/study.pid
+    ;&
+  wait)
+    pid=$(cat /root/w/study.pid)
+    end=$((SECONDS + wait_s))
+    while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
+    kill -0 "$pid" 2>/dev/null && echo "STUDY STILL RUNNING" || echo "STUDY FINISHED"
+    tail -c 6000 /root/w/study.log
+    pack
+    ;;
+  run)
+    shift 1
+    python3 -m autotune "$@" 2>&1 | tee "$OUT/run.log"
+    pack
+    ;;
+esac
