@@ -82,16 +82,20 @@ def _check_model_len(cfg: StudyConfig, space: SearchSpace) -> None:
                           f"{cfg.profile.name}); raise it to at least {need}")
 
 
-def make_sampler(cfg: StudyConfig) -> optuna.samplers.BaseSampler:
+def make_sampler(cfg: StudyConfig, resumed_at: int = 0) -> optuna.samplers.BaseSampler:
+    """The configured sampler. A resumed study offsets the seed by its trial count: the same
+    seed would replay the random start-up draws of the first run (seen on the H100 study,
+    where trials 3 and 4 repeated trials 1 and 2 after a restart)."""
     s = cfg.sampler
+    seed = None if s.seed is None else s.seed + resumed_at
     if s.name == "tpe":
-        return optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=s.n_startup_trials,
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=s.n_startup_trials,
                                           multivariate=True, group=True)
     if s.name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=s.seed, population_size=s.population_size)
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=s.population_size)
     if s.name == "gp":
-        return optuna.samplers.GPSampler(seed=s.seed, n_startup_trials=s.n_startup_trials)
-    return optuna.samplers.RandomSampler(seed=s.seed)
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=s.n_startup_trials)
+    return optuna.samplers.RandomSampler(seed=seed)
 
 
 HEARTBEAT_S, GRACE_S = 10, 60
@@ -132,12 +136,13 @@ def open_study(cfg: StudyConfig, *, create: bool = True) -> optuna.Study:
     directions = [o.direction for o in cfg.objectives]
     if not create:
         try:
-            return optuna.load_study(study_name=cfg.name, storage=storage,
-                                     sampler=make_sampler(cfg))
+            return optuna.load_study(study_name=cfg.name, storage=storage)
         except KeyError:
             raise StudyError(f"no study named {cfg.name!r} in {cfg.storage_url()}") from None
     study = optuna.create_study(study_name=cfg.name, storage=storage, directions=directions,
                                 sampler=make_sampler(cfg), load_if_exists=True)
+    if n := len(study.get_trials(deepcopy=False)):
+        study.sampler = make_sampler(cfg, resumed_at=n)
     got = [d.name.lower() for d in study.directions]
     if got != directions:
         raise StudyError(f"study {cfg.name!r} exists with directions {got}, not {directions}; "

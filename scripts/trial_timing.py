@@ -34,7 +34,8 @@ def main() -> None:
         inside = wall - boot - bench - stop
         nxt = trials[i + 1] if i + 1 < len(trials) else None
         gap = (nxt.datetime_start - t.datetime_complete).total_seconds() if nxt else None
-        state = ("reused" if t.user_attrs.get("reused_from") is not None else
+        state = (t.state.name.lower() if t.state.name != "COMPLETE" else
+                 "reused" if t.user_attrs.get("reused_from") is not None else
                  "infeasible" if t.user_attrs.get("failure") else "ok")
         over = inside + (gap or 0.0)
         if tm:

@@ -104,3 +104,17 @@ def test_knee_picks_the_balanced_point() -> None:
     for v in ([100.0, 100.0], [90.0, 20.0], [10.0, 10.0]):
         study.add_trial(optuna.trial.create_trial(values=v))
     assert knee(study.best_trials, ["maximize", "minimize"]).values == [90.0, 20.0]
+
+
+def test_resumed_study_does_not_replay_random_draws(tmp_path: Path) -> None:
+    from autotune.study import open_study
+
+    c = cfg(tmp_path).model_copy(update={"sampler": cfg(tmp_path).sampler.model_copy(
+        update={"name": "random"})})
+    first = open_study(c)
+    a = [SPACE.suggest(first.ask()) for _ in range(2)]
+    resumed = open_study(c)  # a new process: same config, same seed
+    b = [SPACE.suggest(resumed.ask()) for _ in range(2)]
+    fresh = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=c.sampler.seed))
+    assert a == [SPACE.suggest(fresh.ask()) for _ in range(2)]  # first run: the plain seed
+    assert a != b
