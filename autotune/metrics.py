@@ -103,7 +103,11 @@ class BenchMetrics:
 METRIC_NAMES = tuple(
     ["duration_s", "completed", "failed", "total_input_tokens", "total_output_tokens"]
     + ["request_throughput", "output_throughput", "total_token_throughput"]
-    + [f"{s}_{n}_ms" for n in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p90", "p99", "std")]
+    + [
+        f"{s}_{n}_ms"
+        for n in ("ttft", "tpot", "itl", "e2el")
+        for s in ("mean", "median", "p90", "p99", "std")
+    ]
 )
 
 

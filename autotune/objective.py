@@ -1,4 +1,4 @@
-"""One trial: sampled params -> flags -> server -> load -> metrics -> objective values + constraints.
+"""One trial: sampled params -> flags -> server -> load -> metrics -> values + constraints.
 
 The objective returns numbers and sets constraints; it logs nothing (tracking is a callback).
 An expected failure (the server does not boot, crashes, times out, or serves nothing) is a

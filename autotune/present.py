@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -16,7 +17,6 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.markup import escape
 from rich.table import Table
 
 from autotune.metrics import BenchMetrics

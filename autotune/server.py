@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
-import shutil
 import subprocess
 import tempfile
 import time
@@ -32,7 +32,9 @@ _WRAPPERS = (
     "EngineCore failed to start",
     "APIServer failed",
 )
-_EXC_LINE = re.compile(r"(?:^|[\s:\]])((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit)): (.+)$")
+_EXC_LINE = re.compile(
+    r"(?:^|[\s:\]])((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit)): (.+)$"
+)
 _ARGPARSE = re.compile(r"(?:^|\s)(vllm[\w ]*: error: .+)$")
 
 

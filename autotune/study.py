@@ -42,17 +42,18 @@ def preflight(cfg: StudyConfig) -> Preflight:
     space = load_search_space(cfg.search_space)
     cfg.server.check_executable()
     model = Path(cfg.server.model)
-    if (cfg.server.model.startswith((".", "/")) or model.parent != Path(".")) and not model.exists():
+    # a path (not a hub name such as Qwen/Qwen3-8B) that is missing fails before any boot
+    if cfg.server.model.startswith((".", "/", "~")) and not model.expanduser().exists():
         raise ConfigError(f"server.model: {cfg.server.model!r} does not exist (a model directory "
                           "or a model name the server can load)")
-    info = get_vllm_info(cfg.server.executable, cfg.server.env)
+    _check_model_len(cfg, space)
+    info = get_vllm_info(cfg.server.executable, cfg.server.env)  # ~15 s the first time
     flags: dict[str, list[object] | None] = {f: None for f in cfg.server.args}
     flags.update({f: [v] for f, v in space.fixed.items()})
     for name, p in space.parameters.items():
         flag = p.into or name
         flags[flag] = space.choices_by_flag().get(name) if not p.into else None
     check_flags(info, flags, f"search space {space.name!r}")
-    _check_model_len(cfg, space)
     return Preflight(space, info)
 
 

@@ -77,7 +77,9 @@ def get_vllm_info(executable: list[str], env: dict[str, str] | None = None) -> V
         hlp = subprocess.Popen([*executable, "serve", "--help=all"], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, env=run_env)
     except OSError as e:
-        raise ConfigError(f"server.executable: cannot run {executable[0]!r}: {e.strerror}") from None
+        raise ConfigError(
+            f"server.executable: cannot run {executable[0]!r}: {e.strerror}"
+        ) from None
     help_text, _ = hlp.communicate(timeout=300)
     version_text, _ = ver.communicate(timeout=300)
     if hlp.returncode != 0 or "--max-num-seqs" not in help_text:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config import ProfileConfig, ServerConfig
 from autotune.bench import build_requests
+from autotune.config import ProfileConfig, ServerConfig
 from autotune.load import LoadSettings, run_load
 from autotune.metrics import compute_metrics
 from autotune.server import ServerProcess

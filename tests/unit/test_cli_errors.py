@@ -1,0 +1,74 @@
+"""Bad input through the real CLI: one clear error, exit 1, no traceback, nothing in storage.
+None of these reaches vLLM (they fail before `vllm serve --help` or any boot)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+
+def study(tmp_path: Path, cfg: dict) -> subprocess.CompletedProcess[str]:
+    p = tmp_path / "study.yaml"
+    p.write_text(yaml.safe_dump(cfg) if isinstance(cfg, dict) else cfg)
+    return subprocess.run([sys.executable, "-m", "autotune", "study", "--config", str(p)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def base(tmp_path: Path, tiny_model: Path, **kw: object) -> dict:
+    cfg = {"name": "s", "server": {"model": str(tiny_model)}, "search_space": "cpu-demo",
+           "workdir": str(tmp_path / "w")}
+    cfg.update(kw)
+    return cfg
+
+
+def check(p: subprocess.CompletedProcess[str], tmp_path: Path, *expect: str) -> None:
+    err = " ".join(p.stderr.split())
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    for e in expect:
+        assert e in err, err
+    assert not (tmp_path / "w" / "optuna.db").exists()
+
+
+def test_malformed_yaml(tmp_path: Path) -> None:
+    p = study(tmp_path, "name: s\nserver: {model: x\nsearch_space: cpu-demo\n")
+    check(p, tmp_path, "study.yaml", "line 3", "malformed YAML")
+
+
+def test_unknown_key_and_wrong_type(tmp_path: Path, tiny_model: Path) -> None:
+    p = study(tmp_path, base(tmp_path, tiny_model, n_trails=3, sampler={"name": "bayes"}))
+    check(p, tmp_path, "n_trails: unknown key", "sampler.name: Input should be")
+
+
+def test_missing_model_path(tmp_path: Path) -> None:
+    p = study(tmp_path, base(tmp_path, Path("/nonexistent/model")))
+    check(p, tmp_path, "server.model: '/nonexistent/model' does not exist")
+
+
+def test_missing_and_non_executable_vllm(tmp_path: Path, tiny_model: Path) -> None:
+    cfg = base(tmp_path, tiny_model)
+    cfg["server"]["executable"] = ["no-such-vllm-binary"]
+    check(study(tmp_path, cfg), tmp_path, "server.executable: 'no-such-vllm-binary' was not found")
+    f = tmp_path / "vllm"
+    f.write_text("#!/bin/sh\n")
+    os.chmod(f, 0o644)
+    cfg["server"]["executable"] = [str(f)]
+    check(study(tmp_path, cfg), tmp_path, "is not executable")
+
+
+def test_profile_longer_than_max_model_len(tmp_path: Path, tiny_model: Path) -> None:
+    cfg = base(tmp_path, tiny_model, profile={"name": "long-context"})
+    check(study(tmp_path, cfg), tmp_path, "max_model_len: 512 is shorter than the profile needs",
+          "32100 tokens: long-context")
+
+
+@pytest.mark.parametrize("space", ["empty", "unknown-condition"])
+def test_bad_search_space(tmp_path: Path, tiny_model: Path, space: str) -> None:
+    text = {"empty": "name: x\nparameters: {}\n",
+            "unknown-condition": "name: x\nparameters: {a: {type: bool, when: {zz: [1]}}}\n"}[space]
+    (tmp_path / "space.yaml").write_text(text)
+    p = study(tmp_path, base(tmp_path, tiny_model, search_space=str(tmp_path / "space.yaml")))
+    check(p, tmp_path, "space.yaml", "parameters")
