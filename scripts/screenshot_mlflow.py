@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Screenshot the MLflow UI showing a study's runs, with headless Chromium (Debian's package).
+
+    python scripts/screenshot_mlflow.py --experiment cpu-demo --out docs/mlflow-ui.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+
+from autotune.mlflow_ui import MlflowUI
+from autotune.server import free_port
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--experiment", required=True)
+    ap.add_argument("--workdir", default="mlruns")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--chromium", default="/usr/bin/chromium")
+    a = ap.parse_args()
+    uri = f"sqlite:///{Path(a.workdir).resolve() / 'mlflow.db'}"
+    with MlflowUI(uri, port=free_port(), log_path=Path(tempfile.mkdtemp()) / "ui.log") as ui:
+        took = ui.wait_ready(120)
+        exp = httpx.get(f"{ui.url}/api/2.0/mlflow/experiments/get-by-name",
+                        params={"experiment_name": a.experiment}, timeout=30).json()
+        eid = exp["experiment"]["experiment_id"]
+        runs = httpx.post(f"{ui.url}/api/2.0/mlflow/runs/search", timeout=30,
+                          json={"experiment_ids": [eid], "max_results": 200,
+                                "filter": "tags.`autotune.kind` = 'trial'"}).json()["runs"]
+        ids = json.dumps([r["info"]["run_id"] for r in runs], separators=(",", ":"))
+        # the compare view: every trial's params and metrics side by side, with a
+        # parallel-coordinates plot of flags against throughput and TPOT
+        url = (f"{ui.url}/#/compare-runs?runs={quote(ids)}"
+               f"&experiments={quote(json.dumps([eid]))}")
+        with tempfile.TemporaryDirectory() as profile:
+            subprocess.run([a.chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                            "--disable-quic", "--no-first-run", "--disable-background-networking",
+                            "--disable-component-update", "--disable-sync",
+                            f"--user-data-dir={profile}", "--hide-scrollbars",
+                            "--window-size=1600,1400", "--virtual-time-budget=15000",
+                            f"--screenshot={Path(a.out).resolve()}", url],
+                           check=True, capture_output=True, timeout=120)
+    print(f"UI ready in {took:.1f} s; screenshot of {url} -> {a.out}")
+
+
+if __name__ == "__main__":
+    main()
