@@ -332,8 +332,9 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _sigterm)
     try:
         cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        console.print("[red]aborted[/red]")
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        console.print("[red]interrupted[/red]: a running trial's server was stopped and the "
+                      "trial marked in the storage; the same command resumes a study")
         sys.exit(130)
     except click.ClickException as e:
         e.show()
@@ -345,6 +346,3 @@ def main() -> None:
         if log:
             console.print(f"server log: {log}", highlight=False, soft_wrap=True)
         sys.exit(1)
-    except KeyboardInterrupt:
-        console.print("[red]interrupted[/red]")
-        sys.exit(130)

@@ -92,6 +92,9 @@ class Objective:
         trial.set_user_attr("log_path", result.log_path)
         if result.metrics.errors:
             trial.set_user_attr("request_errors", result.metrics.errors)
+            first = next(iter(result.metrics.errors))
+            trial.set_user_attr("cause", f"{result.metrics.failed} of "
+                                f"{len(result.records)} requests failed: {first}")
         trial.set_constraint(BOOT_OK, 0.0)
         trial.set_constraint(REQUESTS_OK, float(result.metrics.failed))
         for slo in self.cfg.slos:

@@ -26,7 +26,9 @@ from autotune.objective import Objective, PhaseHook
 from autotune.search_space import CategoricalParam, IntParam, SearchSpace, load_search_space
 from autotune.vllm_info import VllmInfo, check_flags, get_vllm_info
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+# autotune reports trials itself; Optuna's own "Trial N failed" lines would repeat them with a
+# traceback (an interrupted trial included)
+optuna.logging.set_verbosity(optuna.logging.ERROR)
 # multivariate/group TPE and metric names are "experimental" but stable enough for us
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 

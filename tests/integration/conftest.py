@@ -49,7 +49,7 @@ def server_config(tiny_model: Path, work_root: Path) -> ServerConfig:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # stopped when its module is done: an idle server still costs CPU
 def live_server(server_config: ServerConfig, work_root: Path) -> Iterator[ServerProcess]:
     workdir = work_root / "shared-server"
     workdir.mkdir()
