@@ -215,14 +215,14 @@ class StudyConfig(_Model):
 
     name: str = Field(description="Study name in the storage (and MLflow experiment).")
     server: ServerConfig
-    profile: ProfileConfig = Field(default_factory=lambda: ProfileConfig())  # type: ignore[call-arg]
+    profile: ProfileConfig = Field(default_factory=lambda: ProfileConfig.model_validate({}))
     search_space: str = Field(description="A file in search_spaces/ by name, or a path.")
     objectives: list[ObjectiveConfig] = Field(
-        default_factory=lambda: [ObjectiveConfig(**o) for o in DEFAULT_OBJECTIVES],
+        default_factory=lambda: [ObjectiveConfig.model_validate(o) for o in DEFAULT_OBJECTIVES],
         min_length=1,
     )
     slos: list[SLOConfig] = Field(default_factory=list)
-    sampler: SamplerConfig = Field(default_factory=SamplerConfig)
+    sampler: SamplerConfig = Field(default_factory=lambda: SamplerConfig.model_validate({}))
     n_trials: int = Field(10, ge=1, description="Trials in the study, in all (resume included).")
     timeout_s: float | None = Field(None, gt=0, description="Stop starting trials after this.")
     baseline: bool = Field(True, description="Run vLLM's defaults as the first trial.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,10 @@ def hypervolume_history(study: optuna.Study, path_html: Path) -> pd.DataFrame | 
     return pd.DataFrame({"trial": list(tr.x), "hypervolume": list(tr.y)})
 
 
+def _objective_value(i: int, t: optuna.trial.FrozenTrial) -> float:
+    return float(t.values[i])
+
+
 def importances(study: optuna.Study, metrics: list[str]) -> dict[str, dict[str, float]]:
     """Parameter importances per objective where Optuna can compute them."""
     out: dict[str, dict[str, float]] = {}
@@ -108,7 +113,7 @@ def importances(study: optuna.Study, metrics: list[str]) -> dict[str, dict[str, 
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "few trials per regime": expected early on
                 out[m] = optuna.importance.get_param_importances(
-                    study, target=lambda t, i=i: t.values[i])
+                    study, target=partial(_objective_value, i))
         except (ValueError, RuntimeError, ZeroDivisionError):
             continue  # too few trials sharing a parameter, or no variance yet
     return out

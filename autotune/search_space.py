@@ -146,7 +146,7 @@ class SearchSpace(_Model):
             elif isinstance(p, FloatParam):
                 values[name] = trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
             elif isinstance(p, CategoricalParam):
-                values[name] = trial.suggest_categorical(name, p.choices)  # type: ignore[arg-type]
+                values[name] = trial.suggest_categorical(name, p.choices)
             else:
                 values[name] = trial.suggest_categorical(name, [False, True])
         return values

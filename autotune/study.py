@@ -54,7 +54,8 @@ def preflight(cfg: StudyConfig) -> Preflight:
     flags.update({f: [v] for f, v in space.fixed.items()})
     for name, p in space.parameters.items():
         flag = p.into or name
-        flags[flag] = space.choices_by_flag().get(name) if not p.into else None
+        choices = space.choices_by_flag().get(name) if not p.into else None
+        flags[flag] = list(choices) if choices is not None else None
     check_flags(info, flags, f"search space {space.name!r}")
     return Preflight(space, info)
 

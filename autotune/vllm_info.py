@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from autotune.command import param_name
 from autotune.datasets import _cache_dir
@@ -34,9 +35,9 @@ class VllmInfo:
                 "choices": {k: list(v) for k, v in self.choices.items()}}
 
     @classmethod
-    def from_json(cls, d: dict[str, object]) -> VllmInfo:
-        return cls(str(d["version"]), frozenset(d["flags"]),  # type: ignore[arg-type]
-                   {k: tuple(v) for k, v in d["choices"].items()})  # type: ignore[attr-defined]
+    def from_json(cls, d: dict[str, Any]) -> VllmInfo:
+        return cls(str(d["version"]), frozenset(d["flags"]),
+                   {k: tuple(v) for k, v in d["choices"].items()})
 
 
 def parse_help(text: str, version: str = "unknown") -> VllmInfo:
