@@ -63,9 +63,6 @@ class TrialProgress:
     def request_done(self, _rec: Any) -> None:
         self.p.advance(self.task)
 
-    def finish(self) -> None:
-        self.p.remove_task(self.task)
-
 
 @contextmanager
 def trial_progress(label: str, total: int) -> Iterator[TrialProgress]:
@@ -88,12 +85,6 @@ def _fmt(v: Any, pct: bool = False) -> str:
     if pct:
         return f"{v * 100:+.1f}%"
     return f"{v:,.2f}" if isinstance(v, float) else str(v)
-
-
-def flags_text(flags: dict[str, Any]) -> str:
-    from autotune.command import params_to_args
-
-    return " ".join(params_to_args(flags)) or "(vLLM defaults)"
 
 
 SHORT = {

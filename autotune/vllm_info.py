@@ -13,7 +13,6 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from autotune.command import param_name
@@ -116,6 +115,3 @@ def check_flags(info: VllmInfo, flags: dict[str, list[object] | None], source: s
     if problems:
         raise ConfigError("\n".join(problems))
 
-
-def help_cache_dir() -> Path:
-    return _cache_dir() / "vllm-help"
