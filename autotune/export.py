@@ -90,7 +90,9 @@ def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
                   executable: list[str]) -> list[str]:
     """The `vllm bench serve` line for the same workload, against a running server."""
     i, o = profile.lengths()
-    argv = [*display_executable(executable), "bench", "serve", "--backend", "vllm",
+    backend = ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"] if (
+        profile.endpoint == "chat") else ["--backend", "vllm"]
+    argv = [*display_executable(executable), "bench", "serve", *backend,
             "--model", model, "--tokenizer", tokenizer]
     if profile.name == "sharegpt":
         from autotune.datasets import sharegpt_json_for_vllm
@@ -109,8 +111,6 @@ def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
         argv += ["--request-rate", str(profile.request_rate)]
     if profile.warmup:
         argv += ["--num-warmups", str(profile.warmup)]
-    if profile.endpoint == "chat":
-        argv += ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]
     return argv
 
 
