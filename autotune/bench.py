@@ -48,6 +48,7 @@ class BenchResult:
     timings: Timings
     log_path: str
     workload: dict[str, Any] = field(default_factory=dict)
+    server_stats: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +58,7 @@ class BenchResult:
             "timings": asdict(self.timings),
             "metrics": self.metrics.flat(),
             "errors": self.metrics.errors,
+            "server_stats": self.server_stats,
             "log_path": self.log_path,
         }
 
@@ -149,6 +151,7 @@ def run_bench(
             on_done=on_request,
             alive=lambda: proc.proc is not None and proc.proc.poll() is None,
             warmup_requests=warm,
+            scrape_metrics=True,
         )
         bench_s = time.monotonic() - t_bench
         proc.check_alive()
@@ -167,6 +170,7 @@ def run_bench(
         records=result.records,
         timings=timings,
         log_path=str(proc.log_path),
+        server_stats=result.server_stats,
         workload={
             "profile": profile.name,
             "input_len": i_len,

@@ -9,11 +9,12 @@ request ends at its last token event. Warm-up requests run before the clock star
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
@@ -21,6 +22,7 @@ import numpy as np
 
 from autotune.datasets import Request
 from autotune.metrics import RequestRecord
+from autotune.scrape import ServerStats, parse, poll
 
 Endpoint = Literal["completions", "chat"]
 
@@ -40,6 +42,7 @@ class LoadSettings:
 class LoadResult:
     records: list[RequestRecord]
     duration_s: float
+    server_stats: dict[str, float] = field(default_factory=dict)
 
 
 def _payload(model: str, req: Request, s: LoadSettings) -> tuple[str, dict[str, Any]]:
@@ -149,6 +152,7 @@ async def run_load_async(
     alive: Callable[[], bool] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     warmup_requests: Sequence[Request] | None = None,
+    scrape_metrics: bool = False,
 ) -> LoadResult:
     """Run the warm-up, then every request; returns records and the measured duration.
 
@@ -186,6 +190,10 @@ async def run_load_async(
             await asyncio.gather(*(limited(-1, r, warm_t0, 0.0) for r in warm))
 
         offsets = arrival_offsets(len(requests), settings.request_rate, settings.seed)
+        stats = ServerStats()
+        # its own client: a scrape must not wait for one of the benchmark's connections
+        scraper = httpx.AsyncClient(base_url=base_url) if scrape_metrics else None
+        poller = asyncio.create_task(poll(scraper, stats)) if scraper else None
         t0 = time.perf_counter()
         tasks = [
             asyncio.create_task(limited(i, r, t0, at))
@@ -196,6 +204,14 @@ async def run_load_async(
         duration = time.perf_counter() - t0
         if watcher:
             watcher.cancel()
+        if poller is not None and scraper is not None:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
+            with contextlib.suppress(httpx.HTTPError):  # the counters at the end of the run
+                r = await scraper.get("/metrics", timeout=5.0)
+                if r.status_code == 200:
+                    stats.add(parse(r.text))
+            await scraper.aclose()
     records = [
         r
         if isinstance(r, RequestRecord)
@@ -208,7 +224,7 @@ async def run_load_async(
         )
         for i, r in enumerate(done)
     ]
-    return LoadResult(records=records, duration_s=duration)
+    return LoadResult(records=records, duration_s=duration, server_stats=stats.summary())
 
 
 async def _watch(alive: Callable[[], bool], tasks: list[asyncio.Task[RequestRecord]]) -> None:

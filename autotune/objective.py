@@ -89,6 +89,8 @@ class Objective:
             "stop_s": result.timings.stop_s, "total_s": result.timings.total_s,
         })
         trial.set_user_attr("argv", result.argv)
+        if result.server_stats:
+            trial.set_user_attr("server_stats", result.server_stats)
         trial.set_user_attr("log_path", result.log_path)
         if result.metrics.errors:
             trial.set_user_attr("request_errors", result.metrics.errors)

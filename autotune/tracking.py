@@ -165,6 +165,7 @@ class Tracker:
         ts = _ms(trial.datetime_complete) or int(time.time() * 1000)
         metrics: dict[str, float] = {}
         metrics.update(ua.get("metrics", {}))
+        metrics.update(ua.get("server_stats", {}))
         metrics.update({f"timing_{k}": v for k, v in ua.get("timings", {}).items()})
         metrics.update({f"constraint_{k}": v for k, v in trial.constraints.items()})
         metrics.update({f"delta_{k}": v for k, v in (ua.get("delta_vs_baseline") or {}).items()})

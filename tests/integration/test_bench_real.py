@@ -24,9 +24,12 @@ def test_random_profile_numbers_are_consistent(live_server: ServerProcess,
     profile = ProfileConfig(name="random", input_len=64, output_len=16, num_prompts=32)
     reqs = build_requests(profile, server_config.model)
     res = run_load(live_server.base_url, server_config.model, reqs,
-                   LoadSettings(max_concurrency=8, warmup=2))
+                   LoadSettings(max_concurrency=8, warmup=2), scrape_metrics=True)
     m = compute_metrics(res.records, res.duration_s)
     assert m.completed == 32 and m.failed == 0
+    # what the server saw, from its /metrics: 32 prompts queried the prefix cache
+    assert res.server_stats["server_prefix_cache_queries"] > 0
+    assert 0 < res.server_stats["server_peak_kv_cache_usage"] <= 1
     # exact token counts under ignore_eos, and the server agrees on the prompt length
     assert all(r.output_tokens == 16 and r.prompt_tokens == 64 for r in res.records)
     assert m.total_input_tokens == 32 * 64 and m.total_output_tokens == 32 * 16

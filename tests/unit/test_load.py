@@ -105,3 +105,22 @@ def test_sse_split_on_bytes_not_unicode_line_breaks() -> None:
     res = asyncio.run(run_load_async("http://fake", "m", [Request([1], 1, 2)], LoadSettings(),
                                      transport=t))
     assert res.records[0].success and len(res.records[0].chunk_times) == 2
+
+
+def test_server_stats_from_prometheus_text() -> None:
+    from autotune.scrape import ServerStats, parse
+
+    def text(q: float, h: float, kv: float, wait: float) -> str:
+        return (f"# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total"
+                f'{{engine="0"}} {q}\n# TYPE vllm:prefix_cache_hits counter\n'
+                f'vllm:prefix_cache_hits_total{{engine="0"}} {h}\n'
+                f"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc {kv}\n"
+                f"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting {wait}\n")
+
+    s = ServerStats()
+    for sample in (text(100, 10, 0.1, 0), text(300, 60, 0.9, 7), text(500, 110, 0.2, 1)):
+        s.add(parse(sample))
+    out = s.summary()
+    assert out["server_prefix_cache_queries"] == 400 and out["server_prefix_cache_hits"] == 100
+    assert out["server_prefix_cache_hit_rate"] == 0.25
+    assert out["server_peak_kv_cache_usage"] == 0.9 and out["server_peak_requests_waiting"] == 7

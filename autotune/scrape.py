@@ -1,0 +1,78 @@
+"""What the server saw: vLLM's Prometheus /metrics, polled while a benchmark runs.
+
+Counters are read as the difference between the first and the last scrape (prefix-cache hits and
+queries, preemptions, speculative draft and accepted tokens); gauges as their peak over the run
+(KV-cache usage, waiting requests). Polling twice a second costs the server one small response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+import httpx
+
+COUNTERS = {
+    "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+    "prefix_cache_hits": "vllm:prefix_cache_hits_total",
+    "preemptions": "vllm:num_preemptions_total",
+    "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+}
+GAUGES = {
+    "kv_cache_usage": "vllm:kv_cache_usage_perc",
+    "requests_waiting": "vllm:num_requests_waiting",
+}
+
+
+def parse(text: str) -> dict[str, float]:
+    """Sample name -> value summed over label sets (engines, models)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[s.name] = out.get(s.name, 0.0) + float(s.value)
+    return out
+
+
+@dataclass
+class ServerStats:
+    scrapes: int = 0
+    first: dict[str, float] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)
+    peaks: dict[str, float] = field(default_factory=dict)
+
+    def add(self, sample: dict[str, float]) -> None:
+        if not self.first:
+            self.first = sample
+        self.last = sample
+        self.scrapes += 1
+        for key, name in GAUGES.items():
+            if name in sample:
+                self.peaks[key] = max(self.peaks.get(key, 0.0), sample[name])
+
+    def summary(self) -> dict[str, float]:
+        """Flat `server_*` metrics for the trial record."""
+        d = {k: self.last.get(n, 0.0) - self.first.get(n, 0.0) for k, n in COUNTERS.items()
+             if n in self.last}
+        out = {f"server_{k}": v for k, v in d.items()}
+        out.update({f"server_peak_{k}": v for k, v in self.peaks.items()})
+        if d.get("prefix_cache_queries"):
+            out["server_prefix_cache_hit_rate"] = d["prefix_cache_hits"] / d[
+                "prefix_cache_queries"]
+        if d.get("spec_draft_tokens"):
+            out["server_spec_acceptance_rate"] = d["spec_accepted_tokens"] / d[
+                "spec_draft_tokens"]
+        return out
+
+
+async def poll(client: httpx.AsyncClient, stats: ServerStats, interval_s: float = 0.5) -> None:
+    """Scrape /metrics until cancelled; a failed scrape is skipped, never fatal."""
+    while True:
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            r = await client.get("/metrics", timeout=5.0)
+            if r.status_code == 200:
+                stats.add(parse(r.text))
+        await asyncio.sleep(interval_s)
