@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import math
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -200,18 +201,21 @@ async def run_load_async(
             for i, (r, at) in enumerate(zip(requests, offsets, strict=True))
         ]
         watcher = asyncio.create_task(_watch(alive, tasks)) if alive else None
-        done = await asyncio.gather(*tasks, return_exceptions=True)
-        duration = time.perf_counter() - t0
-        if watcher:
-            watcher.cancel()
-        if poller is not None and scraper is not None:
-            poller.cancel()
-            await asyncio.gather(poller, return_exceptions=True)
-            with contextlib.suppress(httpx.HTTPError):  # the counters at the end of the run
-                r = await scraper.get("/metrics", timeout=5.0)
-                if r.status_code == 200:
-                    stats.add(parse(r.text))
-            await scraper.aclose()
+        try:
+            done = await asyncio.gather(*tasks, return_exceptions=True)
+            duration = time.perf_counter() - t0
+            if scraper is not None:
+                with contextlib.suppress(httpx.HTTPError):  # the counters at the end
+                    r = await scraper.get("/metrics", timeout=5.0)
+                    if r.status_code == 200:
+                        stats.add(parse(r.text))
+        finally:  # also when interrupted: no helper task is left with an unread exception
+            helpers = [t for t in (watcher, poller) if t is not None]
+            for t in helpers:
+                t.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            if scraper is not None:
+                await scraper.aclose()
     records = [
         r
         if isinstance(r, RequestRecord)
@@ -243,5 +247,37 @@ def run_load(
     settings: LoadSettings,
     **kw: Any,
 ) -> LoadResult:
-    """Synchronous wrapper of `run_load_async`."""
-    return asyncio.run(run_load_async(base_url, model, requests, settings, **kw))
+    """Synchronous wrapper of `run_load_async`.
+
+    SIGTERM during the load cancels it cleanly (as asyncio.run does for SIGINT) and surfaces as
+    KeyboardInterrupt; a handler that raised inside the event loop could land in any task.
+    """
+
+    async def main() -> LoadResult:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        terminated: list[bool] = []
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_term() -> None:
+            terminated.append(True)
+            task.cancel()
+
+        try:
+            loop.add_signal_handler(signal.SIGTERM, on_term)
+            installed = True
+        except (NotImplementedError, RuntimeError, ValueError):
+            installed = False  # not the main thread: leave signals alone
+        try:
+            return await run_load_async(base_url, model, requests, settings, **kw)
+        except asyncio.CancelledError:
+            if terminated:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            if installed:
+                loop.remove_signal_handler(signal.SIGTERM)
+                signal.signal(signal.SIGTERM, previous)  # asyncio resets it to SIG_DFL
+
+    return asyncio.run(main())
