@@ -17,7 +17,7 @@ from typing import Any
 from autotune.command import serve_argv
 from autotune.config import ProfileConfig, ServerConfig
 from autotune.datasets import Request, load_tokenizer, sample_random, sample_sharegpt
-from autotune.errors import AutotuneError, LoadError
+from autotune.errors import AutotuneError, LoadError, ServerBootError
 from autotune.load import LoadSettings, run_load
 from autotune.metrics import BenchMetrics, RequestRecord, compute_metrics
 from autotune.server import ServerProcess, free_port
@@ -92,6 +92,9 @@ def server_env(server: ServerConfig, workdir: Path) -> dict[str, str]:
     return {**os.environ, **server.env, "VLLM_CACHE_ROOT": cache}
 
 
+PORT_ATTEMPTS = 3
+
+
 def run_bench(
     server: ServerConfig,
     profile: ProfileConfig,
@@ -108,25 +111,36 @@ def run_bench(
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     argv = serve_argv(server.executable, server.model, {**server.args, **params}, server.extra_args)
-    proc = ServerProcess(
-        argv,
-        log_path=workdir / "server.log",
-        port=free_port(server.host),
-        host=server.host,
-        env=server_env(server, workdir),
-    )
     phase("booting")
     boot_s = bench_s = 0.0
-    with proc:
-        # Sample the workload while vLLM boots; a bad tokenizer path waits for the server's own
-        # verdict, which names the real problem when the model path itself is wrong.
-        pending: AutotuneError | None = None
-        if requests is None:
-            try:
-                requests = build_requests(profile, server.tokenizer_dir)
-            except AutotuneError as e:
-                pending = e
-        boot_s = proc.wait_healthy(server.boot_timeout_s)
+    # Sample the workload while vLLM boots; a bad tokenizer path waits for the server's own
+    # verdict, which names the real problem when the model path itself is wrong.
+    pending: AutotuneError | None = None
+    for attempt in range(PORT_ATTEMPTS):
+        proc = ServerProcess(argv, log_path=workdir / "server.log", port=free_port(server.host),
+                             host=server.host, env=server_env(server, workdir))
+        proc.start()
+        try:
+            if requests is None and pending is None:
+                try:
+                    requests = build_requests(profile, server.tokenizer_dir)
+                except AutotuneError as e:
+                    pending = e
+            boot_s = proc.wait_healthy(server.boot_timeout_s)
+            break
+        except ServerBootError as e:
+            proc.stop()
+            # the port was free when the kernel gave it, but another process took it before
+            # vLLM bound it: boot again on another port
+            if "address already in use" in (e.cause or "").lower() and \
+                    attempt + 1 < PORT_ATTEMPTS:
+                phase("booting (port taken, another port)")
+                continue
+            raise
+        except BaseException:
+            proc.stop()
+            raise
+    try:
         if pending is not None:
             raise pending
         assert requests is not None
@@ -157,6 +171,8 @@ def run_bench(
         proc.check_alive()
         phase("stopping")
         t_stop = time.monotonic()
+    finally:
+        proc.stop()
     stop_s = time.monotonic() - t_stop
     metrics = compute_metrics(result.records, result.duration_s)
     if metrics.completed == 0:

@@ -118,6 +118,24 @@ def _load_cfg(config_path: Path, study_name: str | None, storage: str | None,
     return load_study_config(config_path, overrides)
 
 
+def _study_extra(cfg: Any, pre: Any, requests: Any) -> dict[str, str]:
+    from autotune.datasets import requests_digest
+
+    return {"vllm_version": pre.vllm.version, "dataset_hash": requests_digest(requests),
+            "vllm_executable": " ".join(cfg.server.executable)}
+
+
+def _make_tracker(cfg: Any, tracking_uri: str | None, no_mlflow: bool) -> Any:
+    if no_mlflow:
+        return None
+    from autotune.tracking import Tracker
+
+    tracker = Tracker(cfg, tracking_uri)
+    console.print(f"MLflow: {tracker.uri} (experiment {cfg.name!r}; `autotune ui` shows it)",
+                  highlight=False)
+    return tracker
+
+
 @cli.command()
 @_study_options
 @click.option("--n-trials", type=int, help="Trials the study should hold in all.")
@@ -129,16 +147,28 @@ def _load_cfg(config_path: Path, study_name: str | None, storage: str | None,
 @click.option("--no-mlflow", is_flag=True, help="Do not log to MLflow.")
 @click.option("--front-every", type=int, default=5, show_default=True,
               help="Refresh the Pareto artifacts in MLflow every N trials.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes on this host, one per GPU group (on CPU: per core group).")
+@click.option("--gpus-per-trial", type=click.IntRange(min=0),
+              help="GPUs each trial's server gets (default: 1 with GPUs, 0 on CPU); above 1, "
+                   "trials run tensor-parallel unless the config sets a parallel size.")
 def study(config_path: Path, study_name: str | None, storage: str | None, n_trials: int | None,
           timeout_s: float | None, sampler: str | None, search_space: str | None,
-          seed: int | None, tracking_uri: str | None, no_mlflow: bool, front_every: int) -> None:
+          seed: int | None, tracking_uri: str | None, no_mlflow: bool, front_every: int,
+          workers: int, gpus_per_trial: int | None) -> None:
     """Run (or resume) a multi-objective study over vLLM's flags."""
-    from autotune.datasets import requests_digest
     from autotune.present import StudyView, trials_table
     from autotune.study import completed, open_study, preflight, run_study, trial_rows
 
     cfg = _load_cfg(config_path, study_name, storage, n_trials=n_trials, timeout_s=timeout_s,
                     search_space=search_space, **{"sampler.name": sampler, "sampler.seed": seed})
+    envs = None
+    if workers > 1 or gpus_per_trial:
+        from autotune.workers import worker_config, worker_envs
+
+        envs = worker_envs(workers, gpus_per_trial)
+        gpus_per_trial = sum(1 for _ in envs[0].get("CUDA_VISIBLE_DEVICES", "").split(",") if _)
+        cfg = worker_config(cfg, gpus_per_trial)
     console.print(f"study [bold]{cfg.name}[/bold]: checking the search space against vLLM...")
     pre = preflight(cfg)
     done = len(completed(open_study(cfg)))
@@ -146,35 +176,37 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
                   f"({len(pre.space.parameters)} parameters); {done} of {cfg.n_trials} trials "
                   f"done; storage {cfg.storage_url()}", highlight=False)
     metrics = [o.metric for o in cfg.objectives]
-    tracker = None
-    if not no_mlflow:
-        from autotune.tracking import Tracker
-
-        tracker = Tracker(cfg, tracking_uri)
-        console.print(f"MLflow: {tracker.uri} (experiment {cfg.name!r}; `autotune ui` shows it)",
-                      highlight=False)
+    tracker = _make_tracker(cfg, tracking_uri, no_mlflow)
 
     def on_start(st: Any, requests: Any) -> None:
         if tracker is not None:
-            tracker.start(st, {"vllm_version": pre.vllm.version,
-                               "dataset_hash": requests_digest(requests),
-                               "vllm_executable": " ".join(cfg.server.executable)})
+            tracker.start(st, _study_extra(cfg, pre, requests))
 
     with StudyView(cfg.n_trials, done, metrics) as view:
 
         def on_trial(st: Any, trial: Any) -> None:
             view.on_trial(st, trial)
             if tracker is not None:
-                tracker.log_trial(st, trial)
+                if envs is None:  # workers log their own trials
+                    tracker.log_trial(st, trial)
                 if front_every and trial.number % front_every == front_every - 1:
                     tracker.log_front(st)
 
         try:
-            st = run_study(cfg, on_phase=view.on_phase, on_trial=on_trial, pre=pre,
-                           on_start=on_start)
+            if envs is None:
+                st = run_study(cfg, on_phase=view.on_phase, on_trial=on_trial, pre=pre,
+                               on_start=on_start)
+            else:
+                st = _run_pool(cfg, pre, envs, gpus_per_trial or 0, tracker, view, on_trial,
+                               on_start)
         finally:
             if tracker is not None and tracker.parent_id is not None:
-                tracker.log_front(open_study(cfg, create=False))
+                final = open_study(cfg, create=False)
+                if envs is not None:  # whatever a worker could not log
+                    for t in final.get_trials(deepcopy=False):
+                        if t.state.is_finished():
+                            tracker.log_trial(final, t)
+                tracker.log_front(final)
                 tracker.finish()
     out.print(trials_table(trial_rows(st, metrics), metrics, title=f"study {cfg.name}"))
     _print_front(st, cfg)
@@ -183,6 +215,112 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
                       f"{sum(tracker.seconds) / len(tracker.seconds):.2f} s per trial"
                       + (f", {tracker.failures} failures (run `autotune sync`)"
                          if tracker.failures else ""), highlight=False)
+
+
+def _run_pool(cfg: Any, pre: Any, envs: list[dict[str, str]], gpus_per_trial: int,
+              tracker: Any, view: Any, on_trial: Any, on_start: Any) -> Any:
+    """`autotune study --workers N`: prepare the study here, run trials in N worker processes."""
+    from autotune.bench import build_requests
+    from autotune.errors import StudyError
+    from autotune.study import prepare_study
+    from autotune.workers import Pool, running_text
+
+    st = prepare_study(cfg, pre)
+    on_start(st, build_requests(cfg.profile, cfg.server.tokenizer_dir))
+    pool = Pool(cfg, envs, gpus_per_trial, tracker.uri if tracker is not None else None,
+                cfg.study_dir() / "workers")
+    console.print(f"{len(envs)} workers: " + "; ".join(
+        f"{i}: {' '.join(f'{k}={v}' for k, v in e.items())}" for i, e in enumerate(envs))
+        + f"; logs in {pool.log_dir}", highlight=False)
+    pool.start()
+    try:
+        pool.watch(st, on_trial, lambda running: view.progress.update(
+            view.task, description=running_text(running)))
+    except KeyboardInterrupt:
+        console.print("stopping the workers (each stops its server and marks its trial)...")
+        pool.stop()
+        raise
+    bad = pool.failed()
+    if bad:
+        w = bad[0]
+        raise StudyError(f"worker {w.index} exited with code {w.proc.returncode}; the end of its "
+                         f"log ({w.log_path}):\n{w.log_tail()}")
+    return st
+
+
+@cli.command("create-study")
+@_study_options
+@click.option("--tracking-uri", help="MLflow tracking URI the workers log to (a tracking "
+              "server, http://HOST:5000, when workers run on several hosts).")
+@click.option("--no-mlflow", is_flag=True, help="Do not log to MLflow.")
+@click.option("--n-trials", type=int, help="Trials the study should hold in all.")
+def create_study(config_path: Path, study_name: str | None, storage: str | None,
+                 tracking_uri: str | None, no_mlflow: bool, n_trials: int | None) -> None:
+    """Create a study and its tables once, before workers join it (`autotune worker`).
+
+    On an existing study it updates the stored config (a larger --n-trials resumes it)."""
+    from autotune.bench import build_requests
+    from autotune.study import preflight, prepare_study
+
+    cfg = _load_cfg(config_path, study_name, storage, n_trials=n_trials)
+    pre = preflight(cfg)
+    st = prepare_study(cfg, pre)
+    tracker = _make_tracker(cfg, tracking_uri, no_mlflow)
+    if tracker is not None:
+        tracker.start(st, _study_extra(cfg, pre, build_requests(cfg.profile,
+                                                                cfg.server.tokenizer_dir)))
+        st.set_user_attr("tracking_uri", tracker.uri)
+    console.print(f"study {cfg.name!r} ready in {cfg.storage_url()} ({cfg.n_trials} trials); "
+                  "on each host, start workers with:", highlight=False)
+    out.print(f"autotune worker --storage '{cfg.storage_url()}' --study-name '{cfg.name}'",
+              highlight=False, soft_wrap=True, markup=False)
+
+
+@cli.command()
+@click.option("--storage", required=True, help="The study's Optuna storage URL.")
+@click.option("--study-name", required=True, help="The study to join.")
+@click.option("--worker-id", help="Name of this worker in the trials (default: host-pid).")
+@click.option("--gpus-per-trial", type=click.IntRange(min=0), default=0, show_default=True,
+              help="GPUs this worker's servers use (set CUDA_VISIBLE_DEVICES to pick them).")
+@click.option("--tracking-uri", help="MLflow tracking URI (default: the study's).")
+@click.option("--no-mlflow", is_flag=True, help="Do not log to MLflow.")
+def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial: int,
+           tracking_uri: str | None, no_mlflow: bool) -> None:
+    """Join a study and run its trials until it holds its trial count."""
+    import os
+    import socket
+
+    from autotune.bench import build_requests
+    from autotune.config import parse_model
+    from autotune.present import StudyView
+    from autotune.search_space import SearchSpace
+    from autotune.study import completed, preflight, run_trials
+    from autotune.workers import load_worker_study, worker_config, worker_identity
+
+    st, cfg, space_data = load_worker_study(storage, study_name)
+    cfg = worker_config(cfg, gpus_per_trial)
+    space = parse_model(SearchSpace, space_data, f"study {study_name!r}: search_space")
+    pre = preflight(cfg, space)
+    requests = build_requests(cfg.profile, cfg.server.tokenizer_dir)
+    ident = worker_identity(worker_id or f"{socket.gethostname()}-{os.getpid()}")
+    uri = tracking_uri or st.user_attrs.get("tracking_uri")
+    tracker = _make_tracker(cfg, uri, no_mlflow or uri is None)
+    if tracker is not None:
+        tracker.start(st, _study_extra(cfg, pre, requests))
+    console.print(f"worker {ident['id']} on {ident['host']} (devices {ident['devices'] or '-'}) "
+                  f"joined study {cfg.name!r}", highlight=False)
+    metrics = [o.metric for o in cfg.objectives]
+
+    def on_trial(s: Any, trial: Any) -> None:
+        view.on_trial(s, trial)
+        if tracker is not None:
+            tracker.log_trial(s, trial)
+
+    with StudyView(cfg.n_trials, len(completed(st)), metrics) as view:
+        ran = run_trials(st, cfg, pre, requests, on_phase=view.on_phase, on_trial=on_trial,
+                         worker=ident)
+    console.print(f"worker {ident['id']}: ran {ran} trials; the study holds "
+                  f"{len(completed(st))} of {cfg.n_trials}", highlight=False)
 
 
 def _print_front(st: Any, cfg: Any) -> None:

@@ -229,6 +229,9 @@ class StudyConfig(_Model):
     storage: str | None = Field(None, description="Optuna storage URL "
                                 "(default: sqlite:///<workdir>/optuna.db).")
     workdir: str = Field("mlruns", description="Where the storage, logs and results go.")
+    heartbeat_grace_s: float = Field(
+        60.0, ge=20, description="Seconds without a heartbeat (sent every 10 s) after which a "
+        "running trial counts as stale (its worker died) and is retried once.")
 
     def storage_url(self) -> str:
         if self.storage:

@@ -42,6 +42,7 @@ class Objective:
     requests: list[Request]
     study_dir: Path
     on_phase: PhaseHook | None = None
+    worker: dict[str, Any] | None = None  # which worker ran the trial (id, host, devices)
 
     def constraint_names(self) -> list[str]:
         return [BOOT_OK, REQUESTS_OK, *(s.key for s in self.cfg.slos)]
@@ -53,6 +54,8 @@ class Objective:
         key = flags_key(flags)
         trial.set_user_attr("flags", flags)
         trial.set_user_attr("flags_key", key)
+        if self.worker:
+            trial.set_user_attr("worker", self.worker)
         hook = self.on_phase or (lambda *_: None)
 
         prior = self._failed_before(trial, key)

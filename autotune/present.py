@@ -156,7 +156,7 @@ class StudyView:
 
     def on_phase(self, number: int, phase: str, flags: dict[str, Any]) -> None:
         self.progress.update(self.task, description=(
-            f"trial {number}: {phase}"))
+            f"trial {number}: {phase}" if number >= 0 else phase))
 
     def on_trial(self, study: Any, trial: Any) -> None:
         self.progress.advance(self.task)

@@ -103,6 +103,14 @@ def group_pids(pgid: int) -> list[int]:
     return pids
 
 
+def _with_pdeathsig(argv: list[str]) -> list[str]:
+    """The server gets SIGTERM when autotune dies, even by SIGKILL (it runs in its own session,
+    so nothing else would reach it): util-linux's setpriv sets the parent-death signal, which
+    survives the exec of vllm. Without setpriv the server can outlive a killed autotune."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else argv
+
+
 class ServerProcess:
     """A `vllm serve` subprocess owned by a context manager.
 
@@ -158,7 +166,7 @@ class ServerProcess:
             log.flush()
             # Popen dups the fd: the child keeps writing after we close our handle.
             self.proc = subprocess.Popen(
-                self.argv,
+                _with_pdeathsig(self.argv),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

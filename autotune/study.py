@@ -10,6 +10,7 @@ the study holds `n_trials` complete ones, so the same command resumes an interru
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,9 +40,10 @@ class Preflight:
     vllm: VllmInfo
 
 
-def preflight(cfg: StudyConfig) -> Preflight:
-    """Every check that can fail without booting a server."""
-    space = load_search_space(cfg.search_space)
+def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
+    """Every check that can fail without booting a server. A worker passes the space stored
+    in the study, so hosts need not hold the same search-space file."""
+    space = space or load_search_space(cfg.search_space)
     cfg.server.check_executable()
     model = Path(cfg.server.model)
     # a path (not a hub name such as Qwen/Qwen3-8B) that is missing fails before any boot
@@ -105,11 +107,11 @@ def make_sampler(cfg: StudyConfig, resumed_at: int = 0) -> optuna.samplers.BaseS
 HEARTBEAT_S, GRACE_S = 10, 60
 
 
-def make_storage(url: str) -> optuna.storages.BaseStorage:
+def make_storage(url: str, grace_s: float = GRACE_S) -> optuna.storages.BaseStorage:
     """Create (once) and return the storage, with heartbeats: a RUNNING trial whose worker died
-    (SIGKILL, lost host) is failed after GRACE_S and its params retried once."""
+    (SIGKILL, lost host) is failed after `grace_s` and its params retried once."""
     retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
-    kw: dict[str, Any] = {"heartbeat_interval": HEARTBEAT_S, "grace_period": GRACE_S,
+    kw: dict[str, Any] = {"heartbeat_interval": HEARTBEAT_S, "grace_period": int(grace_s),
                           "heartbeat_stale_trial_callback": retry}
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +138,7 @@ def requeue_interrupted(study: optuna.Study) -> list[int]:
 
 
 def open_study(cfg: StudyConfig, *, create: bool = True) -> optuna.Study:
-    storage = make_storage(cfg.storage_url())
+    storage = make_storage(cfg.storage_url(), cfg.heartbeat_grace_s)
     directions = [o.direction for o in cfg.objectives]
     if not create:
         try:
@@ -176,6 +178,68 @@ def _enqueue_baseline(study: optuna.Study) -> None:
 TrialHook = Callable[[optuna.Study, FrozenTrial], None]
 
 
+def prepare_study(cfg: StudyConfig, pre: Preflight) -> optuna.Study:
+    """Create (or load) the study and everything a worker needs from it: the config and the
+    search space as study attributes, the baseline enqueued, interrupted trials enqueued again.
+    `autotune study` calls it; `autotune create-study` calls it once before remote workers."""
+    study = open_study(cfg)
+    study.set_metric_names([o.metric for o in cfg.objectives])
+    study.set_user_attr("config", cfg.model_dump(mode="json"))
+    study.set_user_attr("search_space", pre.space.model_dump(mode="json"))
+    study.set_user_attr("vllm_version", pre.vllm.version)
+    if cfg.baseline:
+        _enqueue_baseline(study)
+    requeue_interrupted(study)
+    return study
+
+
+def claimed(study: optuna.Study) -> tuple[int, int]:
+    """(complete, running) trials, after failing those whose worker stopped beating."""
+    optuna.storages.fail_stale_trials(study)
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+    done = sum(t.state == TrialState.COMPLETE for t in trials)
+    return done, len(trials) - done
+
+
+def run_trials(
+    study: optuna.Study,
+    cfg: StudyConfig,
+    pre: Preflight,
+    requests: list[Any],
+    *,
+    on_phase: PhaseHook | None = None,
+    on_trial: TrialHook | None = None,
+    worker: dict[str, Any] | None = None,
+) -> int:
+    """Run trials one at a time until complete + running trials reach `cfg.n_trials`, counted
+    in the storage, so several workers (processes or hosts) share one budget. Returns the
+    number of trials this call ran. Two workers that check at the same moment can overshoot
+    the budget by one trial each; none is ever run twice (Optuna hands each trial to one
+    worker)."""
+    objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase, worker=worker)
+    callbacks = [on_trial] if on_trial is not None else []
+    deadline = time.monotonic() + cfg.timeout_s if cfg.timeout_s else None
+    ran = 0
+    while True:
+        done, running = claimed(study)
+        if done >= cfg.n_trials:
+            return ran
+        if deadline is not None and time.monotonic() >= deadline:
+            return ran
+        if done + running >= cfg.n_trials:
+            # the rest is running elsewhere; wait, in case one of them dies: its worker's
+            # heartbeat stops, the trial is failed as stale and retried (by us)
+            if on_phase is not None:
+                on_phase(-1, f"waiting for {running} trial(s) of other workers", {})
+            time.sleep(WAIT_POLL_S)
+            continue
+        study.optimize(objective, n_trials=1, callbacks=callbacks, catch=())
+        ran += 1
+
+
+WAIT_POLL_S = 5.0
+
+
 def run_study(
     cfg: StudyConfig,
     *,
@@ -184,26 +248,14 @@ def run_study(
     pre: Preflight | None = None,
     on_start: Callable[[optuna.Study, list[Any]], None] | None = None,
 ) -> optuna.Study:
-    """Run trials until the study holds `cfg.n_trials` complete ones (or `timeout_s` passes)."""
+    """Run trials in this process until the study holds `cfg.n_trials` complete ones (or
+    `timeout_s` passes)."""
     pre = pre or preflight(cfg)
     requests = build_requests(cfg.profile, cfg.server.tokenizer_dir)
-    study = open_study(cfg)
-    study.set_metric_names([o.metric for o in cfg.objectives])
-    study.set_user_attr("config", cfg.model_dump(mode="json"))
-    study.set_user_attr("vllm_version", pre.vllm.version)
-    if cfg.baseline:
-        _enqueue_baseline(study)
-    requeue_interrupted(study)
+    study = prepare_study(cfg, pre)
     if on_start is not None:
         on_start(study, requests)
-    remaining = cfg.n_trials - len(completed(study))
-    if remaining <= 0:
-        return study
-    objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase)
-
-    callbacks = [on_trial] if on_trial is not None else []
-    study.optimize(objective, n_trials=remaining, timeout=cfg.timeout_s, callbacks=callbacks,
-                   catch=())
+    run_trials(study, cfg, pre, requests, on_phase=on_phase, on_trial=on_trial)
     return study
 
 

