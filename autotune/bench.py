@@ -166,6 +166,7 @@ def run_bench(
             alive=lambda: proc.proc is not None and proc.proc.poll() is None,
             warmup_requests=warm,
             scrape_metrics=True,
+            metrics_interval_s=profile.metrics_interval_s,
         )
         bench_s = time.monotonic() - t_bench
         proc.check_alive()

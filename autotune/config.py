@@ -117,6 +117,10 @@ class ProfileConfig(_Model):
     warmup: int = Field(0, ge=0, description="Warm-up requests, excluded from the metrics.")
     endpoint: Literal["completions", "chat"] = "completions"
     request_timeout_s: float = Field(600.0, gt=0, description="Seconds a stream may stay silent.")
+    metrics_interval_s: float | None = Field(
+        None, gt=0, description="Sample the server's /metrics gauges (KV-cache use, waiting "
+        "requests) this often during the benchmark, for their peaks. Off by default: at 0.5 s "
+        "it cost 15-20% of the measured throughput on an H100 at concurrency 512.")
 
     def lengths(self) -> tuple[int | None, int | None]:
         """(input_len, output_len) after presets; (None, None) lengths mean sharegpt's own."""

@@ -24,7 +24,8 @@ def test_random_profile_numbers_are_consistent(live_server: ServerProcess,
     profile = ProfileConfig(name="random", input_len=64, output_len=16, num_prompts=32)
     reqs = build_requests(profile, server_config.model)
     res = run_load(live_server.base_url, server_config.model, reqs,
-                   LoadSettings(max_concurrency=8, warmup=2), scrape_metrics=True)
+                   LoadSettings(max_concurrency=8, warmup=2), scrape_metrics=True,
+                   metrics_interval_s=0.5)
     m = compute_metrics(res.records, res.duration_s)
     assert m.completed == 32 and m.failed == 0
     # what the server saw, from its /metrics: 32 prompts queried the prefix cache
