@@ -118,6 +118,8 @@ async def _one(
                             usage = data["usage"]
                 if not chunks:
                     error = "no token received"
+    except httpx.TimeoutException as e:
+        error = f"{TIMEOUT_PREFIX} no data for {s.request_timeout_s:g} s ({type(e).__name__})"
     except httpx.HTTPError as e:
         error = f"{type(e).__name__}: {e}"[:300] or type(e).__name__
     return RequestRecord(
@@ -132,6 +134,9 @@ async def _one(
         output_tokens=int(usage.get("completion_tokens") or len(chunks)),
         error=error,
     )
+
+
+TIMEOUT_PREFIX = "timeout:"
 
 
 def arrival_offsets(n: int, rate: float, seed: int) -> list[float]:
@@ -174,12 +179,23 @@ async def run_load_async(
         base_url=base_url, limits=limits, timeout=timeout, transport=transport
     ) as client:
 
+        abort: list[str] = []  # why the remaining requests were cancelled
+        tasks: list[asyncio.Task[RequestRecord]] = []
+
         async def limited(i: int, req: Request, t0: float, at: float) -> RequestRecord:
             delay = at - (time.perf_counter() - t0)
             if delay > 0:
                 await asyncio.sleep(delay)
             async with sem:
                 rec = await _one(client, model, i, req, settings, t0)
+            if rec.error and rec.error.startswith(TIMEOUT_PREFIX) and not abort:
+                # a stream silent for request_timeout_s: the server hangs; waiting out every
+                # other request the same way would take (requests x timeout) / concurrency
+                abort.append("cancelled: server hung (a stream was silent for "
+                             f"{settings.request_timeout_s:g} s)")
+                for t in tasks:
+                    if t is not asyncio.current_task():
+                        t.cancel()
             if on_done is not None and t0 != warm_t0:
                 on_done(rec)
             return rec
@@ -205,7 +221,10 @@ async def run_load_async(
             asyncio.create_task(limited(i, r, t0, at))
             for i, (r, at) in enumerate(zip(requests, offsets, strict=True))
         ]
-        watcher = asyncio.create_task(_watch(alive, tasks)) if alive else None
+        if abort:  # the server hung during the warm-up: send nothing more
+            for t in tasks:
+                t.cancel()
+        watcher = asyncio.create_task(_watch(alive, tasks, abort)) if alive else None
         try:
             done = await asyncio.gather(*tasks, return_exceptions=True)
             duration = time.perf_counter() - t0
@@ -213,8 +232,8 @@ async def run_load_async(
                 await scrape_once(scraper, stats)
         finally:  # also when interrupted: no helper task is left with an unread exception
             helpers = [t for t in (watcher, poller) if t is not None]
-            for t in helpers:
-                t.cancel()
+            for h in helpers:
+                h.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
             if scraper is not None:
                 await scraper.aclose()
@@ -226,17 +245,20 @@ async def run_load_async(
             send_time=0.0,
             prompt_len=requests[i].prompt_len,
             expected_output_len=requests[i].output_len,
-            error="cancelled: server exited" if isinstance(r, asyncio.CancelledError) else repr(r),
+            error=(abort[0] if abort else "cancelled") if isinstance(r, asyncio.CancelledError)
+            else repr(r),
         )
         for i, r in enumerate(done)
     ]
     return LoadResult(records=records, duration_s=duration, server_stats=stats.summary())
 
 
-async def _watch(alive: Callable[[], bool], tasks: list[asyncio.Task[RequestRecord]]) -> None:
+async def _watch(alive: Callable[[], bool], tasks: list[asyncio.Task[RequestRecord]],
+                 abort: list[str]) -> None:
     while True:
         await asyncio.sleep(0.5)
         if not alive():
+            abort.append("cancelled: server exited")
             for t in tasks:
                 t.cancel()
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -63,6 +64,11 @@ class Tracker:
 
         self.cfg = cfg
         self.uri = tracking_uri or default_tracking_uri(cfg)
+        if self.uri.startswith(("http://", "https://")):
+            # MLflow's client retries a dead server 7 times with backoff (minutes per call);
+            # a study must not wait on its tracking server, and `sync` repairs what was missed
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
         self.client = MlflowClient(tracking_uri=self.uri)
         self.experiment_id: str | None = None
         self.parent_id: str | None = None

@@ -35,6 +35,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL server (Debian's package, installed if missing) for the whole session."""
+    from tests.pgserver import postgres
+
+    with postgres() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def work_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("work")
 

