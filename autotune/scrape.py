@@ -3,9 +3,8 @@
 Counters are read as the difference between the first and the last scrape (prefix-cache hits and
 queries, preemptions, speculative draft and accepted tokens). Gauges (KV-cache usage, waiting
 requests) need sampling during the run, which is off unless the profile sets
-`metrics_interval_s`: sampling at 2 Hz cost 15-20% of the measured throughput on an H100 at
-concurrency 512 (the scrape is parsed in the load generator's event loop), so their peaks are
-reported only when sampled.
+`metrics_interval_s` (each scrape is parsed in the load generator's event loop, which also
+reads every stream), so their peaks are reported only when sampled.
 """
 
 from __future__ import annotations

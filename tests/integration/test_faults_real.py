@@ -311,7 +311,7 @@ def test_sigkilled_study_trial_is_retried(tiny_model: Path, tmp_path: Path, pg_u
 
 
 def test_mlflow_down_study_goes_on_then_sync(tiny_model: Path, tmp_path: Path) -> None:
-    from autotune.server import free_port, group_pids
+    from autotune.server import free_port
 
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
@@ -325,40 +325,19 @@ def test_mlflow_down_study_goes_on_then_sync(tiny_model: Path, tmp_path: Path) -
     (t,) = trials(cfg)
     assert t.state == optuna.trial.TrialState.COMPLETE and not t.user_attrs.get("failure")
     # the tracking server comes back: sync backfills the study
-    srv = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                            f"sqlite:///{tmp_path / 'mlflow.db'}", "--artifacts-destination",
-                            str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port",
-                            str(port), "--workers", "1"], cwd=tmp_path,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           start_new_session=True)
-    try:
-        import httpx
+    from mlflow.tracking import MlflowClient
 
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{uri}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "mlflow server did not start"
-            time.sleep(0.5)
+    from tests.mlflowserver import mlflow_server
+
+    with mlflow_server(tmp_path / "mlflow", port) as url:
         s = subprocess.run([sys.executable, "-m", "autotune", "sync", "--config", str(cfg),
-                            "--tracking-uri", uri], capture_output=True, text=True, timeout=300)
+                            "--tracking-uri", url], capture_output=True, text=True, timeout=300)
         assert s.returncode == 0, s.stderr[-2000:]
         assert "holds the study's 1 finished trials" in s.stderr
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(uri)
+        client = MlflowClient(url)
         exp = client.get_experiment_by_name("mlflow-down")
         assert exp is not None
         runs = client.search_runs([exp.experiment_id])
         kinds = sorted(r.data.tags.get("autotune.kind", "") for r in runs)
         assert kinds == ["study", "trial"]
-    finally:
-        os.killpg(srv.pid, signal.SIGTERM)
-        srv.wait(timeout=30)
-        deadline = time.monotonic() + 20
-        while group_pids(srv.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
     print(f"MLflow down: study finished in {took:.1f} s with warnings; sync backfilled it")

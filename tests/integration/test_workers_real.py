@@ -118,10 +118,36 @@ def test_hosts_join_with_create_study_and_worker(study_file: Path, pg_url: str,
     before = {t.number: t.datetime_complete
               for t in optuna.load_study(study_name="two-workers", storage=pg_url).get_trials()}
     n = max(6, len(before) + 2)
-    p = autotune("create-study", "--config", str(study_file), "--storage", pg_url,
-                 "--n-trials", str(n))
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert "autotune worker --storage" in p.stdout
+    from mlflow.tracking import MlflowClient
+
+    from tests.mlflowserver import mlflow_server
+
+    with mlflow_server(tmp_path / "mlflow") as mlflow_url:
+        # the hosts log to a tracking server, named once, at creation
+        p = autotune("create-study", "--config", str(study_file), "--storage", pg_url,
+                     "--n-trials", str(n), "--tracking-uri", mlflow_url)
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "autotune worker --storage" in p.stdout
+        new_runs = run_hosts(pg_url, tmp_path)
+        client = MlflowClient(mlflow_url)
+        exp = client.get_experiment_by_name("two-workers")
+        assert exp is not None
+        runs = client.search_runs([exp.experiment_id])
+    after = optuna.load_study(study_name="two-workers", storage=pg_url).get_trials()
+    nums = [t.number for t in after]
+    assert len(nums) == len(set(nums)) and n <= len(after) <= n + 1
+    assert {t.number: t.datetime_complete for t in after if t.number in before} == before
+    new = [t for t in after if t.number not in before]
+    assert {t.user_attrs["worker"]["id"] for t in new} <= {"host-a", "host-b"}
+    assert finished_lines(new_runs) == Counter({t.number: 1 for t in new})
+    # on the tracking server: one study run, and a child run for every trial the hosts ran
+    assert sum(r.data.tags.get("autotune.kind") == "study" for r in runs) == 1
+    assert sorted(int(r.data.tags["autotune.trial_number"]) for r in runs
+                  if r.data.tags.get("autotune.kind") == "trial") == sorted(t.number for t in new)
+
+
+def run_hosts(pg_url: str, tmp_path: Path) -> list[Path]:
+    """Two `autotune worker` processes, as two hosts would run them; returns their logs."""
     logs = [tmp_path / f"host-{h}.log" for h in "ab"]
     procs = []
     for h, log in zip("ab", logs, strict=True):
@@ -132,11 +158,4 @@ def test_hosts_join_with_create_study_and_worker(study_file: Path, pg_url: str,
                 stdout=fh, stderr=subprocess.STDOUT))
     for proc in procs:
         assert proc.wait(timeout=900) == 0, [log.read_text()[-3000:] for log in logs]
-    after = optuna.load_study(study_name="two-workers", storage=pg_url).get_trials()
-    nums = [t.number for t in after]
-    assert len(nums) == len(set(nums)) and n <= len(after) <= n + 1
-    assert {t.number: t.datetime_complete for t in after if t.number in before} == before
-    new = [t for t in after if t.number not in before]
-    assert {t.user_attrs["worker"]["id"] for t in new} <= {"host-a", "host-b"}
-    assert finished_lines(logs) == Counter({t.number: 1 for t in new})
-    check_mlflow(study_file, optuna.load_study(study_name="two-workers", storage=pg_url))
+    return logs

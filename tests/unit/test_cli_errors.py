@@ -72,3 +72,37 @@ def test_bad_search_space(tmp_path: Path, tiny_model: Path, space: str) -> None:
     (tmp_path / "space.yaml").write_text(text)
     p = study(tmp_path, base(tmp_path, tiny_model, search_space=str(tmp_path / "space.yaml")))
     check(p, tmp_path, "space.yaml", "parameters")
+
+
+def test_more_workers_than_devices(tmp_path: Path, tiny_model: Path) -> None:
+    p = tmp_path / "study.yaml"
+    p.write_text(yaml.safe_dump(base(tmp_path, tiny_model)))
+    cores = len(os.sched_getaffinity(0))
+    r = subprocess.run([sys.executable, "-m", "autotune", "study", "--config", str(p),
+                        "--workers", str(cores + 1)], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    check(r, tmp_path, f"--workers {cores + 1}: this host has {cores} CPU cores")
+    r = subprocess.run([sys.executable, "-m", "autotune", "study", "--config", str(p),
+                        "--workers", "2", "--gpus-per-trial", "1"], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
+    check(r, tmp_path, "--workers 2 --gpus-per-trial 1 needs 2 GPUs; this host has 1 (0)")
+
+
+def test_worker_on_a_missing_study(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'w' / 'optuna.db'}"
+    r = subprocess.run([sys.executable, "-m", "autotune", "worker", "--storage", url,
+                        "--study-name", "nope"], capture_output=True, text=True, timeout=120)
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "--study-name: no study 'nope'" in err and "autotune create-study" in err
+
+
+def test_worker_envs_split_gpus_and_cores() -> None:
+    from autotune.workers import worker_envs
+
+    assert worker_envs(2, 2, gpus=["0", "1", "2", "3"]) == [
+        {"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "2,3"}]
+    assert worker_envs(2, None, gpus=["4", "5"]) == [
+        {"CUDA_VISIBLE_DEVICES": "4"}, {"CUDA_VISIBLE_DEVICES": "5"}]
+    assert worker_envs(2, None, gpus=[], cpus=[0, 1, 2, 3, 4]) == [
+        {"VLLM_CPU_OMP_THREADS_BIND": "0,1"}, {"VLLM_CPU_OMP_THREADS_BIND": "2,3"}]
