@@ -232,14 +232,13 @@ def _run_pool(cfg: Any, pre: Any, envs: list[dict[str, str]], gpus_per_trial: in
     console.print(f"{len(envs)} workers: " + "; ".join(
         f"{i}: {' '.join(f'{k}={v}' for k, v in e.items())}" for i, e in enumerate(envs))
         + f"; logs in {pool.log_dir}", highlight=False)
-    pool.start()
-    try:
-        pool.watch(st, on_trial, lambda running: view.progress.update(
-            view.task, description=running_text(running)))
-    except KeyboardInterrupt:
-        console.print("stopping the workers (each stops its server and marks its trial)...")
-        pool.stop()
-        raise
+    with pool:
+        try:
+            pool.watch(st, on_trial, lambda running: view.progress.update(
+                view.task, description=running_text(running)))
+        except KeyboardInterrupt:
+            console.print("stopping the workers (each stops its server and marks its trial)...")
+            raise
     bad = pool.failed()
     if bad:
         w = bad[0]

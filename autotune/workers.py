@@ -132,7 +132,8 @@ class WorkerProc:
 
 @dataclass
 class Pool:
-    """N `autotune worker` processes on this host, each in its own process group."""
+    """N `autotune worker` processes on this host, each in its own process group and log file;
+    leaving the `with` block (Ctrl-C included) stops every one."""
 
     cfg: StudyConfig
     envs: list[dict[str, str]]
@@ -154,6 +155,13 @@ class Pool:
                                         stdin=subprocess.DEVNULL, start_new_session=True,
                                         env={**os.environ, **extra, "PYTHONUNBUFFERED": "1"})
             self.procs.append(WorkerProc(i, extra, log, proc))
+
+    def __enter__(self) -> Pool:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self, grace_s: float = 60.0) -> None:
         """SIGTERM every worker (each stops its server and marks its trial interrupted), then

@@ -15,6 +15,7 @@ from autotune.config import ProfileConfig, ServerConfig
 from autotune.load import LoadSettings, run_load
 from autotune.metrics import compute_metrics
 from autotune.server import ServerProcess
+from tests.procs import servers_of
 
 pytestmark = pytest.mark.integration
 
@@ -104,17 +105,4 @@ def test_boot_failures_are_one_clear_error(tiny_model: Path, tmp_path: Path, mod
     logs = list(tmp_path.rglob("server.log"))
     assert logs
     assert took < 180
-    assert not _leftover_servers(model)
-
-
-def _leftover_servers(model: str) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if "serve" in cmd and model in cmd and "pytest" not in cmd:
-                out.append(int(d.name))
-    return out
+    assert not servers_of(Path(model))

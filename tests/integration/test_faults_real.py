@@ -20,6 +20,7 @@ import yaml
 
 from autotune.config import load_study_config
 from autotune.server import port_is_free
+from tests.procs import servers_of, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -62,13 +63,6 @@ def study(cfg: Path, *more: str, timeout: float = 600) -> subprocess.CompletedPr
                            *more], capture_output=True, text=True, timeout=timeout)
 
 
-def wait_for(path: Path, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} did not appear in {timeout} s"
-        time.sleep(0.1)
-
-
 def server_port(log: Path) -> int:
     first = log.read_text(errors="replace").splitlines()[0]
     return int(first.split("--port ")[1].split()[0])
@@ -87,19 +81,6 @@ def wait_for_requests(log: Path, timeout: float = 300) -> None:
             return
         time.sleep(0.5)
     raise AssertionError(f"no requests reached {log} in {timeout} s")
-
-
-def servers_of(model: Path) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if " serve " in cmd and str(model) in cmd:
-                out.append(int(d.name))
-    return out
 
 
 def trials(cfg: Path) -> list[optuna.trial.FrozenTrial]:

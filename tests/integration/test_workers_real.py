@@ -159,3 +159,43 @@ def run_hosts(pg_url: str, tmp_path: Path) -> list[Path]:
     for proc in procs:
         assert proc.wait(timeout=900) == 0, [log.read_text()[-3000:] for log in logs]
     return logs
+
+
+def test_sigterm_stops_every_worker_then_resume(tiny_model: Path, tmp_path: Path) -> None:
+    """SIGTERM to `autotune study --workers 2` while both servers boot: every worker stops its
+    server and marks its trial; the same command resumes (SQLite storage, one host)."""
+    import signal
+    import time
+
+    from tests.procs import servers_of, wait_for
+
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
+    cfg = {"name": "stop-workers", "server": {"model": str(tiny_model), "args": {
+        "load_format": "dummy", "enforce_eager": True}, "boot_timeout_s": 300},
+        "profile": {"name": "random", "input_len": 16, "output_len": 4, "num_prompts": 8},
+        "search_space": str(tmp_path / "space.yaml"), "n_trials": 2,
+        "workdir": str(tmp_path / "mlruns")}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    argv = [sys.executable, "-m", "autotune", "study", "--config", str(path), "--workers", "2",
+            "--no-mlflow"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    study_dir = tmp_path / "mlruns" / "studies" / "stop-workers"
+    for n in (0, 1):
+        wait_for(study_dir / f"trial-{n:04d}" / "server.log", timeout=180)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    took = time.monotonic() - t0
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert servers_of(tiny_model) == []
+    c = load_study_config(path)
+    ts = optuna.load_study(study_name=c.name, storage=c.storage_url()).get_trials()
+    assert [t.state.name for t in ts] == ["FAIL", "FAIL"]
+    assert all(t.user_attrs["cause"].startswith("interrupted while") for t in ts)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    ts = optuna.load_study(study_name=c.name, storage=c.storage_url()).get_trials()
+    done = [t for t in ts if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) >= 2 and sum(bool(t.user_attrs.get("baseline")) for t in done) == 1
+    print(f"SIGTERM to 2 workers: exit 130 in {took:.1f} s; resumed by the same command")

@@ -1,0 +1,26 @@
+"""Process helpers shared by the integration tests."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+def servers_of(model: Path) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if " serve " in cmd and str(model) in cmd:
+                out.append(int(d.name))
+    return out
+
+
+def wait_for(path: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear in {timeout} s"
+        time.sleep(0.1)
