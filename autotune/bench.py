@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -93,6 +94,7 @@ def server_env(server: ServerConfig, workdir: Path) -> dict[str, str]:
 
 
 PORT_ATTEMPTS = 3
+CLIENT_BUSY = 0.9  # client CPU fraction over which a measurement is suspect
 
 
 def run_bench(
@@ -176,6 +178,10 @@ def run_bench(
         proc.stop()
     stop_s = time.monotonic() - t_stop
     metrics = compute_metrics(result.records, result.duration_s)
+    if result.server_stats.get("client_cpu_fraction", 0.0) > CLIENT_BUSY:
+        warnings.warn(f"the load generator used {result.server_stats['client_cpu_fraction']:.0%} "
+                      "of a CPU core: it may have limited the server, and its latencies lag",
+                      stacklevel=2)
     if metrics.completed == 0:
         first = next(iter(metrics.errors), "no request succeeded")
         raise LoadError(f"every request failed: {first}")

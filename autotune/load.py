@@ -9,6 +9,7 @@ request ends at its last token event. Warm-up requests run before the clock star
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import signal
@@ -42,7 +43,7 @@ class LoadSettings:
 class LoadResult:
     records: list[RequestRecord]
     duration_s: float
-    server_stats: dict[str, float] = field(default_factory=dict)
+    server_stats: dict[str, float] = field(default_factory=dict)  # and client_cpu_fraction
 
 
 def _payload(model: str, req: Request, s: LoadSettings) -> tuple[str, dict[str, Any]]:
@@ -169,15 +170,20 @@ async def run_load_async(
     requests are cancelled and recorded as failed, so a crash ends the benchmark in about a second.
     """
     conc = settings.max_concurrency or max(len(requests), 1)
-    # keep-alive shorter than uvicorn's 5 s: reusing a connection the server is closing at the
-    # same moment fails with ReadError (3-4 of 1000 requests on the H100 study before this)
-    limits = httpx.Limits(max_connections=conc, max_keepalive_connections=conc,
-                          keepalive_expiry=2.0)
+    # One client of one connection per concurrency slot: httpcore's pool scans every one of its
+    # connections for each request and each read, which with 512 connections in one pool cost
+    # 172 us of CPU per streamed token and capped the client at ~5,800 tokens/s
+    # (docs/load-generator.md). Keep-alive shorter than uvicorn's 5 s: reusing a connection the
+    # server is closing at the same moment fails with ReadError.
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=2.0)
     timeout = httpx.Timeout(settings.request_timeout_s, connect=10.0, pool=None)
-    sem = asyncio.Semaphore(conc)
-    async with httpx.AsyncClient(
-        base_url=base_url, limits=limits, timeout=timeout, transport=transport
-    ) as client:
+    ssl_context = httpx.create_ssl_context()  # once: each client would load the CA bundle
+    slots: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(conc):
+            slots.put_nowait(await stack.enter_async_context(httpx.AsyncClient(
+                base_url=base_url, limits=limits, timeout=timeout, transport=transport,
+                verify=ssl_context)))
 
         abort: list[str] = []  # why the remaining requests were cancelled
         tasks: list[asyncio.Task[RequestRecord]] = []
@@ -186,8 +192,11 @@ async def run_load_async(
             delay = at - (time.perf_counter() - t0)
             if delay > 0:
                 await asyncio.sleep(delay)
-            async with sem:
+            client = await slots.get()
+            try:
                 rec = await _one(client, model, i, req, settings, t0)
+            finally:
+                slots.put_nowait(client)
             if rec.error and rec.error.startswith(TIMEOUT_PREFIX) and not abort:
                 # a stream silent for request_timeout_s: the server hangs; waiting out every
                 # other request the same way would take (requests x timeout) / concurrency
@@ -217,6 +226,7 @@ async def run_load_async(
         poller = (asyncio.create_task(poll(scraper, stats, metrics_interval_s))
                   if scraper is not None and metrics_interval_s else None)
         t0 = time.perf_counter()
+        cpu0 = time.process_time()
         tasks = [
             asyncio.create_task(limited(i, r, t0, at))
             for i, (r, at) in enumerate(zip(requests, offsets, strict=True))
@@ -228,6 +238,7 @@ async def run_load_async(
         try:
             done = await asyncio.gather(*tasks, return_exceptions=True)
             duration = time.perf_counter() - t0
+            cpu = time.process_time() - cpu0
             if scraper is not None:  # the counters at the end
                 await scrape_once(scraper, stats)
         finally:  # also when interrupted: no helper task is left with an unread exception
@@ -250,7 +261,10 @@ async def run_load_async(
         )
         for i, r in enumerate(done)
     ]
-    return LoadResult(records=records, duration_s=duration, server_stats=stats.summary())
+    # the load generator's own CPU use: near 1.0 it is the bottleneck and its latencies lag
+    load_stats = {"client_cpu_fraction": cpu / duration if duration > 0 else 0.0}
+    return LoadResult(records=records, duration_s=duration,
+                      server_stats=stats.summary() | load_stats)
 
 
 async def _watch(alive: Callable[[], bool], tasks: list[asyncio.Task[RequestRecord]],
