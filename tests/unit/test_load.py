@@ -124,3 +124,45 @@ def test_server_stats_from_prometheus_text() -> None:
     assert out["server_prefix_cache_queries"] == 400 and out["server_prefix_cache_hits"] == 100
     assert out["server_prefix_cache_hit_rate"] == 0.25
     assert out["server_peak_kv_cache_usage"] == 0.9 and out["server_peak_requests_waiting"] == 7
+
+
+def test_one_kept_alive_connection_per_concurrency_slot() -> None:
+    """Over real sockets: never more than max_concurrency requests in flight, and each slot
+    reuses its own connection (20 requests, 4 slots -> at most 4 connections)."""
+    peers: set[int] = set()
+    in_flight = [0, 0]  # now, peak
+
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while line := await r.readline():
+            n = 0
+            while (h := await r.readline()) not in (b"\r\n", b""):
+                if h.lower().startswith(b"content-length"):
+                    n = int(h.split(b":")[1])
+            if not line.startswith(b"POST"):  # the /metrics scrapes
+                w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                continue
+            body = json.loads(await r.readexactly(n))
+            peers.add(w.get_extra_info("peername")[1])
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight)
+            await asyncio.sleep(0.02)
+            out = sse([{"choices": [{"text": "x"}]}] * body["max_tokens"]
+                      + [{"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 3}}])
+            w.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(out), out))
+            await w.drain()
+            in_flight[0] -= 1
+
+    async def main():  # type: ignore[no-untyped-def]
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            reqs = [Request(prompt=[1, 2], prompt_len=2, output_len=3) for _ in range(20)]
+            return await run_load_async(f"http://127.0.0.1:{port}", "m", reqs,
+                                        LoadSettings(max_concurrency=4), scrape_metrics=True)
+
+    res = asyncio.run(main())
+    assert all(r.success and r.output_tokens == 3 for r in res.records)
+    assert in_flight[1] == 4
+    assert len(peers) == 4
+    assert 0.0 <= res.server_stats["client_cpu_fraction"] < 2.0
