@@ -6,6 +6,7 @@ import json
 import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -465,8 +466,16 @@ def _sigterm(_sig: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """Warnings (MLflow unreachable, a busy load generator) as one line, not file:line source."""
+    console.print("[yellow]warning:[/yellow] " + escape(str(message)), highlight=False,
+                  soft_wrap=True)
+
+
 def main() -> None:
     signal.signal(signal.SIGTERM, _sigterm)
+    warnings.showwarning = _show_warning
     try:
         cli.main(standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):

@@ -106,3 +106,14 @@ def test_worker_envs_split_gpus_and_cores() -> None:
         {"CUDA_VISIBLE_DEVICES": "4"}, {"CUDA_VISIBLE_DEVICES": "5"}]
     assert worker_envs(2, None, gpus=[], cpus=[0, 1, 2, 3, 4]) == [
         {"VLLM_CPU_OMP_THREADS_BIND": "0,1"}, {"VLLM_CPU_OMP_THREADS_BIND": "2,3"}]
+
+
+def test_warnings_print_as_one_line() -> None:
+    """A warning raised under `autotune` reads `warning: ...`, without file, line or category."""
+    code = ("import sys, warnings; from autotune import cli\n"
+            "cli.cli.add_command(__import__('click').command('warn')(\n"
+            "    lambda: warnings.warn('MLflow: could not log [x]; the study goes on')))\n"
+            "sys.argv = ['autotune', 'warn']; cli.main()")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.strip() == "warning: MLflow: could not log [x]; the study goes on"
