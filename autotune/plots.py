@@ -44,7 +44,8 @@ def pareto_html(df: pd.DataFrame, metrics: list[str], path: Path, title: str) ->
             hovertemplate="%{text}<br>" + f"{x}=%{{x:.2f}}<br>{y}=%{{y:.1f}}<extra></extra>",
         ))
     failed = df[df.cause != ""]
-    fig.update_layout(title=f"{title}: {len(df)} trials, {len(failed)} did not boot or serve",
+    fig.update_layout(title=f"{title}: {len(df)} trials, {len(failed)} without a measurement "
+                      "(no boot, no service, or interrupted)",
                       xaxis_title=short_metric(x), yaxis_title=short_metric(y),
                       template="plotly_white")
     fig.write_html(path, include_plotlyjs="cdn")
@@ -70,7 +71,7 @@ def pareto_png(df: pd.DataFrame, metrics: list[str], path: Path, title: str) -> 
                     fontsize=7)
     ax.set_xlabel(short_metric(x))
     ax.set_ylabel(short_metric(y))
-    ax.set_title(f"{title} ({len(df) - len(ok)} trials did not boot/serve)")
+    ax.set_title(f"{title}: {len(df)} trials, {len(df) - len(ok)} without a measurement")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -99,7 +99,9 @@ def short_metric(m: str) -> str:
 
 
 def params_text(params: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in params.items()) or "(vLLM defaults)"
+    # a stepped float reads 0.85, not 0.8500000000000001 (as `SearchSpace.to_flags` passes it)
+    return " ".join(f"{k}={round(v, 10) if isinstance(v, float) else v}"
+                    for k, v in params.items()) or "(vLLM defaults)"
 
 
 def trials_table(rows: list[dict[str, Any]], metrics: list[str], title: str = "Trials") -> Table:

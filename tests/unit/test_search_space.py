@@ -85,3 +85,10 @@ def test_malformed_yaml_gives_line(tmp_path: Path) -> None:
 def test_unknown_space_lists_builtins() -> None:
     with pytest.raises(ConfigError, match="cpu-demo"):
         load_search_space("no-such-space")
+
+
+def test_stepped_floats_read_as_stepped() -> None:
+    from autotune.present import params_text
+
+    assert params_text({"gpu_memory_utilization": 0.8500000000000001, "max_num_seqs": 256}) == \
+        "gpu_memory_utilization=0.85 max_num_seqs=256"
