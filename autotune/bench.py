@@ -156,6 +156,7 @@ def run_bench(
             endpoint=profile.endpoint,
             ignore_eos=True,
             request_timeout_s=profile.request_timeout_s,
+            processes=profile.processes(),
         )
         t_bench = time.monotonic()
         measured, warm = requests[: profile.num_prompts], requests[profile.num_prompts :]
@@ -202,6 +203,7 @@ def run_bench(
             "max_concurrency": profile.max_concurrency,
             "request_rate": str(profile.request_rate),
             "seed": profile.seed,
+            "client_processes": settings.processes,
         },
     )
     (workdir / "result.json").write_text(json.dumps(out.to_json(), indent=2, default=str) + "\n")

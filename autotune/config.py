@@ -121,6 +121,24 @@ class ProfileConfig(_Model):
         None, gt=0, description="Sample the server's /metrics gauges (KV-cache use, waiting "
         "requests) this often during the benchmark, for their peaks. Off by default: each "
         "scrape is parsed in the load generator's event loop, which also reads the streams.")
+    client_processes: int | Literal["auto"] = Field(
+        "auto", description="Processes the load generator spreads its concurrency slots over; "
+        "auto: one per 128 slots, at most a quarter of this machine's CPUs.")
+
+    @field_validator("client_processes")
+    @classmethod
+    def _positive(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be at least 1, or auto")
+        return v
+
+    def processes(self) -> int:
+        """`client_processes` resolved for this machine."""
+        from autotune.load import auto_processes
+
+        if self.client_processes != "auto":
+            return self.client_processes
+        return auto_processes(self.max_concurrency or self.num_prompts)
 
     def lengths(self) -> tuple[int | None, int | None]:
         """(input_len, output_len) after presets; (None, None) lengths mean sharegpt's own."""

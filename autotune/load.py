@@ -4,6 +4,11 @@ Payloads and timing follow `vllm bench serve` (vllm/benchmarks/lib/endpoint_requ
 streaming, `stream_options.include_usage` so token counts come from the server, a chunk with
 `choices` is a token event (the first one is TTFT, the gaps between later ones are ITLs), and the
 request ends at its last token event. Warm-up requests run before the clock starts.
+
+One event loop reads every stream of its process. vLLM emits a token for every running request
+at each engine step, so at concurrency 512 a burst of 512 events lands at once and the last of
+them is read (and its next request sent) only after the other 511: `processes` spreads the
+slots over several processes, each with its own loop (docs/load-generator.md).
 """
 
 from __future__ import annotations
@@ -12,9 +17,12 @@ import asyncio
 import contextlib
 import json
 import math
+import multiprocessing as mp
+import os
+import queue
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +45,7 @@ class LoadSettings:
     endpoint: Endpoint = "completions"
     ignore_eos: bool = True
     request_timeout_s: float = 600.0
+    processes: int = 1  # client processes sharing the concurrency slots
 
 
 @dataclass(frozen=True)
@@ -148,6 +157,144 @@ def arrival_offsets(n: int, rate: float, seed: int) -> list[float]:
     return np.concatenate([[0.0], np.cumsum(gaps[:-1])]).tolist() if n else []
 
 
+class _Control:
+    """How one shard of the load takes work, reports records and learns of an abort.
+
+    In one process it is plain Python state; across processes `_SharedControl` keeps the same
+    interface over a shared counter and a shared abort code.
+    """
+
+    def __init__(self, n: int, on_done: Callable[[RequestRecord], None] | None,
+                 alive: Callable[[], bool] | None) -> None:
+        self.n, self.next, self.reason = n, 0, ""
+        self.records: dict[int, RequestRecord] = {}
+        self._on_done, self._alive = on_done, alive
+
+    def take(self) -> int | None:
+        """The next request to send, None when all are taken."""
+        if self.next >= self.n:
+            return None
+        self.next += 1
+        return self.next - 1
+
+    def emit(self, rec: RequestRecord) -> None:
+        self.records[rec.index] = rec
+        if self._on_done is not None:
+            self._on_done(rec)
+
+    def abort(self, reason: str) -> None:
+        self.reason = self.reason or reason
+
+    def aborted(self) -> str:
+        """Why the remaining requests must be cancelled, '' while they need not."""
+        if not self.reason and self._alive is not None and not self._alive():
+            self.reason = SERVER_EXITED
+        return self.reason
+
+
+SERVER_EXITED = "cancelled: server exited"
+WATCH_S = 0.2  # how often a shard checks for an abort
+
+
+def _hung(timeout_s: float) -> str:
+    # a stream silent for request_timeout_s: the server hangs; waiting out every other request
+    # the same way would take (requests x timeout) / concurrency
+    return f"cancelled: server hung (a stream was silent for {timeout_s:g} s)"
+
+
+async def _shard(
+    base_url: str,
+    model: str,
+    requests: Sequence[Request],
+    offsets: Sequence[float],
+    settings: LoadSettings,
+    n_slots: int,
+    warm: Sequence[Request],
+    ctl: Any,  # _Control or _SharedControl
+    start: Callable[[], Awaitable[float]],
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> tuple[float, float]:
+    """Open `n_slots` connections, send `warm`, then, once `start()` returns the clock's zero,
+    keep every slot busy with the next request `ctl.take()` gives until none is left.
+
+    Returns (seconds from zero to the last record, CPU seconds of this process meanwhile).
+    """
+    # One client of one connection per concurrency slot: httpcore's pool scans every one of its
+    # connections for each request and each read, which with 512 connections in one pool cost
+    # 172 us of CPU per streamed token and capped the client at ~5,800 tokens/s
+    # (docs/load-generator.md). Keep-alive shorter than uvicorn's 5 s: reusing a connection the
+    # server is closing at the same moment fails with ReadError.
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=2.0)
+    timeout = httpx.Timeout(settings.request_timeout_s, connect=10.0, pool=None)
+    ssl_context = httpx.create_ssl_context()  # once: each client would load the CA bundle
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(httpx.AsyncClient(
+            base_url=base_url, limits=limits, timeout=timeout, transport=transport,
+            verify=ssl_context)) for _ in range(n_slots)]
+        workers: list[asyncio.Task[None]] = []
+
+        def stop_all(reason: str) -> None:
+            ctl.abort(reason)
+            for w in workers:
+                if w is not asyncio.current_task():
+                    w.cancel()
+
+        async def send(client: httpx.AsyncClient, i: int, req: Request, t0: float) -> None:
+            rec = await _one(client, model, i, req, settings, t0)
+            if rec.error and rec.error.startswith(TIMEOUT_PREFIX):
+                stop_all(_hung(settings.request_timeout_s))
+            if i >= 0:
+                ctl.emit(rec)
+
+        async def watch() -> None:
+            while not ctl.aborted():
+                await asyncio.sleep(WATCH_S)
+            stop_all(ctl.aborted())
+
+        watcher = asyncio.create_task(watch())
+        try:
+            if warm:
+                t_warm = time.perf_counter()
+                workers = [asyncio.create_task(send(clients[j % n_slots], -1, r, t_warm))
+                           for j, r in enumerate(warm)]
+                await asyncio.gather(*workers, return_exceptions=True)
+            t0 = await start()
+            cpu0 = time.process_time()
+            if ctl.aborted():  # the server hung or died during the warm-up: send nothing
+                return 0.0, 0.0
+
+            async def work(client: httpx.AsyncClient) -> None:
+                while not ctl.aborted() and (i := ctl.take()) is not None:
+                    delay = offsets[i] - (time.perf_counter() - t0)
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    await send(client, i, requests[i], t0)
+
+            workers = [asyncio.create_task(work(c)) for c in clients]
+            await asyncio.gather(*workers, return_exceptions=True)
+            return time.perf_counter() - t0, time.process_time() - cpu0
+        finally:  # also when interrupted: no task is left behind
+            for w in [*workers, watcher]:
+                w.cancel()
+            await asyncio.gather(*workers, watcher, return_exceptions=True)
+
+
+def _records(requests: Sequence[Request], got: dict[int, RequestRecord],
+             reason: str) -> list[RequestRecord]:
+    """One record per request: those never sent or cut off carry why."""
+    return [got.get(i) or RequestRecord(index=i, send_time=0.0, prompt_len=r.prompt_len,
+                                        expected_output_len=r.output_len,
+                                        error=reason or "cancelled")
+            for i, r in enumerate(requests)]
+
+
+def auto_processes(concurrency: int, cpus: int | None = None) -> int:
+    """Client processes for a concurrency: one per 128 slots, at most a quarter of the CPUs
+    (the server needs the rest), at least one."""
+    cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
+    return max(1, min(math.ceil(concurrency / 128), cpus // 4))
+
+
 async def run_load_async(
     base_url: str,
     model: str,
@@ -168,114 +315,201 @@ async def run_load_async(
 
     `alive` is polled while requests run; when it turns False (the server died) outstanding
     requests are cancelled and recorded as failed, so a crash ends the benchmark in about a second.
+
+    With `settings.processes` > 1 the concurrency slots are spread over that many processes
+    (not with a `transport`, which cannot leave this process).
     """
-    conc = settings.max_concurrency or max(len(requests), 1)
-    # One client of one connection per concurrency slot: httpcore's pool scans every one of its
-    # connections for each request and each read, which with 512 connections in one pool cost
-    # 172 us of CPU per streamed token and capped the client at ~5,800 tokens/s
-    # (docs/load-generator.md). Keep-alive shorter than uvicorn's 5 s: reusing a connection the
-    # server is closing at the same moment fails with ReadError.
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=2.0)
-    timeout = httpx.Timeout(settings.request_timeout_s, connect=10.0, pool=None)
-    ssl_context = httpx.create_ssl_context()  # once: each client would load the CA bundle
-    slots: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
-    async with contextlib.AsyncExitStack() as stack:
-        for _ in range(conc):
-            slots.put_nowait(await stack.enter_async_context(httpx.AsyncClient(
-                base_url=base_url, limits=limits, timeout=timeout, transport=transport,
-                verify=ssl_context)))
+    conc = min(settings.max_concurrency or len(requests), len(requests)) or 1
+    warm: list[Request] = []
+    if settings.warmup and requests:
+        pool = warmup_requests or requests
+        warm = [pool[i % len(pool)] for i in range(settings.warmup)]
+    offsets = arrival_offsets(len(requests), settings.request_rate, settings.seed)
+    stats = ServerStats()
+    # its own client: a scrape must not wait for one of the benchmark's connections
+    scraper = httpx.AsyncClient(base_url=base_url) if scrape_metrics else None
+    poller: asyncio.Task[None] | None = None
 
-        abort: list[str] = []  # why the remaining requests were cancelled
-        tasks: list[asyncio.Task[RequestRecord]] = []
-
-        async def limited(i: int, req: Request, t0: float, at: float) -> RequestRecord:
-            delay = at - (time.perf_counter() - t0)
-            if delay > 0:
-                await asyncio.sleep(delay)
-            client = await slots.get()
-            try:
-                rec = await _one(client, model, i, req, settings, t0)
-            finally:
-                slots.put_nowait(client)
-            if rec.error and rec.error.startswith(TIMEOUT_PREFIX) and not abort:
-                # a stream silent for request_timeout_s: the server hangs; waiting out every
-                # other request the same way would take (requests x timeout) / concurrency
-                abort.append("cancelled: server hung (a stream was silent for "
-                             f"{settings.request_timeout_s:g} s)")
-                for t in tasks:
-                    if t is not asyncio.current_task():
-                        t.cancel()
-            if on_done is not None and t0 != warm_t0:
-                on_done(rec)
-            return rec
-
-        warm_t0 = time.perf_counter()
-        if settings.warmup and requests:
-            pool = warmup_requests or requests
-            warm = [pool[i % len(pool)] for i in range(settings.warmup)]
-            await asyncio.gather(*(limited(-1, r, warm_t0, 0.0) for r in warm))
-
-        offsets = arrival_offsets(len(requests), settings.request_rate, settings.seed)
-        stats = ServerStats()
-        # its own client: a scrape must not wait for one of the benchmark's connections
-        scraper = httpx.AsyncClient(base_url=base_url) if scrape_metrics else None
-        if scraper is not None:  # the counters at the start
+    async def start() -> float:
+        """After the warm-up: the counters at the start, then the clock's zero."""
+        nonlocal poller
+        if scraper is not None:
             await scrape_once(scraper, stats)
-        # Sampling gauges during the run is opt-in: each scrape is parsed in this event loop,
-        # which also reads every stream.
-        poller = (asyncio.create_task(poll(scraper, stats, metrics_interval_s))
-                  if scraper is not None and metrics_interval_s else None)
-        t0 = time.perf_counter()
-        cpu0 = time.process_time()
-        tasks = [
-            asyncio.create_task(limited(i, r, t0, at))
-            for i, (r, at) in enumerate(zip(requests, offsets, strict=True))
-        ]
-        if abort:  # the server hung during the warm-up: send nothing more
-            for t in tasks:
-                t.cancel()
-        watcher = asyncio.create_task(_watch(alive, tasks, abort)) if alive else None
-        try:
-            done = await asyncio.gather(*tasks, return_exceptions=True)
-            duration = time.perf_counter() - t0
-            cpu = time.process_time() - cpu0
-            if scraper is not None:  # the counters at the end
-                await scrape_once(scraper, stats)
-        finally:  # also when interrupted: no helper task is left with an unread exception
-            helpers = [t for t in (watcher, poller) if t is not None]
-            for h in helpers:
-                h.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
-            if scraper is not None:
-                await scraper.aclose()
-    records = [
-        r
-        if isinstance(r, RequestRecord)
-        else RequestRecord(
-            index=i,
-            send_time=0.0,
-            prompt_len=requests[i].prompt_len,
-            expected_output_len=requests[i].output_len,
-            error=(abort[0] if abort else "cancelled") if isinstance(r, asyncio.CancelledError)
-            else repr(r),
-        )
-        for i, r in enumerate(done)
-    ]
-    # the load generator's own CPU use: near 1.0 it is the bottleneck and its latencies lag
-    load_stats = {"client_cpu_fraction": cpu / duration if duration > 0 else 0.0}
-    return LoadResult(records=records, duration_s=duration,
+            # Sampling gauges during the run is opt-in: each scrape is parsed in this event
+            # loop, which may also read streams.
+            if metrics_interval_s:
+                poller = asyncio.create_task(poll(scraper, stats, metrics_interval_s))
+        return time.perf_counter()
+
+    processes = min(settings.processes, conc)
+    try:
+        if processes > 1 and transport is None:
+            got, reason, duration, cpu = await _run_processes(
+                base_url, model, requests, offsets, settings, conc, processes, warm, start,
+                on_done, alive)
+        else:
+            ctl = _Control(len(requests), on_done, alive)
+            duration, cpu = await _shard(base_url, model, requests, offsets, settings, conc,
+                                         warm, ctl, start, transport)
+            got, reason = ctl.records, ctl.reason
+        if scraper is not None:  # the counters at the end
+            await scrape_once(scraper, stats)
+    finally:  # also when interrupted: no helper task is left with an unread exception
+        if poller is not None:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
+        if scraper is not None:
+            await scraper.aclose()
+    # the load generator's own CPU use (its busiest process): near 1.0 it is the bottleneck and
+    # its latencies lag
+    load_stats = {"client_cpu_fraction": cpu / duration if duration > 0 else 0.0,
+                  "client_processes": float(max(processes, 1))}
+    return LoadResult(records=_records(requests, got, reason), duration_s=duration,
                       server_stats=stats.summary() | load_stats)
 
 
-async def _watch(alive: Callable[[], bool], tasks: list[asyncio.Task[RequestRecord]],
-                 abort: list[str]) -> None:
-    while True:
-        await asyncio.sleep(0.5)
-        if not alive():
-            abort.append("cancelled: server exited")
-            for t in tasks:
-                t.cancel()
-            return
+# --- several processes ---------------------------------------------------------------------
+# Each process runs `_shard` over its share of the slots; they take request indices from one
+# shared counter (so the concurrency is global, as with one process), start on one clock zero
+# (perf_counter is system-wide on Linux), and send their records back through a queue as they
+# finish, so progress is live. An abort (server exited or hung, a client process failed) is a
+# shared code that every shard polls.
+
+_ABORT_EXITED, _ABORT_HUNG, _ABORT_CLIENT = 1, 2, 3
+
+
+class _SharedControl:
+    def __init__(self, n: int, counter: Any, code: Any, timeout_s: float,
+                 out: Any) -> None:
+        self.n, self.counter, self.code, self.timeout_s, self.out = n, counter, code, \
+            timeout_s, out
+
+    def take(self) -> int | None:
+        with self.counter.get_lock():
+            i = int(self.counter.value)
+            if i >= self.n:
+                return None
+            self.counter.value = i + 1
+        return i
+
+    def emit(self, rec: RequestRecord) -> None:
+        self.out.put(("rec", rec))
+
+    def abort(self, reason: str) -> None:
+        code = _ABORT_HUNG if reason.startswith("cancelled: server hung") else _ABORT_EXITED
+        with self.code.get_lock():
+            if not self.code.value:
+                self.code.value = code
+
+    def aborted(self) -> str:
+        return _reason(int(self.code.value), self.timeout_s)
+
+
+def _reason(code: int, timeout_s: float) -> str:
+    return {0: "", _ABORT_EXITED: SERVER_EXITED, _ABORT_HUNG: _hung(timeout_s),
+            _ABORT_CLIENT: "cancelled: a load generator process failed"}[code]
+
+
+def _shard_process(k: int, args: tuple[Any, ...], shared: tuple[Any, ...]) -> None:
+    """Entry point of one client process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us through `code`
+    base_url, model, requests, offsets, settings, n_slots, warm = args
+    counter, code, go, t0v, out = shared
+    ctl = _SharedControl(len(requests), counter, code, settings.request_timeout_s, out)
+
+    async def start() -> float:
+        out.put(("ready", k))
+        while not await asyncio.to_thread(go.wait, WATCH_S):
+            if code.value:
+                break
+        return float(t0v.value)
+
+    try:
+        end, cpu = asyncio.run(_shard(base_url, model, requests, offsets, settings, n_slots,
+                                      warm, ctl, start))
+        out.put(("done", k, end, cpu))
+    except BaseException as e:  # reported, not printed: the parent names the failure
+        out.put(("failed", k, f"{type(e).__name__}: {e}"))
+
+
+async def _run_processes(
+    base_url: str,
+    model: str,
+    requests: Sequence[Request],
+    offsets: Sequence[float],
+    settings: LoadSettings,
+    conc: int,
+    processes: int,
+    warm: Sequence[Request],
+    start: Callable[[], Awaitable[float]],
+    on_done: Callable[[RequestRecord], None] | None,
+    alive: Callable[[], bool] | None,
+) -> tuple[dict[int, RequestRecord], str, float, float]:
+    """Records by index, abort reason, duration, CPU seconds of the busiest process."""
+    ctx = mp.get_context("spawn")  # fork would copy this process's threads' locks
+    counter, code = ctx.Value("q", 0), ctx.Value("i", 0)
+    go, t0v, out = ctx.Event(), ctx.Value("d", 0.0), ctx.Queue()
+    procs = []
+    for k in range(processes):
+        slots = conc // processes + (k < conc % processes)
+        args = (base_url, model, list(requests), list(offsets), settings, slots,
+                list(warm[k::processes]))
+        procs.append(ctx.Process(target=_shard_process, args=(k, args, (counter, code, go,
+                                                                       t0v, out)),
+                                 name=f"autotune-load-{k}", daemon=True))
+    got: dict[int, RequestRecord] = {}
+    ready: set[int] = set()
+    ends: dict[int, tuple[float, float]] = {}
+    failure = ""
+
+    def handle(msg: tuple[Any, ...]) -> None:
+        nonlocal failure
+        if msg[0] == "rec":
+            got[msg[1].index] = msg[1]
+            if on_done is not None:
+                on_done(msg[1])
+        elif msg[0] == "ready":
+            ready.add(msg[1])
+        elif msg[0] == "done":
+            ends[msg[1]] = (msg[2], msg[3])
+        else:
+            failure = failure or f"load generator process {msg[1]} failed: {msg[2]}"
+            ends[msg[1]] = (0.0, 0.0)
+            code.value = code.value or _ABORT_CLIENT
+
+    async def drain(until: Callable[[], bool]) -> None:
+        while not until():
+            try:
+                handle(await asyncio.to_thread(out.get, True, WATCH_S))
+                while True:
+                    handle(out.get_nowait())
+            except queue.Empty:
+                pass
+            if alive is not None and not alive() and not code.value:
+                code.value = _ABORT_EXITED
+            for k, p in enumerate(procs):
+                if k not in ends and p.exitcode is not None and out.empty():
+                    handle(("failed", k, f"exited with code {p.exitcode}"))
+
+    try:
+        for p in procs:
+            p.start()
+        await drain(lambda: len(ready | set(ends)) == processes)
+        t0v.value = await start()
+        go.set()
+        await drain(lambda: len(ends) == processes)
+    finally:
+        code.value = code.value or _ABORT_EXITED  # stops any shard still running
+        go.set()
+        for p in procs:
+            await asyncio.to_thread(p.join, 10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    reason = _reason(int(code.value), settings.request_timeout_s) if len(got) < len(requests) \
+        else ""
+    duration = max(e for e, _ in ends.values())
+    return got, failure or reason, duration, max(c for _, c in ends.values())
 
 
 def run_load(

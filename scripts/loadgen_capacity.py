@@ -36,10 +36,23 @@ EVENT = ("data: " + json.dumps({
     "usage": None}) + "\n\n").encode()
 
 
-def serve(port: int, interval: float) -> None:
-    """HTTP/1.1 keep-alive server: each POST streams max_tokens events, chunked."""
+def serve(port: int, interval: float, burst: bool) -> None:
+    """HTTP/1.1 keep-alive server: each POST streams max_tokens events, chunked. With `burst`
+    every open stream gets its token at the same tick, as from vLLM's engine steps."""
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})
+    tick: list[asyncio.Future[None]] = []
+
+    async def ticker() -> None:
+        loop = asyncio.get_running_loop()
+        tick.append(loop.create_future())
+        while True:
+            await asyncio.sleep(interval)
+            done, tick[0] = tick[0], loop.create_future()
+            done.set_result(None)
+
+    async def wait_token() -> None:
+        await (asyncio.shield(tick[0]) if burst else asyncio.sleep(interval))
 
     async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         try:
@@ -56,7 +69,7 @@ def serve(port: int, interval: float) -> None:
                 w.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                         b"transfer-encoding: chunked\r\n\r\n")
                 for _ in range(tokens):
-                    await asyncio.sleep(interval)
+                    await wait_token()
                     w.write(b"%x\r\n%s\r\n" % (len(EVENT), EVENT))
                     await w.drain()
                 usage = {"prompt_tokens": 1024, "completion_tokens": tokens}
@@ -68,6 +81,7 @@ def serve(port: int, interval: float) -> None:
             pass
 
     async def main() -> None:
+        ticking = asyncio.create_task(ticker())  # noqa: F841 (kept alive by the loop)
         server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
         async with server:
             await server.serve_forever()
@@ -75,10 +89,16 @@ def serve(port: int, interval: float) -> None:
     asyncio.run(main())
 
 
+def cpu_now() -> float:
+    """CPU seconds of this process and its finished children (autotune's client processes)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def measure(name: str, fn: Any, n_events: int, interval: float) -> dict[str, Any]:
-    t, c = time.perf_counter(), time.process_time()
+    t, c = time.perf_counter(), cpu_now()
     tpots = fn()
-    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    wall, cpu = time.perf_counter() - t, cpu_now() - c
     return {"client": name, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
             "tokens_per_s": round(n_events / wall), "cpu_us_per_token": round(1e6 * cpu / n_events),
             "mean_tpot_ms": round(statistics.mean(tpots), 2), "true_tpot_ms": interval * 1000}
@@ -87,7 +107,8 @@ def measure(name: str, fn: Any, n_events: int, interval: float) -> dict[str, Any
 def autotune_client(url: str, a: argparse.Namespace) -> list[float]:
     reqs = [Request(prompt=[1] * 16, prompt_len=1024, output_len=a.tokens)
             for _ in range(a.requests)]
-    res = run_load(url, "m", reqs, LoadSettings(max_concurrency=a.concurrency))
+    res = run_load(url, "m", reqs, LoadSettings(max_concurrency=a.concurrency,
+                                                processes=a.processes))
     m = compute_metrics(res.records, res.duration_s)
     assert m.completed == a.requests, m.errors
     return [1000 * (r.e2el - r.ttft) / (r.output_tokens - 1) for r in res.records]
@@ -124,12 +145,18 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128, help="streamed tokens per request")
     ap.add_argument("--interval", type=float, default=0.02,
                     help="seconds between a stream's tokens")
+    ap.add_argument("--burst", action="store_true",
+                    help="all streams' tokens at one tick (vLLM's engine steps)")
+    ap.add_argument("--processes", type=int, default=1, help="autotune's client processes")
+    ap.add_argument("--cpus", default="",
+                    help="CPUs of the client, e.g. 1-4 (default: CPU 1; the server has CPU 0)")
     ap.add_argument("--clients", default="autotune,vllm")
     a = ap.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = mp.get_context("spawn").Process(target=serve, args=(port, a.interval), daemon=True)
+    server = mp.get_context("spawn").Process(target=serve, args=(port, a.interval, a.burst),
+                                             daemon=True)
     server.start()
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):
@@ -138,12 +165,14 @@ def main() -> None:
             break
         except OSError:
             time.sleep(0.1)
+    lo, _, hi = (a.cpus or "1").partition("-")
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
-        os.sched_setaffinity(0, {1})
+        os.sched_setaffinity(0, set(range(int(lo), int(hi or lo) + 1)))
     offered = a.concurrency / a.interval
     print(f"autotune from {os.path.dirname(autotune.__file__)}; {a.requests} requests x "
           f"{a.tokens} tokens, concurrency {a.concurrency}, one token per {a.interval * 1000:g} ms "
-          f"per stream (offered up to {offered:,.0f} tokens/s); client on CPU 1, server on CPU 0")
+          f"per stream{' in bursts' if a.burst else ''} (offered up to {offered:,.0f} tokens/s); "
+          f"client on CPUs {a.cpus or 1} ({a.processes} autotune processes), server on CPU 0")
     clients = {"autotune": autotune_client, "vllm bench (aiohttp)": vllm_client}
     for name, fn in clients.items():
         if name.split()[0] not in a.clients.split(","):

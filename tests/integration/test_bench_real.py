@@ -47,9 +47,14 @@ def test_random_profile_numbers_are_consistent(live_server: ServerProcess,
 def test_sharegpt_profile(live_server: ServerProcess, server_config: ServerConfig) -> None:
     profile = ProfileConfig(name="sharegpt", num_prompts=16, output_len=8)
     reqs = build_requests(profile, server_config.model)
-    res = run_load(live_server.base_url, server_config.model, reqs, LoadSettings(max_concurrency=8))
+    # the slots spread over two client processes (as on a many-core machine): each record still
+    # belongs to its own request
+    res = run_load(live_server.base_url, server_config.model, reqs,
+                   LoadSettings(max_concurrency=8, processes=2), metrics_interval_s=0.5,
+                   scrape_metrics=True)
     m = compute_metrics(res.records, res.duration_s)
-    assert m.completed == 16
+    assert m.completed == 16 and res.server_stats["client_processes"] == 2
+    assert res.server_stats["server_prefix_cache_queries"] > 0
     for req, rec in zip(reqs, res.records, strict=True):
         assert rec.output_tokens == 8
         # the server tokenizes the text prompt itself; lengths agree with ours

@@ -5,6 +5,7 @@ import json
 import math
 
 import httpx
+import pytest
 
 from autotune.datasets import Request
 from autotune.load import LoadSettings, arrival_offsets, run_load_async
@@ -126,11 +127,9 @@ def test_server_stats_from_prometheus_text() -> None:
     assert out["server_peak_kv_cache_usage"] == 0.9 and out["server_peak_requests_waiting"] == 7
 
 
-def test_one_kept_alive_connection_per_concurrency_slot() -> None:
-    """Over real sockets: never more than max_concurrency requests in flight, and each slot
-    reuses its own connection (20 requests, 4 slots -> at most 4 connections)."""
-    peers: set[int] = set()
-    in_flight = [0, 0]  # now, peak
+async def _sse_server(peers: set[int], in_flight: list[int], hang: bool = False):  # type: ignore[no-untyped-def]
+    """A keep-alive HTTP/1.1 server on a real socket: each POST answers max_tokens events after
+    20 ms (never, with `hang`); other requests (the /metrics scrapes) get an empty 200."""
 
     async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         while line := await r.readline():
@@ -138,14 +137,14 @@ def test_one_kept_alive_connection_per_concurrency_slot() -> None:
             while (h := await r.readline()) not in (b"\r\n", b""):
                 if h.lower().startswith(b"content-length"):
                     n = int(h.split(b":")[1])
-            if not line.startswith(b"POST"):  # the /metrics scrapes
+            if not line.startswith(b"POST"):
                 w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                 continue
             body = json.loads(await r.readexactly(n))
             peers.add(w.get_extra_info("peername")[1])
             in_flight[0] += 1
             in_flight[1] = max(in_flight)
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(3600 if hang else 0.02)
             out = sse([{"choices": [{"text": "x"}]}] * body["max_tokens"]
                       + [{"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 3}}])
             w.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
@@ -153,16 +152,73 @@ def test_one_kept_alive_connection_per_concurrency_slot() -> None:
             await w.drain()
             in_flight[0] -= 1
 
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+@pytest.mark.parametrize("processes", [1, 3])
+def test_one_kept_alive_connection_per_concurrency_slot(processes: int) -> None:
+    """Over real sockets: never more than max_concurrency requests in flight, and each slot
+    reuses its own connection (20 requests, 4 slots -> at most 4 connections), whether the
+    slots live in one process or are spread over three (2 + 1 + 1)."""
+    peers: set[int] = set()
+    in_flight = [0, 0]  # now, peak
+    done: list = []
+
     async def main():  # type: ignore[no-untyped-def]
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        server = await _sse_server(peers, in_flight)
         port = server.sockets[0].getsockname()[1]
         async with server:
             reqs = [Request(prompt=[1, 2], prompt_len=2, output_len=3) for _ in range(20)]
-            return await run_load_async(f"http://127.0.0.1:{port}", "m", reqs,
-                                        LoadSettings(max_concurrency=4), scrape_metrics=True)
+            return await run_load_async(
+                f"http://127.0.0.1:{port}", "m", reqs,
+                LoadSettings(max_concurrency=4, warmup=3, processes=processes),
+                scrape_metrics=True, on_done=done.append)
 
     res = asyncio.run(main())
+    assert [r.index for r in res.records] == list(range(20))
     assert all(r.success and r.output_tokens == 3 for r in res.records)
+    assert sorted(r.index for r in done) == list(range(20))  # reported live, each once
     assert in_flight[1] == 4
     assert len(peers) == 4
     assert 0.0 <= res.server_stats["client_cpu_fraction"] < 2.0
+    assert res.server_stats["client_processes"] == processes
+    # 20 requests of 20 ms over 4 slots: 5 rounds; the clock starts after the warm-up
+    assert 0.09 < res.duration_s < 2.0
+    assert all(0.0 <= r.send_time < r.end_time <= res.duration_s for r in res.records)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_server_that_hangs_or_dies_ends_the_load(processes: int) -> None:
+    """A silent stream (request_timeout_s) or a dead server cancels every other request, in
+    every process, and each unfinished request says why."""
+
+    def go(alive: bool, timeout_s: float):  # type: ignore[no-untyped-def]
+        async def main():  # type: ignore[no-untyped-def]
+            server = await _sse_server(set(), [0, 0], hang=True)
+            port = server.sockets[0].getsockname()[1]
+            async with server:
+                reqs = [Request(prompt=[1], prompt_len=1, output_len=2) for _ in range(9)]
+                return await run_load_async(
+                    f"http://127.0.0.1:{port}", "m", reqs,
+                    LoadSettings(max_concurrency=4, request_timeout_s=timeout_s,
+                                 processes=processes),
+                    alive=lambda: alive)
+        return asyncio.run(main())
+
+    hung = go(True, 0.5)
+    errors = [r.error or "" for r in hung.records]
+    assert sum(e.startswith("timeout:") for e in errors) >= 1
+    assert all(e.startswith("timeout:") or e.startswith("cancelled: server hung")
+               for e in errors)
+    dead = go(False, 60.0)
+    assert all(r.error == "cancelled: server exited" for r in dead.records)
+    assert dead.duration_s < 5
+
+
+def test_auto_processes() -> None:
+    from autotune.load import auto_processes
+
+    assert auto_processes(512, cpus=2) == 1  # this CI machine: the server needs the cores
+    assert auto_processes(512, cpus=16) == 4  # the H100 machine
+    assert auto_processes(64, cpus=16) == 1
+    assert auto_processes(2000, cpus=64) == 16
