@@ -33,6 +33,8 @@ def _profile_options(f: Any) -> Any:
         click.option("--warmup", type=int, help="Warm-up requests, not measured."),
         click.option("--seed", type=int, help="Sampling and arrival seed."),
         click.option("--endpoint", type=click.Choice(["completions", "chat"])),
+        click.option("--client-processes", help="Load generator processes: a number, or auto "
+                     "(one per 128 in-flight requests, at most a quarter of the CPUs)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -44,7 +46,7 @@ def _profile_from(kw: dict[str, Any], base: dict[str, Any] | None = None) -> Pro
     if kw.get("profile_name") is not None:
         data["name"] = kw["profile_name"]
     for k in ("input_len", "output_len", "num_prompts", "max_concurrency", "request_rate",
-              "warmup", "seed", "endpoint"):
+              "warmup", "seed", "endpoint", "client_processes"):
         if kw.get(k) is not None:
             data[k] = kw[k]
     return parse_model(ProfileConfig, data, "profile")  # type: ignore[no-any-return]

@@ -125,12 +125,18 @@ class ProfileConfig(_Model):
         "auto", description="Processes the load generator spreads its concurrency slots over; "
         "auto: one per 128 slots, at most a quarter of this machine's CPUs.")
 
-    @field_validator("client_processes")
+    @field_validator("client_processes", mode="before")
     @classmethod
-    def _positive(cls, v: int | str) -> int | str:
-        if isinstance(v, int) and v < 1:
-            raise ValueError("must be at least 1, or auto")
-        return v
+    def _processes(cls, v: Any) -> Any:
+        if v == "auto":
+            return v
+        try:
+            n = int(v)
+        except (TypeError, ValueError):
+            n = 0
+        if isinstance(v, bool) or n < 1 or str(n) != str(v).strip():
+            raise ValueError("must be a number of processes (1 or more) or auto")
+        return n
 
     def processes(self) -> int:
         """`client_processes` resolved for this machine."""

@@ -43,6 +43,12 @@ def test_unknown_key_and_wrong_type(tmp_path: Path, tiny_model: Path) -> None:
     check(p, tmp_path, "n_trails: unknown key", "sampler.name: Input should be")
 
 
+def test_bad_client_processes(tmp_path: Path, tiny_model: Path) -> None:
+    p = study(tmp_path, base(tmp_path, tiny_model, profile={"client_processes": "many"}))
+    check(p, tmp_path, "profile.client_processes: Value error, must be a number of processes "
+                       "(1 or more) or auto (got 'many')")
+
+
 def test_missing_model_path(tmp_path: Path) -> None:
     p = study(tmp_path, base(tmp_path, Path("/nonexistent/model")))
     check(p, tmp_path, "server.model: '/nonexistent/model' does not exist")
