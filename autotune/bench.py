@@ -181,7 +181,8 @@ def run_bench(
     metrics = compute_metrics(result.records, result.duration_s)
     if result.server_stats.get("client_cpu_fraction", 0.0) > CLIENT_BUSY:
         warnings.warn(f"the load generator used {result.server_stats['client_cpu_fraction']:.0%} "
-                      "of a CPU core: it may have limited the server, and its latencies lag",
+                      "of a CPU core: it may have limited the server, and its latencies lag "
+                      f"(profile.client_processes was {settings.processes}: raise it)",
                       stacklevel=2)
     if metrics.completed == 0:
         first = next(iter(metrics.errors), "no request succeeded")
