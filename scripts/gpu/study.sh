@@ -5,6 +5,9 @@
 #   bash scripts/gpu/study.sh wait  CONFIG [WAIT]
 #   bash scripts/gpu/study.sh stop                         # SIGTERM the study, wait for its exit
 #   bash scripts/gpu/study.sh run   AUTOTUNE-ARGS...          # foreground, e.g. export --validate
+# A call carries at most 64 MiB: a 56 MiB set-up chunk (.gpu/cN) plus the checkout, so keep the
+# tracked files under 8 MiB (`git ls-files -z | xargs -0 du -cb | tail -1`); commit a study's
+# final study.tgz only, not the intermediate ones.
 set -uo pipefail
 cmd=$1; shift
 cfg="" wait_s=560 extra=()
