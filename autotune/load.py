@@ -502,6 +502,8 @@ async def _run_processes(
         code.value = code.value or _ABORT_EXITED  # stops any shard still running
         go.set()
         for p in procs:
+            if p.pid is None:  # never started (start() of an earlier one failed)
+                continue
             await asyncio.to_thread(p.join, 10)
             if p.is_alive():
                 p.kill()
