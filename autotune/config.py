@@ -252,7 +252,8 @@ class StudyConfig(_Model):
     slos: list[SLOConfig] = Field(default_factory=list)
     sampler: SamplerConfig = Field(default_factory=lambda: SamplerConfig.model_validate({}))
     n_trials: int = Field(10, ge=1, description="Trials in the study, in all (resume included).")
-    timeout_s: float | None = Field(None, gt=0, description="Stop starting trials after this.")
+    timeout_s: float | None = Field(None, gt=0, description="Seconds this run may take: a "
+                                    "trial starts only if the longest so far would end in time.")
     baseline: bool = Field(True, description="Run vLLM's defaults as the first trial.")
     storage: str | None = Field(None, description="Optuna storage URL "
                                 "(default: sqlite:///<workdir>/optuna.db).")

@@ -280,12 +280,16 @@ def run_trials(
     objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase, worker=worker)
     callbacks = [on_trial] if on_trial is not None else []
     deadline = time.monotonic() + cfg.timeout_s if cfg.timeout_s else None
+    durations: list[float] = []
     ran = 0
     while True:
         done, running = claimed(study)
         if done >= cfg.n_trials:
             return ran
-        if deadline is not None and time.monotonic() >= deadline:
+        if deadline is not None and not fits_before(deadline, time.monotonic(), durations):
+            if on_phase is not None:
+                on_phase(-1, f"timeout: the next trial (about {trial_estimate(durations):.0f} s) "
+                             "would end after it; stopping", {})
             return ran
         if done + running >= cfg.n_trials:
             # the rest is running elsewhere; wait, in case one of them dies: its worker's
@@ -294,8 +298,24 @@ def run_trials(
                 on_phase(-1, f"waiting for {running} trial(s) of other workers", {})
             time.sleep(WAIT_POLL_S)
             continue
+        started = time.monotonic()
         study.optimize(objective, n_trials=1, callbacks=callbacks, catch=())
+        durations.append(time.monotonic() - started)
         ran += 1
+
+
+def trial_estimate(durations: list[float]) -> float:
+    """How long the next trial may take: the longest this run has seen, leaving out its first
+    trial (which boots cold: imports, kernel JIT, a new compile cache) once there are others."""
+    if not durations:
+        return 0.0
+    return max(durations[1:]) if len(durations) > 1 else durations[0]
+
+
+def fits_before(deadline: float, now: float, durations: list[float]) -> bool:
+    """Whether a trial started now is expected to end before `deadline` (`timeout_s`): a study
+    on a machine lent for a fixed time stops between trials, not in the middle of one."""
+    return now + trial_estimate(durations) < deadline
 
 
 WAIT_POLL_S = 5.0

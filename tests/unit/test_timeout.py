@@ -1,0 +1,51 @@
+"""`timeout_s`: a run stops between trials, never starting one it does not expect to finish."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import optuna
+import pytest
+
+import autotune.study as study_mod
+from autotune.study import fits_before, run_trials, trial_estimate
+
+
+def test_estimate_is_the_longest_trial_after_the_cold_first_one() -> None:
+    assert trial_estimate([]) == 0.0
+    assert trial_estimate([250.0]) == 250.0  # only the cold one: all there is to go by
+    assert trial_estimate([250.0, 90.0, 180.0, 120.0]) == 180.0
+
+
+def test_fits_before() -> None:
+    assert fits_before(deadline=1000.0, now=0.0, durations=[])
+    assert fits_before(1000.0, 800.0, [250.0, 150.0])
+    assert not fits_before(1000.0, 900.0, [250.0, 150.0])
+    assert not fits_before(1000.0, 1000.0, [])
+
+
+def test_run_stops_before_a_trial_that_would_overrun(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake clock; trials take 300 s (cold), then 100, 150, 100... With 700 s, trials start at
+    0, 300, 400 and 550 would end at 700: no fourth trial. Optuna's own timeout would start it."""
+    clock = [0.0]
+    lengths = iter([300.0, 100.0, 150.0, 100.0, 100.0])
+
+    class FakeObjective:
+        def __init__(self, *a: Any, **k: Any) -> None:
+            pass
+
+        def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+            clock[0] += next(lengths)
+            return 1.0, 1.0
+
+    monkeypatch.setattr(study_mod, "Objective", FakeObjective)
+    monkeypatch.setattr(study_mod.time, "monotonic", lambda: clock[0])
+    phases: list[str] = []
+    cfg = SimpleNamespace(n_trials=10, timeout_s=700.0, study_dir=lambda: None)
+    st = optuna.create_study(directions=["maximize", "minimize"])
+    ran = run_trials(st, cfg, SimpleNamespace(space=None), [],  # type: ignore[arg-type]
+                     on_phase=lambda i, text, extra: phases.append(text))
+    assert ran == 3 and clock[0] == 550.0
+    assert len(st.trials) == 3 and all(t.state.is_finished() for t in st.trials)
+    assert phases == ["timeout: the next trial (about 150 s) would end after it; stopping"]
