@@ -142,8 +142,9 @@ def _make_tracker(cfg: Any, tracking_uri: str | None, no_mlflow: bool) -> Any:
 @cli.command()
 @_study_options
 @click.option("--n-trials", type=int, help="Trials the study should hold in all.")
-@click.option("--timeout", "timeout_s", type=float, help="Seconds this run may take: no trial starts unless it is expected to end in "
-                   "time (judged by the longest trial so far).")
+@click.option("--timeout", "timeout_s", type=float,
+              help="Seconds this run may take: no trial starts unless it is expected to end "
+                   "in time (judged by the longest trial so far).")
 @click.option("--sampler", type=click.Choice(["tpe", "nsga2", "gp", "random"]))
 @click.option("--search-space", help="Search space name or file.")
 @click.option("--seed", type=int, help="Sampler seed.")
