@@ -215,6 +215,11 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
                 tracker.finish()
     out.print(trials_table(trial_rows(st, metrics), metrics, title=f"study {cfg.name}"))
     _print_front(st, cfg)
+    held = len(completed(st))
+    if cfg.timeout_s and held < cfg.n_trials:
+        console.print(f"stopped for --timeout {cfg.timeout_s:g} s: the next trial would have "
+                      f"ended after it. {held} of {cfg.n_trials} trials done; the same command "
+                      "resumes the study.", highlight=False)
     if tracker is not None and tracker.seconds:
         console.print(f"MLflow: {len(tracker.seconds)} trials logged, "
                       f"{sum(tracker.seconds) / len(tracker.seconds):.2f} s per trial"
