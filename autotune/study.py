@@ -178,9 +178,33 @@ def make_storage(url: str, grace_s: float = GRACE_S) -> optuna.storages.BaseStor
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         kw["engine_kwargs"] = {"connect_args": {"timeout": 60}}
     try:
-        return optuna.storages.RDBStorage(url, **kw)
+        storage = optuna.storages.RDBStorage(url, **kw)
     except (ValueError, ImportError) as e:
         raise ConfigError(f"storage: cannot use {url!r}: {e}") from None
+    if url.startswith("sqlite:"):
+        _immediate_transactions(storage.engine)
+    return storage
+
+
+def _immediate_transactions(engine: Any) -> None:
+    """Make every SQLite transaction take the write lock when it begins (BEGIN IMMEDIATE).
+
+    Optuna hands a WAITING trial (the baseline, a re-queued one) to a worker by reading its
+    state and writing RUNNING, with SELECT ... FOR UPDATE, which SQLite ignores. Two workers
+    that start together could both read WAITING and both run the trial; the second to finish
+    then failed with "Cannot tell a COMPLETE trial". Serialized transactions make the read and
+    the write one step. SQLAlchemy's recipe: let pysqlite issue no BEGIN of its own."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections opened before the listeners reconnect with them
 
 
 def requeue_interrupted(study: optuna.Study) -> list[int]:

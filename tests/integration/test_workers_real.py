@@ -162,8 +162,10 @@ def run_hosts(pg_url: str, tmp_path: Path) -> list[Path]:
 
 
 def test_sigterm_stops_every_worker_then_resume(tiny_model: Path, tmp_path: Path) -> None:
-    """SIGTERM to `autotune study --workers 2` while both servers boot: every worker stops its
-    server and marks its trial; the same command resumes (SQLite storage, one host)."""
+    """SIGTERM to `autotune study --workers 2` while both trials run: every worker stops its
+    server and marks its trial; the same command resumes (SQLite storage, one host). The
+    benchmark is paced (40 requests at 2/s) so that a trial cannot end before the other
+    worker, slowed by the first server's boot on 2 cores, has started its own."""
     import signal
     import time
 
@@ -172,7 +174,8 @@ def test_sigterm_stops_every_worker_then_resume(tiny_model: Path, tmp_path: Path
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
     cfg = {"name": "stop-workers", "server": {"model": str(tiny_model), "args": {
         "load_format": "dummy", "enforce_eager": True}, "boot_timeout_s": 300},
-        "profile": {"name": "random", "input_len": 16, "output_len": 4, "num_prompts": 8},
+        "profile": {"name": "random", "input_len": 16, "output_len": 4, "num_prompts": 40,
+                    "request_rate": 2},
         "search_space": str(tmp_path / "space.yaml"), "n_trials": 2,
         "workdir": str(tmp_path / "mlruns")}
     path = tmp_path / "study.yaml"
