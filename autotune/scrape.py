@@ -60,7 +60,11 @@ class ServerStats:
         d = {k: self.last.get(n, 0.0) - self.first.get(n, 0.0) for k, n in COUNTERS.items()
              if n in self.last}
         out = {f"server_{k}": v for k, v in d.items()}
-        if self.scrapes > 2:  # sampled during the run, not only before and after
+        # gauges sampled during the run (every scrape but the first and the last); a benchmark
+        # shorter than the sampling interval has none, and then no peak is reported
+        samples = max(self.scrapes - 2, 0)
+        out["server_gauge_samples"] = float(samples)
+        if samples:
             out.update({f"server_peak_{k}": v for k, v in self.peaks.items()})
         if d.get("prefix_cache_queries"):
             out["server_prefix_cache_hit_rate"] = d["prefix_cache_hits"] / d[

@@ -13,8 +13,7 @@ from autotune.bench import server_env
 from autotune.command import serve_argv
 from autotune.config import ServerConfig, default_executable
 from autotune.server import ServerProcess, free_port
-
-CPU_ARGS = {"load_format": "dummy", "enforce_eager": True, "max_model_len": 4096}
+from tests.cpu import CPU_ARGS
 
 
 def _have_vllm() -> bool:

@@ -20,6 +20,7 @@ import yaml
 
 from autotune.config import load_study_config
 from autotune.server import port_is_free
+from tests.cpu import CPU_BASE
 from tests.procs import servers_of, wait_for
 
 pytestmark = pytest.mark.integration
@@ -30,8 +31,8 @@ def make_study(tmp: Path, tiny_model: Path, name: str, n_trials: int, prompts: i
     (tmp / "space.yaml").write_text(yaml.safe_dump({
         "name": "f", "fixed": {"max_model_len": 512},
         "parameters": {"max_num_seqs": {"type": "categorical", "choices": [4]}}}))
-    cfg: dict[str, Any] = {"name": name, "server": {"model": str(tiny_model), "args": {
-        "load_format": "dummy", "enforce_eager": True}, "boot_timeout_s": 240},
+    cfg: dict[str, Any] = {"name": name, "server": {"model": str(tiny_model),
+                                                    "args": dict(CPU_BASE), "boot_timeout_s": 240},
         "profile": {"name": "random", "input_len": 32, "output_len": 64,
                     "num_prompts": prompts, "max_concurrency": 2},
         "search_space": str(tmp / "space.yaml"), "n_trials": n_trials,
@@ -238,9 +239,7 @@ def test_taken_port_boots_on_another(tiny_model: Path, tmp_path: Path,
     real = bench.free_port
     monkeypatch.setattr(bench, "free_port", lambda host="127.0.0.1": next(ports, None) or real(host))
     phases: list[str] = []
-    server = ServerConfig(model=str(tiny_model), args={"load_format": "dummy",
-                                                       "enforce_eager": True,
-                                                       "max_model_len": 512},
+    server = ServerConfig(model=str(tiny_model), args={**CPU_BASE, "max_model_len": 512},
                           boot_timeout_s=240, cache_root=str(tmp_path / "cache"))
     try:
         res = bench.run_bench(server, ProfileConfig(name="random", input_len=16, output_len=4,

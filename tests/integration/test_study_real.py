@@ -16,16 +16,18 @@ import yaml
 
 from autotune.config import default_executable, load_study_config
 from autotune.server import ServerProcess, free_port
+from tests.cpu import CPU_BASE, INFEASIBLE_CAUSE
 
 pytestmark = pytest.mark.integration
 
+# max_num_batched_tokens 256 with chunked prefill off is below max_model_len: vLLM refuses it
+# on every platform (tests/cpu.py)
 SPACE = {
     "name": "it",
-    "fixed": {"max_model_len": 512},
+    "fixed": {"max_model_len": 512, "enable_chunked_prefill": False},
     "parameters": {
         "max_num_seqs": {"type": "int", "low": 4, "high": 32, "log": True},
-        "max_num_batched_tokens": {"type": "categorical", "choices": [512, 1024]},
-        "kv_cache_dtype": {"type": "categorical", "choices": ["auto", "fp8"]},
+        "max_num_batched_tokens": {"type": "categorical", "choices": [256, 512, 1024]},
     },
 }
 
@@ -41,9 +43,7 @@ def study_file(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     (d / "space.yaml").write_text(yaml.safe_dump(SPACE))
     cfg = {
         "name": "it-study",
-        "server": {"model": str(tiny_model), "args": {"load_format": "dummy",
-                                                      "enforce_eager": True},
-                   "boot_timeout_s": 240},
+        "server": {"model": str(tiny_model), "args": dict(CPU_BASE), "boot_timeout_s": 240},
         "profile": {"name": "random", "input_len": 32, "output_len": 8, "num_prompts": 16,
                     "max_concurrency": 8},
         "search_space": str(d / "space.yaml"),
@@ -54,19 +54,18 @@ def study_file(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     }
     path = d / "study.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    # Infeasible on CPU: fp8 KV cache. Enqueued twice: the second must not boot again.
+    # Infeasible on every platform: a budget below max_model_len. Enqueued twice: the second
+    # must not boot again.
     c = load_study_config(path)
     from autotune.study import open_study
 
     st = open_study(c)
     st.enqueue_trial({}, user_attrs={"baseline": True})
     for _ in range(2):
-        st.enqueue_trial({"max_num_seqs": 8, "max_num_batched_tokens": 512,
-                          "kv_cache_dtype": "fp8"})
+        st.enqueue_trial({"max_num_seqs": 8, "max_num_batched_tokens": 256})
     # two feasible corners, so the front has a throughput end and a latency end
-    st.enqueue_trial({"max_num_seqs": 32, "max_num_batched_tokens": 1024,
-                      "kv_cache_dtype": "auto"})
-    st.enqueue_trial({"max_num_seqs": 4, "max_num_batched_tokens": 512, "kv_cache_dtype": "auto"})
+    st.enqueue_trial({"max_num_seqs": 32, "max_num_batched_tokens": 1024})
+    st.enqueue_trial({"max_num_seqs": 4, "max_num_batched_tokens": 512})
     return path
 
 
@@ -89,10 +88,10 @@ def test_study_records_feasible_and_infeasible_trials(study_file: Path,
     assert len(trials) == 5
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     assert trials[0].user_attrs["baseline"] and trials[0].user_attrs["flags"] == {
-        "max_model_len": 512}
+        "max_model_len": 512, "enable_chunked_prefill": False}
     bad = [t for t in trials if t.user_attrs.get("failure")]
     assert [t.number for t in bad] == [1, 2]
-    assert "FP8 KV cache on CPU" in bad[0].user_attrs["cause"]
+    assert INFEASIBLE_CAUSE in bad[0].user_attrs["cause"]
     assert bad[1].user_attrs["reused_from"] == 1 and "timings" not in bad[1].user_attrs
     assert all(t.constraints["boot_ok"] == 1.0 for t in bad)
     good = [t for t in trials if not t.user_attrs.get("failure")]
@@ -129,7 +128,10 @@ def test_exported_command_boots_and_serves(study_file: Path, tmp_path: Path,
     assert p.returncode == 0, p.stderr
     line = p.stdout.strip().splitlines()[-1]
     argv = shlex.split(line)
-    assert argv[:2] == ["vllm", "serve"] and "fp8" not in argv  # never an infeasible config
+    assert argv[:2] == ["vllm", "serve"]
+    # never an infeasible config
+    flag = "--max-num-batched-tokens"
+    assert (argv[argv.index(flag) + 1] if flag in argv else None) != "256"
     assert (tmp_path / "vllm-config.yaml").exists() and "vllm bench serve" in p.stderr
     argv = [*default_executable(), *argv[1:]]
     with ServerProcess(argv, log_path=tmp_path / "export.log", port=free_port(),
@@ -146,7 +148,7 @@ def test_unknown_flag_rejected_before_boot(tiny_model: Path, tmp_path: Path) -> 
         "max_num_sequences": {"type": "int", "low": 1, "high": 4},
         "kv_cache_dtype": {"type": "categorical", "choices": ["auto", "fp4_turbo"]}}}
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(space))
-    cfg = {"name": "bad", "server": {"model": str(tiny_model)},
+    cfg = {"name": "bad", "server": {"model": str(tiny_model), "args": dict(CPU_BASE)},
            "search_space": str(tmp_path / "bad.yaml"), "workdir": str(tmp_path / "w")}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
     t0 = time.monotonic()
@@ -186,8 +188,8 @@ def test_mlflow_has_parent_child_runs_and_front(study_file: Path,
         r = by_num[t.number]
         if t.user_attrs.get("failure"):
             assert r["status"] == "FAILED" and r["tags.autotune.state"] == "infeasible"
-            assert "FP8 KV cache" in r["tags.autotune.cause"]
-            assert r["params.kv_cache_dtype"] == "fp8"
+            assert INFEASIBLE_CAUSE in r["tags.autotune.cause"]
+            assert r["params.max_num_batched_tokens"] == "256"
         else:
             assert r["status"] == "FINISHED" and r["tags.autotune.state"] == "ok"
             assert r["metrics.total_token_throughput"] == pytest.approx(t.values[0])

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from autotune.config import load_study_config
+from tests.cpu import CPU_BASE
 
 pytestmark = pytest.mark.integration
 
@@ -34,9 +35,7 @@ def study_file(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     (d / "space.yaml").write_text(yaml.safe_dump(SPACE))
     cfg = {
         "name": "two-workers",
-        "server": {"model": str(tiny_model), "args": {"load_format": "dummy",
-                                                      "enforce_eager": True},
-                   "boot_timeout_s": 300},
+        "server": {"model": str(tiny_model), "args": dict(CPU_BASE), "boot_timeout_s": 300},
         "profile": {"name": "random", "input_len": 32, "output_len": 8, "num_prompts": 16,
                     "max_concurrency": 8},
         "search_space": str(d / "space.yaml"),
@@ -172,8 +171,8 @@ def test_sigterm_stops_every_worker_then_resume(tiny_model: Path, tmp_path: Path
     from tests.procs import servers_of, wait_for
 
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
-    cfg = {"name": "stop-workers", "server": {"model": str(tiny_model), "args": {
-        "load_format": "dummy", "enforce_eager": True}, "boot_timeout_s": 300},
+    cfg = {"name": "stop-workers", "server": {"model": str(tiny_model), "args": dict(CPU_BASE),
+                                              "boot_timeout_s": 300},
         "profile": {"name": "random", "input_len": 16, "output_len": 4, "num_prompts": 40,
                     "request_rate": 2},
         "search_space": str(tmp_path / "space.yaml"), "n_trials": 2,

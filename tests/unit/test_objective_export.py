@@ -40,7 +40,7 @@ def fake_bench(calls: list[dict[str, Any]]):  # type: ignore[no-untyped-def]
     def run(server, profile, flags, workdir, **kw):  # type: ignore[no-untyped-def]
         calls.append(dict(flags))
         if flags.get("kv_cache_dtype") == "fp8":
-            raise ServerBootError(1, "NotImplementedError: FP8 KV cache on CPU", log_path="x")
+            raise ServerBootError(1, "ValueError: fp8 refused", log_path="x")
         seqs = flags.get("max_num_seqs", 8)
         recs = [RequestRecord(index=i, send_time=0.0, prompt_len=8, expected_output_len=4,
                               first_token_time=0.1, end_time=0.1 + 0.01 * seqs,
@@ -71,7 +71,7 @@ def test_failures_are_infeasible_and_never_booted_twice(tmp_path: Path,
     assert len(failed) == 3
     for t in failed:
         assert t.constraints[BOOT_OK] == 1.0 and t.values == [0.0, 1e6]
-        assert t.user_attrs["cause"] == "NotImplementedError: FP8 KV cache on CPU"
+        assert t.user_attrs["cause"] == "ValueError: fp8 refused"
     assert trials[5].user_attrs["reused_from"] == trials[2].number
     assert len(calls) == 5  # the repeated failing flags were not booted again
     assert calls[0] == {}  # the baseline runs vLLM's defaults
