@@ -1,7 +1,8 @@
 """One measurement: boot a vLLM server with some flags, run the profile's load, stop it.
 
 This is the whole of a trial minus Optuna: `autotune bench` calls it directly and the study's
-objective calls it per trial. Expected failures surface as `ServerError`s with their cause.
+objective calls it per trial. Expected failures surface as `ServerError`s and `LoadError`s with
+their cause.
 """
 
 from __future__ import annotations
@@ -10,20 +11,24 @@ import json
 import os
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autotune.command import serve_argv
-from autotune.config import ProfileConfig, ServerConfig
-from autotune.datasets import Request, load_tokenizer, sample_random, sample_sharegpt
+from autotune.config import ServerConfig
+from autotune.datasets import Request, build_requests
 from autotune.errors import AutotuneError, LoadError, ServerBootError
-from autotune.load import LoadSettings, run_load
+from autotune.load import LoadSettings, resolve_processes, run_load
 from autotune.metrics import BenchMetrics, RequestRecord, compute_metrics
-from autotune.server import ServerProcess, free_port
+from autotune.process import free_port
+from autotune.profile import ProfileConfig
+from autotune.server import ServerProcess
 
 Phase = Callable[[str], None]
+OnRequest = Callable[[RequestRecord], None]
 
 
 @dataclass(frozen=True)
@@ -34,10 +39,6 @@ class Timings:
     bench_s: float = 0.0
     stop_s: float = 0.0
     total_s: float = 0.0
-
-    @property
-    def overhead_s(self) -> float:
-        return self.total_s - self.boot_s - self.bench_s - self.stop_s
 
 
 @dataclass(frozen=True)
@@ -76,17 +77,6 @@ def write_records(records: list[RequestRecord], path: Path) -> None:
     pd.DataFrame(rows).to_csv(path, index=False)
 
 
-def build_requests(profile: ProfileConfig, tokenizer_dir: str) -> list[Request]:
-    """The measured requests followed by `profile.warmup` distinct warm-up requests."""
-    tok = load_tokenizer(tokenizer_dir)
-    i, o = profile.lengths()
-    n = profile.num_prompts + profile.warmup
-    if profile.name == "sharegpt":
-        return sample_sharegpt(tok, n, profile.seed, output_len=o)
-    assert i is not None and o is not None
-    return sample_random(tok, n, i, o, profile.seed)
-
-
 def server_env(server: ServerConfig, workdir: Path) -> dict[str, str]:
     """The server's environment: ours, the config's, and a VLLM_CACHE_ROOT shared by trials."""
     cache = server.cache_root or str(workdir.parent / "vllm-cache")
@@ -97,38 +87,22 @@ PORT_ATTEMPTS = 3
 CLIENT_BUSY = 0.9  # client CPU fraction over which a measurement is suspect
 
 
-def run_bench(
-    server: ServerConfig,
-    profile: ProfileConfig,
-    params: Mapping[str, Any],
-    workdir: Path,
-    *,
-    on_phase: Phase | None = None,
-    on_request: Callable[[RequestRecord], None] | None = None,
-    requests: list[Request] | None = None,
-) -> BenchResult:
-    """Boot `vllm serve` with the fixed args plus `params`, run the profile, stop the server."""
-    t_start = time.monotonic()
-    phase = on_phase or (lambda _p: None)
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    argv = serve_argv(server.executable, server.model, {**server.args, **params}, server.extra_args)
+@contextmanager
+def booted(server: ServerConfig, params: Mapping[str, Any], workdir: Path, phase: Phase,
+           while_booting: Callable[[], None] = lambda: None) -> Iterator[ServerProcess]:
+    """A healthy `vllm serve` with the fixed args plus `params`, stopped on the way out.
+    `while_booting` runs once the process has started (work to overlap with the boot)."""
+    argv = serve_argv(server.executable, server.model, server.serve_flags(dict(params)),
+                      server.extra_args)
     phase("booting")
-    boot_s = bench_s = 0.0
-    # Sample the workload while vLLM boots; a bad tokenizer path waits for the server's own
-    # verdict, which names the real problem when the model path itself is wrong.
-    pending: AutotuneError | None = None
     for attempt in range(PORT_ATTEMPTS):
         proc = ServerProcess(argv, log_path=workdir / "server.log", port=free_port(server.host),
                              host=server.host, env=server_env(server, workdir))
         proc.start()
         try:
-            if requests is None and pending is None:
-                try:
-                    requests = build_requests(profile, server.tokenizer_dir)
-                except AutotuneError as e:
-                    pending = e
-            boot_s = proc.wait_healthy(server.boot_timeout_s)
+            if attempt == 0:
+                while_booting()
+            proc.wait_healthy(server.boot_timeout_s)
             break
         except ServerBootError as e:
             proc.stop()
@@ -143,59 +117,105 @@ def run_bench(
             proc.stop()
             raise
     try:
-        if pending is not None:
-            raise pending
-        assert requests is not None
+        yield proc
+    finally:
+        proc.stop()
+
+
+@dataclass(frozen=True)
+class Point:
+    """One load applied to a running server: its metrics and what the server reported."""
+
+    metrics: BenchMetrics
+    records: list[RequestRecord]
+    server_stats: dict[str, float]
+    settings: LoadSettings
+
+
+def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Request], *,
+            max_concurrency: int | None = None, request_rate: float | None = None,
+            on_request: OnRequest | None = None, alive: Callable[[], bool] | None = None,
+            warm: list[Request] | None = None) -> Point:
+    """Run `requests` (after the warm-up) against a running server at the profile's load, or at
+    the given concurrency / rate."""
+    conc = profile.max_concurrency if max_concurrency is None else max_concurrency
+    settings = LoadSettings(
+        max_concurrency=conc,
+        request_rate=profile.request_rate if request_rate is None else request_rate,
+        seed=profile.seed,
+        warmup=profile.warmup,
+        endpoint=profile.endpoint,
+        ignore_eos=True,
+        request_timeout_s=profile.request_timeout_s,
+        processes=resolve_processes(profile.client_processes, conc or len(requests)),
+    )
+    result = run_load(base_url, model, requests, settings, on_done=on_request, alive=alive,
+                      warmup_requests=warm, scrape_metrics=True,
+                      metrics_interval_s=profile.metrics_interval_s)
+    metrics = compute_metrics(result.records, result.duration_s)
+    busy = result.server_stats.get("client_cpu_fraction", 0.0)
+    if busy > CLIENT_BUSY:
+        warnings.warn(f"the load generator used {busy:.0%} of a CPU core: it may have limited "
+                      "the server, and its latencies lag (profile.client_processes was "
+                      f"{settings.processes}: raise it)", stacklevel=2)
+    return Point(metrics, result.records, result.server_stats, settings)
+
+
+def run_bench(
+    server: ServerConfig,
+    profile: ProfileConfig,
+    params: Mapping[str, Any],
+    workdir: Path,
+    *,
+    on_phase: Phase | None = None,
+    on_request: OnRequest | None = None,
+    requests: list[Request] | None = None,
+) -> BenchResult:
+    """Boot `vllm serve` with the fixed args plus `params`, run the profile, stop the server."""
+    t_start = time.monotonic()
+    phase = on_phase or (lambda _p: None)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    # Sample the workload while vLLM boots; a bad tokenizer path waits for the server's own
+    # verdict, which names the real problem when the model path itself is wrong.
+    pending: list[AutotuneError] = []
+    have: list[list[Request]] = [requests] if requests is not None else []
+
+    def sample() -> None:
+        if not have:
+            try:
+                have.append(build_requests(profile, server.tokenizer_dir))
+            except AutotuneError as e:
+                pending.append(e)
+
+    with booted(server, params, workdir, phase, sample) as proc:
+        assert proc.started_at is not None and proc.healthy_at is not None
+        boot_s = proc.healthy_at - proc.started_at
+        if pending:
+            raise pending[0]
         phase("benchmarking")
-        i_len, o_len = profile.lengths()
-        settings = LoadSettings(
-            max_concurrency=profile.max_concurrency,
-            request_rate=profile.request_rate,
-            seed=profile.seed,
-            warmup=profile.warmup,
-            endpoint=profile.endpoint,
-            ignore_eos=True,
-            request_timeout_s=profile.request_timeout_s,
-            processes=profile.processes(),
-        )
         t_bench = time.monotonic()
-        measured, warm = requests[: profile.num_prompts], requests[profile.num_prompts :]
-        result = run_load(
-            proc.base_url,
-            server.model,
-            measured,
-            settings,
-            on_done=on_request,
-            alive=lambda: proc.proc is not None and proc.proc.poll() is None,
-            warmup_requests=warm,
-            scrape_metrics=True,
-            metrics_interval_s=profile.metrics_interval_s,
-        )
+        reqs = have[0]
+        point = measure(proc.base_url, server.model, profile, reqs[: profile.num_prompts],
+                        on_request=on_request, alive=proc.alive,
+                        warm=reqs[profile.num_prompts:])
         bench_s = time.monotonic() - t_bench
         proc.check_alive()
         phase("stopping")
         t_stop = time.monotonic()
-    finally:
-        proc.stop()
     stop_s = time.monotonic() - t_stop
-    metrics = compute_metrics(result.records, result.duration_s)
-    if result.server_stats.get("client_cpu_fraction", 0.0) > CLIENT_BUSY:
-        warnings.warn(f"the load generator used {result.server_stats['client_cpu_fraction']:.0%} "
-                      "of a CPU core: it may have limited the server, and its latencies lag "
-                      f"(profile.client_processes was {settings.processes}: raise it)",
-                      stacklevel=2)
-    if metrics.completed == 0:
-        first = next(iter(metrics.errors), "no request succeeded")
+    if point.metrics.completed == 0:
+        first = next(iter(point.metrics.errors), "no request succeeded")
         raise LoadError(f"every request failed: {first}")
-    timings = Timings(boot_s, bench_s, stop_s, time.monotonic() - t_start)
+    i_len, o_len = profile.lengths()
     out = BenchResult(
         argv=proc.argv,
         params=dict(params),
-        metrics=metrics,
-        records=result.records,
-        timings=timings,
+        metrics=point.metrics,
+        records=point.records,
+        timings=Timings(boot_s, bench_s, stop_s, time.monotonic() - t_start),
         log_path=str(proc.log_path),
-        server_stats=result.server_stats,
+        server_stats=point.server_stats,
         workload={
             "profile": profile.name,
             "input_len": i_len,
@@ -204,9 +224,9 @@ def run_bench(
             "max_concurrency": profile.max_concurrency,
             "request_rate": str(profile.request_rate),
             "seed": profile.seed,
-            "client_processes": settings.processes,
+            "client_processes": point.settings.processes,
         },
     )
     (workdir / "result.json").write_text(json.dumps(out.to_json(), indent=2, default=str) + "\n")
-    write_records(result.records, workdir / "requests.csv")
+    write_records(point.records, workdir / "requests.csv")
     return out

@@ -20,6 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from autotune.cache import cache_dir
+from autotune.errors import ConfigError
+from autotune.profile import ProfileConfig
+
 SHAREGPT_CONVERSATIONS = 17_671  # what a streaming parse of the truncated file recovers
 
 
@@ -49,20 +53,13 @@ def iter_sharegpt() -> Iterator[list[dict[str, Any]]]:
             return
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("AUTOTUNE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "autotune"
-    )
-    return Path(base)
-
-
 def sharegpt_pairs() -> list[tuple[str, str]]:
     """(first turn, second turn) of every conversation with at least two turns, in file order.
 
     Parsing the 120 MB file takes seconds, so the pairs are cached as JSON under
     $AUTOTUNE_CACHE_DIR (default ~/.cache/autotune).
     """
-    path = _cache_dir() / "sharegpt_pairs.json"
+    path = cache_dir() / "sharegpt_pairs.json"
     if path.exists():
         return [(a, b) for a, b in json.loads(path.read_text())]
     pairs = [(c[0]["value"], c[1]["value"]) for c in iter_sharegpt() if len(c) >= 2]
@@ -76,7 +73,7 @@ def sharegpt_pairs() -> list[tuple[str, str]]:
 def sharegpt_json_for_vllm() -> Path:
     """The recovered conversations as a complete JSON file that `vllm bench serve
     --dataset-name sharegpt --dataset-path` can read (the packaged file is truncated)."""
-    path = _cache_dir() / "sharegpt_recovered.json"
+    path = cache_dir() / "sharegpt_recovered.json"
     if not path.exists():
         entries = [{"id": str(i), "conversations": [{"from": "human", "value": p},
                                                      {"from": "gpt", "value": r}]}
@@ -157,8 +154,6 @@ def load_tokenizer(model: str) -> Any:
     """The `tokenizers.Tokenizer` of a local model directory (its tokenizer.json)."""
     from tokenizers import Tokenizer
 
-    from autotune.errors import ConfigError
-
     path = Path(model) / "tokenizer.json"
     if not path.exists():
         raise ConfigError(
@@ -166,3 +161,14 @@ def load_tokenizer(model: str) -> Any:
             "tokenizer file (pass --tokenizer DIR to use another directory)"
         )
     return Tokenizer.from_file(str(path))
+
+
+def build_requests(profile: ProfileConfig, tokenizer_dir: str) -> list[Request]:
+    """The measured requests followed by `profile.warmup` distinct warm-up requests."""
+    tok = load_tokenizer(tokenizer_dir)
+    i, o = profile.lengths()
+    n = profile.num_prompts + profile.warmup
+    if profile.name == "sharegpt":
+        return sample_sharegpt(tok, n, profile.seed, output_len=o)
+    assert i is not None and o is not None
+    return sample_random(tok, n, i, o, profile.seed)

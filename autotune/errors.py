@@ -7,10 +7,15 @@
      |    +-- ServerBootTimeout      still not healthy at the boot deadline
      |    +-- ServerDiedError        exited while it was serving (crash mid-benchmark)
      +-- LoadError                   the benchmark could not produce a measurement
+     +-- ClientError                 the load generator itself failed (not the server's doing)
      +-- StudyError                  the study storage or its state
+          +-- TrialError             a trial raised something autotune did not expect: it is
+                                     recorded on the trial, the study stops, the same command
+                                     resumes it
 
 Expected trial failures (boot errors, timeouts, crashes) are ServerError/LoadError: the study
-records them on the trial with their cause. Anything else is a bug and surfaces as such.
+records them on the trial with their cause and goes on. Anything else raised inside a trial
+(ClientError included) is recorded on the trial and stops the study with a TrialError.
 """
 
 from __future__ import annotations
@@ -58,5 +63,25 @@ class LoadError(AutotuneError):
     """The load generator could not measure (for example every request failed)."""
 
 
+class ClientError(AutotuneError):
+    """The load generator failed for a reason of its own (a client process died, a request
+    could not be built). Not a verdict on the server's config: a study stops on it."""
+
+
 class StudyError(AutotuneError):
     """The study's storage or state is not what the command needs."""
+
+
+class TrialError(StudyError):
+    """An unexpected exception inside a trial (a bug, or the machine under the study changed).
+
+    The trial is recorded with the exception's type and message, and the study stops with one
+    error line; the same command resumes it (the trial's params are enqueued again)."""
+
+    def __init__(self, number: int, exc: BaseException, log_path: str | None = None) -> None:
+        where = f"; its log: {log_path}" if log_path else ""
+        super().__init__(f"trial {number} stopped on an unexpected {type(exc).__name__}: {exc}"
+                         f"{where}. The trial is recorded; the same command resumes the study "
+                         "(--debug shows the traceback)")
+        self.number = number
+        self.log_path = log_path

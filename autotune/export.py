@@ -5,61 +5,71 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import optuna
 import yaml
-from optuna.trial import FrozenTrial
 
+from autotune.bench import OnRequest, Phase, run_bench
 from autotune.command import flag_name, serve_argv, shell_join
-from autotune.config import ProfileConfig, StudyConfig, default_executable
+from autotune.config import StudyConfig, default_executable
 from autotune.errors import StudyError
-from autotune.study import feasible_front
+from autotune.profile import ProfileConfig
+from autotune.results import TrialRecord, front, records
 
 Preference = Literal["throughput", "latency", "knee"]
 
 
-def _metric(t: FrozenTrial, cfg: StudyConfig, name: str) -> float:
-    metrics = t.user_attrs.get("metrics", {})
-    if name in metrics:
-        return float(metrics[name])
-    for i, o in enumerate(cfg.objectives):
-        if o.metric == name:
-            return float(t.values[i])
-    raise StudyError(f"metric {name!r} was not recorded on trial {t.number}")
+def _metric(t: TrialRecord, name: str) -> float:
+    v = t.value(name)
+    if v is None:
+        raise StudyError(f"metric {name!r} was not recorded on trial {t.number}")
+    return float(v)
+
+
+def find_trial(study: optuna.Study, number: int) -> TrialRecord:
+    found = [r for r in records(study) if r.number == number]
+    if not found:
+        raise StudyError(f"--trial: study {study.study_name!r} has no trial {number}")
+    if not found[0].measured:
+        raise StudyError(f"--trial: trial {number} has no measurement ({found[0].label()}"
+                         f"{': ' + found[0].cause if found[0].cause else ''})")
+    return found[0]
 
 
 def choose(study: optuna.Study, cfg: StudyConfig, prefer: Preference = "knee",
-           max_tpot_ms: float | None = None) -> FrozenTrial:
+           max_tpot_ms: float | None = None) -> TrialRecord:
     """The front's trial that best matches the stated preference."""
-    front = feasible_front(study)
-    if not front:
+    front_ = front(study)
+    if not front_:
         raise StudyError(f"study {study.study_name!r} has no feasible complete trial yet")
     thr = next((o for o in cfg.objectives if o.direction == "maximize"), cfg.objectives[0])
     lat = next((o for o in cfg.objectives if o.direction == "minimize"), cfg.objectives[-1])
     if max_tpot_ms is not None:
-        ok = [t for t in front if _metric(t, cfg, "mean_tpot_ms") <= max_tpot_ms]
+        ok = [t for t in front_ if _metric(t, "mean_tpot_ms") <= max_tpot_ms]
         if not ok:
-            best = min(_metric(t, cfg, "mean_tpot_ms") for t in front)
+            best = min(_metric(t, "mean_tpot_ms") for t in front_)
             raise StudyError(f"no feasible trial has mean TPOT <= {max_tpot_ms} ms "
                              f"(the lowest is {best:.2f} ms)")
-        return max(ok, key=lambda t: _metric(t, cfg, thr.metric))
+        return max(ok, key=lambda t: _metric(t, thr.metric))
     if prefer == "throughput":
-        return max(front, key=lambda t: _metric(t, cfg, thr.metric) * _sign(thr.direction))
+        return max(front_, key=lambda t: _metric(t, thr.metric) * _sign(thr.direction))
     if prefer == "latency":
-        return min(front, key=lambda t: _metric(t, cfg, lat.metric) * _sign(lat.direction, -1))
-    return knee(front, [o.direction for o in cfg.objectives])
+        return min(front_, key=lambda t: _metric(t, lat.metric) * _sign(lat.direction, -1))
+    return knee(front_, cfg.metric_names(), [o.direction for o in cfg.objectives])
 
 
 def _sign(direction: str, flip: int = 1) -> float:
     return flip * (1.0 if direction == "maximize" else -1.0)
 
 
-def knee(front: list[FrozenTrial], directions: list[str]) -> FrozenTrial:
+def knee(front: list[TrialRecord], metrics: list[str], directions: list[str]) -> TrialRecord:
     """The trial closest to the utopia point, each objective scaled to [0, 1] over the front."""
-    values = np.array([t.values for t in front], dtype=float)
+    values = np.array([[t.values[m] for m in metrics] for t in front], dtype=float)
     lo, hi = values.min(axis=0), values.max(axis=0)
     scaled = (values - lo) / np.where(hi > lo, hi - lo, 1.0)
     regret = np.stack([1 - scaled[:, i] if d == "maximize" else scaled[:, i]
@@ -72,15 +82,14 @@ def display_executable(executable: list[str]) -> list[str]:
     return ["vllm"] if executable == default_executable() else executable
 
 
-def serve_command(cfg: StudyConfig, trial: FrozenTrial) -> list[str]:
-    flags = {**cfg.server.args, **trial.user_attrs.get("flags", {})}
-    return serve_argv(display_executable(cfg.server.executable), cfg.server.model, flags,
-                      cfg.server.extra_args)
+def serve_command(cfg: StudyConfig, trial: TrialRecord) -> list[str]:
+    return serve_argv(display_executable(cfg.server.executable), cfg.server.model,
+                      cfg.server.serve_flags(trial.flags), cfg.server.extra_args)
 
 
-def config_yaml(cfg: StudyConfig, trial: FrozenTrial) -> str:
+def config_yaml(cfg: StudyConfig, trial: TrialRecord) -> str:
     """A file for `vllm serve --config FILE` (kebab-case keys, nested JSON flags as maps)."""
-    flags = {**cfg.server.args, **trial.user_attrs.get("flags", {})}
+    flags = cfg.server.serve_flags(trial.flags)
     doc: dict[str, Any] = {"model": cfg.server.model}
     doc.update({flag_name(k)[2:]: v for k, v in flags.items() if v is not None})
     return yaml.safe_dump(doc, sort_keys=False)
@@ -114,16 +123,15 @@ def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
     return argv
 
 
-def export(study: optuna.Study, cfg: StudyConfig, trial: FrozenTrial,
-           out_dir: Path | None = None) -> dict[str, Any]:
+def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) -> dict[str, Any]:
     """Everything export prints, and the files it writes (config YAML, JSON summary)."""
     serve = shell_join(serve_command(cfg, trial))
     bench = shell_join(bench_command(cfg.profile, cfg.server.model, cfg.server.tokenizer_dir,
                                      cfg.server.executable))
     result = {
         "trial": trial.number,
-        "values": dict(zip([o.metric for o in cfg.objectives], trial.values, strict=True)),
-        "flags": trial.user_attrs.get("flags", {}),
+        "values": dict(trial.values),
+        "flags": trial.flags,
         "serve_command": serve,
         "bench_command": bench,
     }
@@ -133,3 +141,22 @@ def export(study: optuna.Study, cfg: StudyConfig, trial: FrozenTrial,
         (out_dir / "export.json").write_text(json.dumps(result, indent=2) + "\n")
         result["config_path"] = str(out_dir / "vllm-config.yaml")
     return result
+
+
+@dataclass(frozen=True)
+class Validation:
+    """A chosen trial measured again on a fresh boot: (metric, study value, re-run value)."""
+
+    trial: int
+    rows: list[tuple[str, float, float]]
+    run_dir: Path
+
+
+def validate(cfg: StudyConfig, trial: TrialRecord, *, on_phase: Phase | None = None,
+             on_request: OnRequest | None = None) -> Validation:
+    """Boot the trial's flags again and re-measure the study's objectives."""
+    run_dir = cfg.study_dir() / f"validate-{trial.number:04d}-{time.strftime('%H%M%S')}"
+    res = run_bench(cfg.server, cfg.profile, trial.flags, run_dir, on_phase=on_phase,
+                    on_request=on_request)
+    now = res.metrics.flat()
+    return Validation(trial.number, [(m, v, now[m]) for m, v in trial.values.items()], run_dir)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -95,9 +94,6 @@ class BenchMetrics:
             for stat in ("mean", "median", "p90", "p99", "std"):
                 out[f"{stat}_{name}_ms"] = getattr(s, stat)
         return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 METRIC_NAMES = tuple(

@@ -2,29 +2,33 @@
 
 The objective returns numbers and sets constraints; it logs nothing (tracking is a callback).
 An expected failure (the server does not boot, crashes, times out, or serves nothing) is a
-COMPLETE trial that violates the `boot_ok` constraint, with worst-case values and its cause kept
-on the trial: TPE and GP skip FAIL trials and would keep proposing the same region. Flags that
-failed once are never booted again; the earlier trial's verdict is reused.
+COMPLETE trial that violates the `boot_ok` constraint, with worst-case values for the sampler
+and its cause recorded: TPE and GP skip FAIL trials and would keep proposing the same region.
+Flags that failed once are never booted again; the earlier trial's verdict is reused. Anything
+else raised inside a trial is recorded on it and stops the study (TrialError).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.trial import TrialState
 
 from autotune.bench import run_bench
 from autotune.config import StudyConfig
 from autotune.datasets import Request
-from autotune.errors import LoadError, ServerError
+from autotune.errors import LoadError, ServerBootError, ServerError, TrialError
+from autotune.results import TrialFacts, write_facts
 from autotune.search_space import SearchSpace
 
 BOOT_OK = "boot_ok"
 REQUESTS_OK = "requests_ok"
+# what the sampler learns from a trial without a measurement (never shown to a user)
 WORST = {"maximize": 0.0, "minimize": 1e6}
 
 # (trial number, phase, flags) -> None; phases: booting, benchmarking, stopping, reused
@@ -33,6 +37,15 @@ PhaseHook = Callable[[int, str, dict[str, Any]], None]
 
 def flags_key(flags: dict[str, Any]) -> str:
     return json.dumps(flags, sort_keys=True, separators=(",", ":"))
+
+
+def unfixable_by(space: SearchSpace, cause: str) -> bool:
+    """Whether a boot failure's cause names none of the space's parameters (as snake_case or
+    as a flag): then no trial of the space can boot either (the model, the fixed args)."""
+    text = cause.lower()
+    names = {n for n, p in space.parameters.items()} | {p.into for p in
+                                                        space.parameters.values() if p.into}
+    return not any(n.lower() in text or n.replace("_", "-").lower() in text for n in names)
 
 
 @dataclass
@@ -52,20 +65,18 @@ class Objective:
         sampled = {} if baseline else self.space.suggest(trial)
         flags = {**self.space.fixed, **self.space.to_flags(sampled)}
         key = flags_key(flags)
-        trial.set_user_attr("flags", flags)
-        trial.set_user_attr("flags_key", key)
-        if self.worker:
-            trial.set_user_attr("worker", self.worker)
+        write_facts(trial, TrialFacts(flags=flags, flags_key=key, worker=self.worker))
         hook = self.on_phase or (lambda *_: None)
 
         prior = self._failed_before(trial, key)
         if prior is not None:
             hook(trial.number, "reused", flags)
-            trial.set_user_attr("reused_from", prior.number)
-            return self._fail(trial, prior.user_attrs.get("cause", "failed before"),
-                              prior.user_attrs.get("failure", "ServerError"))
+            return self._fail(trial, TrialFacts(
+                reused_from=prior.number, cause=prior.user_attrs.get("cause", "failed before"),
+                failure=prior.user_attrs.get("failure", "ServerError")))
 
         workdir = self.study_dir / f"trial-{trial.number:04d}"
+        log_path = str(workdir / "server.log")
         phase = ["starting"]
 
         def on_phase(p: str) -> None:
@@ -78,59 +89,46 @@ class Objective:
         except KeyboardInterrupt:
             # Optuna marks the trial FAIL and re-raises; the server was stopped on the way out.
             # The next `autotune study` re-enqueues these params (study.requeue_interrupted).
-            trial.set_user_attr("interrupted", True)
-            trial.set_user_attr("cause", f"interrupted while {phase[0]}")
+            write_facts(trial, TrialFacts(interrupted=True,
+                                          cause=f"interrupted while {phase[0]}"))
             raise
         except (ServerError, LoadError) as e:
-            trial.set_user_attr("log_path", str(workdir / "server.log"))
-            return self._fail(trial, getattr(e, "cause", None) or str(e), type(e).__name__)
+            cause = getattr(e, "cause", None) or str(e)
+            fatal = baseline and isinstance(e, ServerBootError) and unfixable_by(self.space,
+                                                                                  cause)
+            return self._fail(trial, TrialFacts(log_path=log_path, cause=cause,
+                                                failure=type(e).__name__, fatal=fatal or None))
+        except Exception as e:  # not a verdict on the config: record it, stop the study
+            write_facts(trial, TrialFacts(
+                cause=f"{type(e).__name__}: {e}", log_path=log_path,
+                error={"type": type(e).__name__, "message": str(e)[:2000], "phase": phase[0]}))
+            raise TrialError(trial.number, e, log_path) from e
 
         metrics = result.metrics.flat()
-        trial.set_user_attr("metrics", metrics)
-        trial.set_user_attr("timings", {
-            "boot_s": result.timings.boot_s, "bench_s": result.timings.bench_s,
-            "stop_s": result.timings.stop_s, "total_s": result.timings.total_s,
-        })
-        trial.set_user_attr("argv", result.argv)
-        if result.server_stats:
-            trial.set_user_attr("server_stats", result.server_stats)
-        trial.set_user_attr("log_path", result.log_path)
+        cause = None
         if result.metrics.errors:
-            trial.set_user_attr("request_errors", result.metrics.errors)
             first = next(iter(result.metrics.errors))
-            trial.set_user_attr("cause", f"{result.metrics.failed} of "
-                                f"{len(result.records)} requests failed: {first}")
+            cause = f"{result.metrics.failed} of {len(result.records)} requests failed: {first}"
+        write_facts(trial, TrialFacts(
+            metrics=metrics, timings=asdict(result.timings), argv=result.argv,
+            server_stats=result.server_stats or None, log_path=result.log_path,
+            request_errors=result.metrics.errors or None, cause=cause))
         trial.set_constraint(BOOT_OK, 0.0)
         trial.set_constraint(REQUESTS_OK, float(result.metrics.failed))
         for slo in self.cfg.slos:
             trial.set_constraint(slo.key, slo.violation(metrics[slo.metric]))
-        values = [float(metrics[o.metric]) for o in self.cfg.objectives]
-        base = _baseline_values(trial)
-        if base is not None:
-            trial.set_user_attr("delta_vs_baseline", {
-                o.metric: (v - b) / b if b else 0.0
-                for o, v, b in zip(self.cfg.objectives, values, base, strict=True)
-            })
-        return values
+        return [float(metrics[o.metric]) for o in self.cfg.objectives]
 
-    def _fail(self, trial: optuna.Trial, cause: str, kind: str) -> list[float]:
-        trial.set_user_attr("cause", cause)
-        trial.set_user_attr("failure", kind)
+    def _fail(self, trial: optuna.Trial, facts: TrialFacts) -> list[float]:
+        write_facts(trial, facts)
         for name in self.constraint_names():
             trial.set_constraint(name, 1.0)
         return [WORST[o.direction] for o in self.cfg.objectives]
 
     @staticmethod
     def _failed_before(trial: optuna.Trial, key: str) -> optuna.trial.FrozenTrial | None:
-        for t in trial.study.get_trials(deepcopy=False,
-                                        states=(optuna.trial.TrialState.COMPLETE,)):
-            if t.user_attrs.get("flags_key") == key and t.user_attrs.get("failure"):
+        for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if t.user_attrs.get("flags_key") == key and t.user_attrs.get("failure") and \
+                    not t.user_attrs.get("fatal"):
                 return t
         return None
-
-
-def _baseline_values(trial: optuna.Trial) -> list[float] | None:
-    for t in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if t.user_attrs.get("baseline") and not t.user_attrs.get("failure"):
-            return list(t.values)
-    return None

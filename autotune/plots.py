@@ -1,100 +1,127 @@
-"""Pictures of a study: the Pareto front (interactive HTML and PNG) and the hypervolume history."""
+"""Pictures of a study: the Pareto front (Optuna's own plot, as HTML and PNG), the hypervolume
+history and parameter importances. Only measured trials are drawn: a trial without a
+measurement has no values to place."""
 
 from __future__ import annotations
 
 import warnings
 from functools import partial
 from pathlib import Path
-from typing import Any
 
+import numpy as np
 import optuna
 import pandas as pd
 
-from autotune.present import short_metric
+from autotune.present import params_text, short_metric
+from autotune.results import TrialRecord, records
 
 
-def trials_frame(rows: list[dict[str, Any]], metrics: list[str], front: set[int]) -> pd.DataFrame:
-    df = pd.DataFrame([{
-        "number": r["number"], "baseline": r["baseline"], "feasible": r["feasible"],
-        "on_front": r["number"] in front, "cause": r["cause"] or "",
-        "params": " ".join(f"{k}={v}" for k, v in r["params"].items()) or "(defaults)",
-        **{m: r[m] for m in metrics},
-    } for r in rows])
-    return df
+def measured_study(study: optuna.Study, with_params: bool = False) -> optuna.Study:
+    """An in-memory copy of the study holding only its measured trials (constraints kept);
+    `with_params`: only those that sampled parameters (not the baseline)."""
+    recs = {r.number: r for r in records(study)}
+    copy = optuna.create_study(directions=study.directions)
+    if study.metric_names:
+        copy.set_metric_names(list(study.metric_names))
+    copy.add_trials([t for t in study.get_trials(deepcopy=False) if recs[t.number].measured
+                     and (t.params or not with_params)])
+    return copy
 
 
-def pareto_html(df: pd.DataFrame, metrics: list[str], path: Path, title: str) -> None:
+def trials_frame(recs: list[TrialRecord], metrics: list[str], front: set[int]) -> pd.DataFrame:
+    """One row per trial: number, status, flags and the objectives (empty when not measured)."""
+    return pd.DataFrame([{
+        "number": r.number, "status": r.status.value, "baseline": r.baseline,
+        "feasible": r.feasible, "on_front": r.number in front, "cause": r.cause or "",
+        "params": params_text(r.params) if not r.baseline else "(vLLM defaults)",
+        **{m: r.value(m) for m in metrics},
+    } for r in recs])
+
+
+def _baseline(recs: list[TrialRecord], metrics: list[str]) -> tuple[float, float] | None:
+    base = next((r for r in recs if r.baseline and r.measured), None)
+    if base is None or len(metrics) < 2:
+        return None
+    return base.values[metrics[0]], base.values[metrics[1]]
+
+
+def pareto_html(study: optuna.Study, path: Path, title: str) -> None:
+    """Optuna's interactive Pareto plot (infeasible trials greyed), with the baseline starred."""
     import plotly.graph_objects as go
+    from optuna.visualization import plot_pareto_front
 
-    x, y = metrics[1] if len(metrics) > 1 else metrics[0], metrics[0]
-    fig = go.Figure()
-    groups = [
-        ("infeasible (SLO miss)", df[~df.feasible & (df.cause == "")], "lightgrey", "circle"),
-        ("feasible", df[df.feasible & ~df.on_front & ~df.baseline], "steelblue", "circle"),
-        ("Pareto front", df[df.on_front & ~df.baseline].sort_values(x), "crimson", "diamond"),
-        ("baseline (vLLM defaults)", df[df.baseline & (df.cause == "")], "black", "star"),
-    ]
-    for name, g, color, symbol in groups:
-        if g.empty:
-            continue
-        fig.add_trace(go.Scatter(
-            x=g[x], y=g[y], name=name, mode="markers+lines" if name == "Pareto front"
-            else "markers", marker={"color": color, "size": 11, "symbol": symbol},
-            text=[f"trial {n}<br>{p}" for n, p in zip(g.number, g.params, strict=True)],
-            hovertemplate="%{text}<br>" + f"{x}=%{{x:.2f}}<br>{y}=%{{y:.1f}}<extra></extra>",
-        ))
-    failed = df[df.cause != ""]
-    fig.update_layout(title=f"{title}: {len(df)} trials, {len(failed)} without a measurement "
-                      "(no boot, no service, or interrupted)",
-                      xaxis_title=short_metric(x), yaxis_title=short_metric(y),
+    copy = measured_study(study)
+    names = [short_metric(m) for m in copy.metric_names or []] or None
+    fig = plot_pareto_front(copy, target_names=names)
+    base = _baseline(records(study), list(study.metric_names or []))
+    if base is not None:
+        fig.add_trace(go.Scatter(x=[base[0]], y=[base[1]], mode="markers",
+                                 name="baseline (vLLM defaults)",
+                                 marker={"symbol": "star", "size": 16, "color": "black"}))
+    unmeasured = len(study.trials) - len(copy.trials)
+    fig.update_layout(title=f"{title}: {len(study.trials)} trials, {unmeasured} without a "
+                      "measurement (no boot, no service, or interrupted)",
                       template="plotly_white")
     fig.write_html(path, include_plotlyjs="cdn")
 
 
-def pareto_png(df: pd.DataFrame, metrics: list[str], path: Path, title: str) -> None:
+def pareto_png(study: optuna.Study, path: Path, title: str) -> None:
+    """The same plot as a PNG (Optuna's matplotlib backend), for reports and MLflow."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from optuna.visualization.matplotlib import plot_pareto_front
 
-    x, y = metrics[1] if len(metrics) > 1 else metrics[0], metrics[0]
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    ok = df[df.cause == ""]
-    ax.scatter(ok[~ok.feasible][x], ok[~ok.feasible][y], c="lightgrey", label="SLO miss")
-    ax.scatter(ok[ok.feasible][x], ok[ok.feasible][y], c="steelblue", label="feasible")
-    f = ok[ok.on_front].sort_values(x)
-    ax.plot(f[x], f[y], "D-", c="crimson", label="Pareto front")
-    b = ok[ok.baseline]
-    ax.scatter(b[x], b[y], marker="*", s=220, c="black", label="baseline (defaults)", zorder=5)
-    for _, r in ok.iterrows():
-        ax.annotate(str(r.number), (r[x], r[y]), textcoords="offset points", xytext=(4, 4),
-                    fontsize=7)
-    ax.set_xlabel(short_metric(x))
-    ax.set_ylabel(short_metric(y))
-    ax.set_title(f"{title}: {len(df)} trials, {len(df) - len(ok)} without a measurement")
+    copy = measured_study(study)
+    names = [short_metric(m) for m in copy.metric_names or []] or None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the matplotlib backend is "experimental"
+        ax = plot_pareto_front(copy, target_names=names)
+    base = _baseline(records(study), list(study.metric_names or []))
+    if base is not None:
+        ax.scatter([base[0]], [base[1]], marker="*", s=220, c="black",
+                   label="baseline (defaults)", zorder=5)
+    for t in copy.trials:
+        if t.values and len(t.values) >= 2:
+            ax.annotate(str(t.number), (t.values[0], t.values[1]), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7)
     ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    ax.set_title(f"{title}: {len(study.trials)} trials, "
+                 f"{len(study.trials) - len(copy.trials)} without a measurement")
+    fig = ax.get_figure(root=True)
+    assert fig is not None
+    fig.set_size_inches(8, 5.5)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def hypervolume_history(study: optuna.Study, path_html: Path) -> pd.DataFrame | None:
-    """Optuna's hypervolume history (feasible trials), as HTML and as a table."""
-    from optuna.visualization import plot_hypervolume_history
+def hypervolume_history(study: optuna.Study) -> pd.DataFrame | None:
+    """The hypervolume of the feasible measured trials after each trial, computed directly
+    (objectives turned into losses; the reference point is half the worst maximized value
+    and twice the worst minimized one among feasible trials)."""
+    from optuna._hypervolume import compute_hypervolume
 
-    feasible = [t for t in study.best_trials]
-    if len(study.directions) < 2 or not feasible:
+    if len(study.directions) < 2:
         return None
-    worst = []
-    for i, d in enumerate(study.directions):
-        vals = [t.values[i] for t in feasible]
-        worst.append(min(vals) * 0.5 if d == optuna.study.StudyDirection.MAXIMIZE
-                     else max(vals) * 2.0)
-    fig = plot_hypervolume_history(study, reference_point=worst)
-    fig.write_html(path_html, include_plotlyjs="cdn")
-    tr = fig.data[0]
-    return pd.DataFrame({"trial": list(tr.x), "hypervolume": list(tr.y)})
+    recs = records(study)
+    signs = np.array([-1.0 if d == optuna.study.StudyDirection.MAXIMIZE else 1.0
+                      for d in study.directions])
+    names = list(study.metric_names or [])
+    feasible = [r for r in recs if r.feasible]
+    if not feasible or not names:
+        return None
+    vals = np.array([[r.values[m] for m in names] for r in feasible])
+    worst = np.where(signs < 0, vals.min(axis=0) * 0.5, vals.max(axis=0) * 2.0)
+    ref = worst * signs
+    rows, pts = [], []
+    for r in recs:
+        if r.feasible:
+            pts.append(np.array([r.values[m] for m in names]) * signs)
+        hv = compute_hypervolume(np.array(pts), ref) if pts else 0.0
+        rows.append({"trial": r.number, "hypervolume": float(hv)})
+    return pd.DataFrame(rows)
 
 
 def _objective_value(i: int, t: optuna.trial.FrozenTrial) -> float:
@@ -102,19 +129,17 @@ def _objective_value(i: int, t: optuna.trial.FrozenTrial) -> float:
 
 
 def importances(study: optuna.Study, metrics: list[str]) -> dict[str, dict[str, float]]:
-    """Parameter importances per objective where Optuna can compute them."""
+    """Parameter importances per objective where Optuna can compute them (measured trials)."""
     out: dict[str, dict[str, float]] = {}
-    done = [t for t in study.get_trials(deepcopy=False,
-                                        states=(optuna.trial.TrialState.COMPLETE,))
-            if t.params and not t.user_attrs.get("failure")]
-    if len(done) < 3:
+    copy = measured_study(study, with_params=True)
+    if len(copy.trials) < 3:
         return out
     for i, m in enumerate(metrics):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "few trials per regime": expected early on
                 out[m] = optuna.importance.get_param_importances(
-                    study, target=partial(_objective_value, i))
+                    copy, target=partial(_objective_value, i))
         except (ValueError, RuntimeError, ZeroDivisionError):
             continue  # too few trials sharing a parameter, or no variance yet
     return out

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import optuna
+from optuna.trial import FrozenTrial
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -20,6 +22,7 @@ from rich.progress import (
 from rich.table import Table
 
 from autotune.metrics import BenchMetrics
+from autotune.results import Status, TrialRecord, baseline, deltas, records
 
 console = Console(stderr=True)
 # tables are wide: when stdout is not a terminal (CI logs, pipes) give them room
@@ -104,7 +107,10 @@ def params_text(params: dict[str, Any]) -> str:
                     for k, v in params.items()) or "(vLLM defaults)"
 
 
-def trials_table(rows: list[dict[str, Any]], metrics: list[str], title: str = "Trials") -> Table:
+def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Trials") -> Table:
+    """Every trial: status, objectives with their change against the baseline, boot and
+    benchmark seconds, flags, and the cause of a failure."""
+    base = baseline(recs)
     t = Table(title=title, header_style="bold")
     t.add_column("#", justify="right")
     t.add_column("state")
@@ -113,29 +119,27 @@ def trials_table(rows: list[dict[str, Any]], metrics: list[str], title: str = "T
     t.add_column("boot s", justify="right")
     t.add_column("bench s", justify="right")
     t.add_column("params / cause", overflow="fold", min_width=30)
-    for r in rows:
-        if r["state"] != "COMPLETE":
-            state = r["state"].lower()
-        elif r["cause"]:
-            state = "[red]infeasible[/red]"
-        elif not r["feasible"]:
-            state = "[yellow]SLO miss[/yellow]"
-        else:
-            state = "[green]ok[/green]"
-        if r["baseline"]:
+    for r in recs:
+        state = STATUS_STYLE.get(r.status, "{}").format(r.label())
+        if r.baseline:
             state += " (base)"
-        cells = [str(r["number"]), state]
+        cells = [str(r.number), state]
+        d = deltas(r, base)
         for m in metrics:
-            d = r[f"delta_{m}"]
-            cells.append(_fmt(r[m]) + (f" ({_fmt(d, pct=True)})" if d is not None else ""))
-        tm = r.get("timings") or {}
+            v = r.values.get(m)
+            cells.append(_fmt(v) + (f" ({_fmt(d[m], pct=True)})" if m in d else ""))
+        tm = r.timings
         cells += [_fmt(tm.get("boot_s")), _fmt(tm.get("bench_s"))]
-        text = escape(params_text(r["params"]))
-        if r["cause"]:
-            text += f"\n[red]{escape(r['cause'][:200])}[/red]"
+        text = escape(params_text(r.params))
+        if r.cause:
+            text += f"\n[red]{escape(r.cause[:200])}[/red]"
         cells.append(text)
         t.add_row(*cells)
     return t
+
+
+STATUS_STYLE = {Status.OK: "[green]{}[/green]", Status.SLO_MISS: "[yellow]{}[/yellow]",
+                Status.INFEASIBLE: "[red]{}[/red]", Status.ERROR: "[red]{}[/red]"}
 
 
 class StudyView:
@@ -160,19 +164,23 @@ class StudyView:
         self.progress.update(self.task, description=(
             f"trial {number}: {phase}" if number >= 0 else phase))
 
-    def on_trial(self, study: Any, trial: Any) -> None:
+    def on_running(self, text: str) -> None:
+        self.progress.update(self.task, description=text)
+
+    def on_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self.progress.advance(self.task)
-        cause = trial.user_attrs.get("cause")
-        if cause:
-            msg = f"[red]infeasible[/red]: {escape(cause[:150])}"
-        elif trial.values:
-            deltas = trial.user_attrs.get("delta_vs_baseline") or {}
-            parts = []
-            for m, v in zip(self.metrics, trial.values, strict=False):
-                d = f" ({deltas[m] * 100:+.1f}%)" if m in deltas else ""
-                parts.append(f"{m} {v:,.2f}{d}")
+        recs = records(study)
+        rec = next(r for r in recs if r.number == trial.number)
+        if rec.measured:
+            d = deltas(rec, baseline(recs))
+            parts = [f"{m} {v:,.2f}" + (f" ({d[m] * 100:+.1f}%)" if m in d else "")
+                     for m, v in rec.values.items()]
             msg = ", ".join(parts)
+            if rec.status == Status.SLO_MISS:
+                msg = "[yellow]SLO miss[/yellow]: " + msg
+        elif rec.cause:
+            msg = f"[red]{rec.label()}[/red]: {escape(rec.cause[:150])}"
         else:
-            msg = trial.state.name.lower()
+            msg = rec.label()
         console.print(f"trial {trial.number}: {msg}  [dim]{escape(params_text(trial.params))}"
                       "[/dim]", highlight=False)

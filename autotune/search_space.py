@@ -13,29 +13,33 @@ A space file:
         into: speculative_config         # rendered into --speculative-config JSON ...
         key: method                      # ... under this key
       num_speculative_tokens:
-        type: int, low: 1, high: 5
+        type: int
+        low: 1
+        high: 5
         into: speculative_config
         when: {speculative_method: [ngram]}   # only sampled when that holds
 
-Parameter names are `vllm serve` flags in snake_case unless `into` names a JSON flag.
+Parameter names are `vllm serve` flags in snake_case unless `into` names a JSON flag. The built-in
+spaces live in the repository's `search_spaces/` folder, shipped in the wheel as the package
+`autotune.search_spaces`.
 """
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import optuna
-import yaml
 from pydantic import Field, model_validator
 
-from autotune.config import _Model, parse_model
 from autotune.errors import ConfigError
+from autotune.schema import StrictModel, parse_model, read_yaml
 
 Scalar = str | int | float | bool | None
 
 
-class _Param(_Model):
+class _Param(StrictModel):
     into: str | None = Field(None, description="JSON flag (snake_case) this value goes into.")
     key: str | None = Field(None, description="Key inside `into` (default: the parameter name).")
     when: dict[str, list[Scalar]] = Field(
@@ -59,10 +63,6 @@ class IntParam(_Param):
             raise ValueError("log scale needs low >= 1 and step 1")
         return self
 
-    def distribution(self) -> optuna.distributions.BaseDistribution:
-        return optuna.distributions.IntDistribution(self.low, self.high, log=self.log,
-                                                    step=self.step)
-
 
 class FloatParam(_Param):
     type: Literal["float"]
@@ -77,31 +77,21 @@ class FloatParam(_Param):
             raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
         return self
 
-    def distribution(self) -> optuna.distributions.BaseDistribution:
-        return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log,
-                                                      step=self.step)
-
 
 class CategoricalParam(_Param):
     type: Literal["categorical"]
     choices: list[Scalar] = Field(min_length=1)
 
-    def distribution(self) -> optuna.distributions.BaseDistribution:
-        return optuna.distributions.CategoricalDistribution(self.choices)
-
 
 class BoolParam(_Param):
     type: Literal["bool"]
-
-    def distribution(self) -> optuna.distributions.BaseDistribution:
-        return optuna.distributions.CategoricalDistribution([False, True])
 
 
 Param = Annotated[IntParam | FloatParam | CategoricalParam | BoolParam,
                   Field(discriminator="type")]
 
 
-class SearchSpace(_Model):
+class SearchSpace(StrictModel):
     name: str
     description: str | None = None
     fixed: dict[str, Any] = Field(default_factory=dict,
@@ -181,38 +171,25 @@ class SearchSpace(_Model):
         }
 
 
+def _builtin(name: str) -> Path | None:
+    f = resources.files("autotune.search_spaces") / f"{name}.yaml"
+    return Path(str(f)) if f.is_file() else None
+
+
 def load_search_space(path: str | Path) -> SearchSpace:
-    """Read and validate a search space file; errors name the file, field and line."""
+    """Read and validate a search space file (or a built-in one by name); errors name the file,
+    field and line."""
     p = Path(path)
     if not p.exists():
-        builtin = Path(__file__).resolve().parent.parent / "search_spaces" / f"{path}.yaml"
-        if builtin.exists():
-            p = builtin
-        else:
+        found = _builtin(str(path))
+        if found is None:
             raise ConfigError(f"search space {str(path)!r} not found (a YAML file, or one of: "
                               f"{', '.join(builtin_spaces())})")
-    data = read_yaml(p)
-    return parse_model(SearchSpace, data, str(p))  # type: ignore[no-any-return]
+        p = found
+    return parse_model(SearchSpace, read_yaml(p), str(p))
 
 
 def builtin_spaces() -> list[str]:
-    d = Path(__file__).resolve().parent.parent / "search_spaces"
-    return sorted(f.stem for f in d.glob("*.yaml"))
-
-
-def read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"{path}:{where}: malformed YAML: {problem}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got "
-                          f"{type(data).__name__}")
-    return data
+    return sorted(f.name.removesuffix(".yaml")
+                  for f in resources.files("autotune.search_spaces").iterdir()
+                  if f.name.endswith(".yaml"))

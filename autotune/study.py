@@ -1,222 +1,41 @@
-"""Create or load the Optuna study, check everything before the first boot, run the trials.
+"""The study's lifecycle: open or create it, prepare it (config and space stored, baseline
+enqueued, interrupted trials enqueued again), and run trials until it holds `n_trials`.
 
-Preflight (before any server boots): the search space parses, the vLLM executable runs, every
-flag and choice of the space exists in that vLLM (`vllm serve --help=all`), and max_model_len can
-hold the profile. Then the storage is created once (parallel creators of one SQLite file race on
-alembic's version table), the baseline (vLLM's defaults) is enqueued first, and trials run until
-the study holds `n_trials` complete ones, so the same command resumes an interrupted study.
+The same command resumes an interrupted study; several workers (processes or hosts) share one
+budget through the storage. The checks before the first boot are autotune.preflight's, the
+sampler is autotune.sampler's, the storage autotune.storage's.
 """
 
 from __future__ import annotations
 
-import json
 import time
-import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.bench import build_requests
 from autotune.config import StudyConfig
-from autotune.errors import ConfigError, StudyError
+from autotune.datasets import build_requests
+from autotune.errors import StudyError
 from autotune.objective import Objective, PhaseHook
-from autotune.search_space import CategoricalParam, IntParam, SearchSpace, load_search_space
-from autotune.vllm_info import VllmInfo, check_flags, get_vllm_info
-
-# autotune reports trials itself; Optuna's own "Trial N failed" lines would repeat them with a
-# traceback (an interrupted trial included)
-optuna.logging.set_verbosity(optuna.logging.ERROR)
-# multivariate/group TPE and metric names are "experimental" but stable enough for us
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-
-
-@dataclass(frozen=True)
-class Preflight:
-    space: SearchSpace
-    vllm: VllmInfo
-
-
-def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
-    """Every check that can fail without booting a server. A worker passes the space stored
-    in the study, so hosts need not hold the same search-space file."""
-    space = space or load_search_space(cfg.search_space)
-    cfg.server.check_executable()
-    model = Path(cfg.server.model)
-    # a path (not a hub name such as Qwen/Qwen3-8B) that is missing fails before any boot
-    if cfg.server.model.startswith((".", "/", "~")) and not model.expanduser().exists():
-        raise ConfigError(f"server.model: {cfg.server.model!r} does not exist (a model directory "
-                          "or a model name the server can load)")
-    _check_model_len(cfg, space)
-    info = get_vllm_info(cfg.server.executable, cfg.server.env)  # ~15 s the first time
-    flags: dict[str, list[object] | None] = {f: None for f in cfg.server.args}
-    flags.update({f: [v] for f, v in space.fixed.items()})
-    for name, p in space.parameters.items():
-        flag = p.into or name
-        choices = space.choices_by_flag().get(name) if not p.into else None
-        flags[flag] = list(choices) if choices is not None else None
-    check_flags(info, flags, f"search space {space.name!r}")
-    return Preflight(space, info)
-
-
-def _check_model_len(cfg: StudyConfig, space: SearchSpace) -> None:
-    need = cfg.profile.required_model_len()
-    fixed = {**cfg.server.args, **space.fixed}
-    where, low = None, None
-    if "max_model_len" in fixed:
-        where, low = "max_model_len", int(fixed["max_model_len"])
-    p = space.parameters.get("max_model_len")
-    if isinstance(p, IntParam):
-        where, low = f"parameters.max_model_len.low ({space.name})", p.low
-    elif isinstance(p, CategoricalParam):
-        nums = [int(c) for c in p.choices if isinstance(c, int | float)]
-        if nums:
-            where, low = f"parameters.max_model_len.choices ({space.name})", min(nums)
-    if low is None:
-        cfg_path = Path(cfg.server.model) / "config.json"
-        if cfg_path.exists():
-            mpe = json.loads(cfg_path.read_text()).get("max_position_embeddings")
-            if mpe is not None and int(mpe) < need:
-                raise ConfigError(f"profile: {cfg.profile.name} needs {need} tokens per request "
-                                  f"but the model allows {mpe} (max_position_embeddings)")
-        return
-    if low < need:
-        raise ConfigError(f"{where}: {low} is shorter than the profile needs ({need} tokens: "
-                          f"{cfg.profile.name}); raise it to at least {need}")
-
-
-class NoRepeatSampler(optuna.samplers.BaseSampler):
-    """Wraps a model-based sampler so that it never proposes again the params of a finished or
-    running trial. With few trials, multivariate TPE models its "good" set on one or two trials
-    and its best candidate is often one of them (the fourth H100 study ran trials 6 and 7 with
-    the same flags: 170 s of boot and benchmark, and one of its 16 trials, for no new
-    information). A repeated sample is drawn again up to `tries` times; if the model keeps
-    choosing measured points, an unmeasured point is drawn at random from the same space."""
-
-    def __init__(self, inner: optuna.samplers.BaseSampler, seed: int | None = None,
-                 tries: int = 10) -> None:
-        self.inner, self.tries = inner, tries
-        self.random = optuna.samplers.RandomSampler(seed=seed)
-
-    def infer_relative_search_space(
-        self, study: optuna.Study, trial: FrozenTrial
-    ) -> dict[str, optuna.distributions.BaseDistribution]:
-        return self.inner.infer_relative_search_space(study, trial)
-
-    def sample_relative(
-        self, study: optuna.Study, trial: FrozenTrial,
-        search_space: dict[str, optuna.distributions.BaseDistribution],
-    ) -> dict[str, Any]:
-        params = self.inner.sample_relative(study, trial, search_space)
-        if not params:  # start-up trials: the inner sampler draws each parameter on its own
-            return params
-
-        def key(p: dict[str, Any]) -> str:
-            return json.dumps({k: p.get(k) for k in params}, sort_keys=True, default=str)
-
-        seen = {key(t.params) for t in study.get_trials(
-            deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-            if t.number != trial.number}
-        for _ in range(self.tries):
-            if key(params) not in seen:
-                return params
-            params = self.inner.sample_relative(study, trial, search_space)
-        for _ in range(100 * self.tries):  # cheap: no model
-            params = {name: self.random.sample_independent(study, trial, name, dist)
-                      for name, dist in search_space.items()}
-            if key(params) not in seen:
-                break
-        return params
-
-    def sample_independent(
-        self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-        param_distribution: optuna.distributions.BaseDistribution,
-    ) -> Any:
-        return self.inner.sample_independent(study, trial, param_name, param_distribution)
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.inner.before_trial(study, trial)
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self.inner.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.inner.reseed_rng()
-
-
-def make_sampler(cfg: StudyConfig, resumed_at: int = 0) -> optuna.samplers.BaseSampler:
-    """The configured sampler. A resumed study offsets the seed by its trial count: the same
-    seed would replay the random start-up draws of the first run (seen on the H100 study,
-    where trials 3 and 4 repeated trials 1 and 2 after a restart)."""
-    s = cfg.sampler
-    seed = None if s.seed is None else s.seed + resumed_at
-    if s.name == "tpe":
-        return NoRepeatSampler(optuna.samplers.TPESampler(
-            seed=seed, n_startup_trials=s.n_startup_trials, multivariate=True, group=True),
-            seed=seed)
-    if s.name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=s.population_size)
-    if s.name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=s.n_startup_trials)
-    return optuna.samplers.RandomSampler(seed=seed)
-
-
-HEARTBEAT_S, GRACE_S = 10, 60
-
-
-def make_storage(url: str, grace_s: float = GRACE_S) -> optuna.storages.BaseStorage:
-    """Create (once) and return the storage, with heartbeats: a RUNNING trial whose worker died
-    (SIGKILL, lost host) is failed after `grace_s` and its params retried once."""
-    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
-    kw: dict[str, Any] = {"heartbeat_interval": HEARTBEAT_S, "grace_period": int(grace_s),
-                          "heartbeat_stale_trial_callback": retry}
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        kw["engine_kwargs"] = {"connect_args": {"timeout": 60}}
-    try:
-        storage = optuna.storages.RDBStorage(url, **kw)
-    except (ValueError, ImportError) as e:
-        raise ConfigError(f"storage: cannot use {url!r}: {e}") from None
-    if url.startswith("sqlite:"):
-        _immediate_transactions(storage.engine)
-    return storage
-
-
-def _immediate_transactions(engine: Any) -> None:
-    """Make every SQLite transaction take the write lock when it begins (BEGIN IMMEDIATE).
-
-    Optuna hands a WAITING trial (the baseline, a re-queued one) to a worker by reading its
-    state and writing RUNNING, with SELECT ... FOR UPDATE, which SQLite ignores. Two workers
-    that start together could both read WAITING and both run the trial; the second to finish
-    then failed with "Cannot tell a COMPLETE trial". Serialized transactions make the read and
-    the write one step. SQLAlchemy's recipe: let pysqlite issue no BEGIN of its own."""
-    from sqlalchemy import event
-
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.isolation_level = None
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    engine.dispose()  # connections opened before the listeners reconnect with them
+from autotune.preflight import Preflight, preflight
+from autotune.results import TrialFacts
+from autotune.sampler import make_sampler
+from autotune.storage import make_storage
 
 
 def requeue_interrupted(study: optuna.Study) -> list[int]:
-    """Enqueue again the params of trials stopped by SIGINT/SIGTERM (once each)."""
+    """Enqueue again (once each) the params of trials stopped by SIGINT/SIGTERM or by an
+    unexpected exception, so the same command resumes them."""
     done = set(study.user_attrs.get("requeued", []))
-    again = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-             if t.user_attrs.get("interrupted") and t.number not in done]
-    for t in again:
-        attrs = {"retry_of": t.number}
-        if t.user_attrs.get("baseline"):
-            continue  # the baseline is enqueued again by _enqueue_baseline
-        study.enqueue_trial(t.params, user_attrs=attrs)
+    again = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        facts = TrialFacts.from_attrs(t.user_attrs)
+        if (facts.interrupted or facts.error) and t.number not in done:
+            again.append(t)
+            if not facts.baseline:  # the baseline is enqueued again by _enqueue_baseline
+                study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
     if again:
         study.set_user_attr("requeued", sorted(done | {t.number for t in again}))
     return [t.number for t in again]
@@ -245,19 +64,27 @@ def completed(study: optuna.Study) -> list[FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
 
-def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
-    for t in completed(study):
-        if t.user_attrs.get("baseline") and not t.user_attrs.get("failure"):
-            return t
-    return None
-
-
 def _enqueue_baseline(study: optuna.Study) -> None:
-    trials = study.get_trials(deepcopy=False)
-    if any(t.user_attrs.get("baseline") and t.state in (TrialState.COMPLETE, TrialState.WAITING,
-                                                         TrialState.RUNNING) for t in trials):
-        return
+    """Enqueue vLLM's defaults unless a baseline is done, queued or running. A baseline that
+    failed for a reason no parameter could change (fatal: the model, the fixed args) runs again
+    once that is fixed."""
+    for t in study.get_trials(deepcopy=False):
+        facts = TrialFacts.from_attrs(t.user_attrs)
+        if facts.baseline and not facts.fatal and t.state in (
+                TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING):
+            return
     study.enqueue_trial({}, user_attrs={"baseline": True})
+
+
+def stop_if_fatal(study: optuna.Study, trial: FrozenTrial) -> None:
+    """(An Optuna callback.) Stop the study when its baseline cannot boot for a reason no
+    trial can change: every later trial would boot the same unusable model or args."""
+    facts = TrialFacts.from_attrs(trial.user_attrs)
+    if facts.baseline and facts.fatal:
+        raise StudyError(f"the baseline (vLLM's defaults with server.args) does not boot: "
+                         f"{facts.cause}. No parameter of the search space changes that, so "
+                         "the study stops; fix server.model or server.args, then the same "
+                         f"command resumes it. Server log: {facts.log_path}")
 
 
 TrialHook = Callable[[optuna.Study, FrozenTrial], None]
@@ -302,7 +129,7 @@ def run_trials(
     the budget by one trial each; none is ever run twice (Optuna hands each trial to one
     worker)."""
     objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase, worker=worker)
-    callbacks = [on_trial] if on_trial is not None else []
+    callbacks = [*([on_trial] if on_trial is not None else []), stop_if_fatal]
     deadline = time.monotonic() + cfg.timeout_s if cfg.timeout_s else None
     durations: list[float] = []
     ran = 0
@@ -364,35 +191,3 @@ def run_study(
     return study
 
 
-def delta(value: float, base: float) -> float:
-    return (value - base) / base if base else 0.0
-
-
-def trial_rows(study: optuna.Study, metric_names: list[str]) -> list[dict[str, Any]]:
-    """One dict per trial: number, state, feasibility, values, deltas, flags, cause."""
-    base = baseline_trial(study)
-    rows = []
-    for t in study.get_trials(deepcopy=False):
-        feasible = t.state == TrialState.COMPLETE and all(v <= 0 for v in t.constraints.values())
-        row: dict[str, Any] = {
-            "number": t.number,
-            "state": t.state.name,
-            "feasible": feasible,
-            "baseline": bool(t.user_attrs.get("baseline")),
-            "flags": t.user_attrs.get("flags", {}),
-            "params": dict(t.params),
-            "cause": t.user_attrs.get("cause"),
-            "timings": t.user_attrs.get("timings", {}),
-        }
-        for i, m in enumerate(metric_names):
-            v = t.values[i] if t.values and not t.user_attrs.get("failure") else None
-            row[m] = v
-            row[f"delta_{m}"] = (delta(v, base.values[i]) if v is not None and base
-                                 and base.values else None)
-        rows.append(row)
-    return rows
-
-
-def feasible_front(study: optuna.Study) -> list[FrozenTrial]:
-    """The Pareto front among feasible trials (Optuna's best_trials honour constraints)."""
-    return [t for t in study.best_trials if not t.user_attrs.get("failure")]

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from autotune import __version__
 from autotune.config import StudyConfig
+from autotune.results import baseline, deltas, front_numbers, records
 
 STUDY_TAG = "autotune.study"
 KIND_TAG = "autotune.kind"
@@ -120,9 +121,7 @@ class Tracker:
             "search_space": self.cfg.search_space, "sampler": self.cfg.sampler.name,
             "sampler_seed": str(self.cfg.sampler.seed), "n_trials": str(self.cfg.n_trials),
             "objectives": ", ".join(f"{o.direction} {o.metric}" for o in self.cfg.objectives),
-            "slos": ", ".join(f"{s.metric} {'<=' if s.max is not None else '>='} "
-                              f"{s.max if s.max is not None else s.min}"
-                              for s in self.cfg.slos) or "none",
+            "slos": ", ".join(s.text() for s in self.cfg.slos) or "none",
             "autotune_version": __version__, "optuna_storage": self.cfg.storage_url(),
             **{k: str(v) for k, v in extra.items()}, **hardware(),
         }
@@ -150,35 +149,33 @@ class Tracker:
         assert self.experiment_id is not None
         if self._find(f"tags.`{TRIAL_TAG}` = '{trial.number}'"):
             return  # logged already (sync after a resumed study)
-        ua = trial.user_attrs
-        infeasible = bool(ua.get("failure"))
-        state = ("infeasible" if infeasible else trial.state.name.lower()
-                 if trial.state != TrialState.COMPLETE else
-                 "ok" if all(v <= 0 for v in trial.constraints.values()) else "slo_miss")
+        recs = records(study)
+        rec = next(r for r in recs if r.number == trial.number)
+        facts = rec.facts
         tags = {"mlflow.parentRunId": self.parent_id, KIND_TAG: "trial", STUDY_TAG: self.cfg.name,
-                TRIAL_TAG: str(trial.number), "autotune.state": state,
-                "autotune.baseline": str(bool(ua.get("baseline"))).lower()}
-        if ua.get("cause"):
-            tags["autotune.cause"] = str(ua["cause"])[:5000]
-        if ua.get("reused_from") is not None:
-            tags["autotune.reused_from"] = str(ua["reused_from"])
+                TRIAL_TAG: str(trial.number), "autotune.state": rec.status.value,
+                "autotune.baseline": str(rec.baseline).lower()}
+        if rec.cause:
+            tags["autotune.cause"] = rec.cause[:5000]
+        if facts.reused_from is not None:
+            tags["autotune.reused_from"] = str(facts.reused_from)
         run = self.client.create_run(self.experiment_id, run_name=f"trial-{trial.number:04d}",
-                                     tags=tags, start_time=_ms(trial.datetime_start))
+                                     tags=tags, start_time=_ms(rec.started))
         rid = run.info.run_id
         params = {k: json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else str(v)
-                  for k, v in ua.get("flags", {}).items()}
-        params["baseline"] = str(bool(ua.get("baseline"))).lower()
-        ts = _ms(trial.datetime_complete) or int(time.time() * 1000)
+                  for k, v in rec.flags.items()}
+        params["baseline"] = str(rec.baseline).lower()
+        ts = _ms(rec.completed) or int(time.time() * 1000)
+        # a trial without a measurement logs no metric values: the worst-case numbers the
+        # sampler learns from are not measurements
         metrics: dict[str, float] = {}
-        metrics.update(ua.get("metrics", {}))
-        metrics.update(ua.get("server_stats", {}))
-        metrics.update({f"timing_{k}": v for k, v in ua.get("timings", {}).items()})
-        metrics.update({f"constraint_{k}": v for k, v in trial.constraints.items()})
-        metrics.update({f"delta_{k}": v for k, v in (ua.get("delta_vs_baseline") or {}).items()})
-        if trial.values:
-            names = study.metric_names or [f"objective_{i}" for i in range(len(trial.values))]
-            metrics.update({f"objective_{n}": v for n, v in zip(names, trial.values,
-                                                                strict=True)})
+        if rec.measured:
+            metrics.update(rec.metrics)
+            metrics.update(facts.server_stats or {})
+            metrics.update({f"delta_{k}": v for k, v in deltas(rec, baseline(recs)).items()})
+            metrics.update({f"objective_{k}": v for k, v in rec.values.items()})
+        metrics.update({f"timing_{k}": v for k, v in rec.timings.items()})
+        metrics.update({f"constraint_{k}": v for k, v in rec.constraints.items()})
         self.client.log_batch(
             rid,
             metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()
@@ -188,18 +185,18 @@ class Tracker:
         )
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
-            if ua.get("argv"):
-                (d / "argv.txt").write_text(" ".join(ua["argv"]) + "\n")
-            log = Path(ua.get("log_path", ""))
-            if ua.get("log_path") and log.is_file():
+            if facts.argv:
+                (d / "argv.txt").write_text(" ".join(facts.argv) + "\n")
+            log = Path(facts.log_path) if facts.log_path else None
+            if log is not None and log.is_file():
                 with log.open("rb") as src, gzip.open(d / "server.log.gz", "wb") as dst:
                     shutil.copyfileobj(src, dst)
-            reqs = log.parent / "requests.csv" if ua.get("log_path") else None
+            reqs = log.parent / "requests.csv" if log is not None else None
             if reqs is not None and reqs.is_file():
                 shutil.copy(reqs, d / "requests.csv")
             if any(d.iterdir()):
                 self.client.log_artifacts(rid, str(d))
-        status = "FAILED" if infeasible or trial.state != TrialState.COMPLETE else "FINISHED"
+        status = "FINISHED" if rec.measured else "FAILED"
         self.client.set_terminated(rid, status=status, end_time=ts)
 
     # -- the front -----------------------------------------------------------------------------
@@ -207,37 +204,36 @@ class Tracker:
         self._guard("log the Pareto front", self._log_front, study)
 
     def _log_front(self, study: optuna.Study) -> None:
+        from mlflow.entities import Metric
+
         from autotune import plots
-        from autotune.study import feasible_front, trial_rows
 
         if self.parent_id is None:
             raise RuntimeError("the study's parent run was not created")
-        metrics = [o.metric for o in self.cfg.objectives]
-        rows = trial_rows(study, metrics)
-        front = {t.number for t in feasible_front(study)}
-        df = plots.trials_frame(rows, metrics, front)
+        metrics = self.cfg.metric_names()
+        recs = records(study)
+        front = front_numbers(study)
+        df = plots.trials_frame(recs, metrics, front)
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
             df.to_csv(d / "trials.csv", index=False)
             df[df.on_front].to_csv(d / "pareto_front.csv", index=False)
-            if len(metrics) >= 2 and not df.empty:
-                plots.pareto_html(df, metrics, d / "pareto.html", self.cfg.name)
-                plots.pareto_png(df, metrics, d / "pareto.png", self.cfg.name)
-                hv = plots.hypervolume_history(study, d / "hypervolume.html")
+            if len(metrics) >= 2 and any(r.measured for r in recs):
+                plots.pareto_html(study, d / "pareto.html", self.cfg.name)
+                plots.pareto_png(study, d / "pareto.png", self.cfg.name)
+                hv = plots.hypervolume_history(study)
                 if hv is not None:
                     hv.to_csv(d / "hypervolume.csv", index=False)
             imp = plots.importances(study, metrics)
             if imp:
                 (d / "importances.json").write_text(json.dumps(imp, indent=2))
             self.client.log_artifacts(self.parent_id, str(d), artifact_path="pareto")
-        from mlflow.entities import Metric
-
         ts = int(time.time() * 1000)
-        n = len(study.trials)
+        n = len(recs)
         self.client.log_batch(self.parent_id, metrics=[
             Metric("trials", float(n), ts, n),
             Metric("pareto_size", float(len(front)), ts, n),
-            Metric("infeasible_trials", float(int((df.cause != "").sum())), ts, n),
+            Metric("infeasible_trials", float(sum(not r.measured for r in recs)), ts, n),
         ])
 
     def finish(self) -> None:

@@ -15,8 +15,8 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.cache import cache_dir
 from autotune.command import param_name
-from autotune.datasets import _cache_dir
 from autotune.errors import ConfigError
 
 _OPTION = re.compile(r"^\s{2}(-\S.*?)(?:\s{2,}|$)")
@@ -67,7 +67,7 @@ def _exe_key(executable: list[str]) -> str:
 
 def get_vllm_info(executable: list[str], env: dict[str, str] | None = None) -> VllmInfo:
     """Version and flags of `executable`'s vLLM (cached per executable)."""
-    path = _cache_dir() / "vllm-help" / f"{_exe_key(executable)}.json"
+    path = cache_dir() / "vllm-help" / f"{_exe_key(executable)}.json"
     if path.exists():
         return VllmInfo.from_json(json.loads(path.read_text()))
     run_env = {**os.environ, **(env or {})}

@@ -10,7 +10,6 @@ run twice. Each server gets a port the kernel hands out, so servers on one host 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -18,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,13 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import StudyConfig
+from autotune.datasets import build_requests
 from autotune.errors import ConfigError, StudyError
+from autotune.preflight import Preflight
+from autotune.process import ProcessGroup
+from autotune.schema import parse_model
+from autotune.storage import make_storage
+from autotune.study import TrialHook, prepare_study
 
 PARALLEL_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 
@@ -83,9 +89,6 @@ def worker_config(cfg: StudyConfig, gpus_per_trial: int) -> StudyConfig:
 def load_worker_study(storage_url: str, study_name: str) -> tuple[optuna.Study, StudyConfig,
                                                                     dict[str, Any]]:
     """The study, its config (with this storage) and its stored search space."""
-    from autotune.config import parse_model
-    from autotune.study import make_storage
-
     try:
         study = optuna.load_study(study_name=study_name, storage=make_storage(storage_url))
     except KeyError:
@@ -110,29 +113,8 @@ def worker_identity(worker_id: int | str) -> dict[str, Any]:
 
 
 @dataclass
-class WorkerProc:
-    index: int
-    env: dict[str, str]
-    log_path: Path
-    proc: subprocess.Popen[bytes]
-
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
-    def signal_group(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, sig)
-
-    def log_tail(self, n: int = 15) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-
-@dataclass
 class Pool:
-    """N `autotune worker` processes on this host, each in its own process group and log file;
+    """N `autotune worker` processes on this host, each a ProcessGroup with its own log file;
     leaving the `with` block (Ctrl-C included) stops every one."""
 
     cfg: StudyConfig
@@ -140,21 +122,18 @@ class Pool:
     gpus_per_trial: int
     tracking_uri: str | None
     log_dir: Path
-    procs: list[WorkerProc] = field(default_factory=list)
+    procs: list[ProcessGroup] = field(default_factory=list)
 
     def start(self) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         for i, extra in enumerate(self.envs):
             argv = [sys.executable, "-m", "autotune", "worker", "--storage",
                     self.cfg.storage_url(), "--study-name", self.cfg.name, "--worker-id", str(i),
                     "--gpus-per-trial", str(self.gpus_per_trial)]
             argv += ["--tracking-uri", self.tracking_uri] if self.tracking_uri else ["--no-mlflow"]
-            log = self.log_dir / f"worker-{i}.log"
-            with log.open("ab") as fh:
-                proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True,
-                                        env={**os.environ, **extra, "PYTHONUNBUFFERED": "1"})
-            self.procs.append(WorkerProc(i, extra, log, proc))
+            group = ProcessGroup(argv, log_path=self.log_dir / f"worker-{i}.log",
+                                 env={**os.environ, **extra, "PYTHONUNBUFFERED": "1"})
+            group.start()
+            self.procs.append(group)
 
     def __enter__(self) -> Pool:
         self.start()
@@ -168,16 +147,16 @@ class Pool:
         SIGKILL the groups of those still alive after `grace_s`."""
         for w in self.procs:
             if w.running():
-                w.signal_group(signal.SIGTERM)
+                w.signal(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while any(w.running() for w in self.procs) and time.monotonic() < deadline:
             time.sleep(0.2)
         for w in self.procs:
-            w.signal_group(signal.SIGKILL)
-            w.proc.wait()
+            w.signal(signal.SIGKILL)
+            w.wait()
 
-    def watch(self, study: optuna.Study, on_trial: Any, on_running: Any,
-              poll_s: float = 2.0) -> None:
+    def watch(self, study: optuna.Study, on_trial: TrialHook,
+              on_running: Callable[[list[FrozenTrial]], None], poll_s: float = 2.0) -> None:
         """Until every worker exits: report each trial as it finishes, and what runs now."""
         seen = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
         while True:
@@ -192,8 +171,28 @@ class Pool:
                 return
             time.sleep(poll_s)
 
-    def failed(self) -> list[WorkerProc]:
-        return [w for w in self.procs if w.proc.returncode not in (0, None)]
+    def failed(self) -> list[tuple[int, ProcessGroup]]:
+        return [(i, w) for i, w in enumerate(self.procs) if w.returncode not in (0, None)]
+
+
+def run_pool(cfg: StudyConfig, pre: Preflight, envs: list[dict[str, str]], gpus_per_trial: int,
+             tracking_uri: str | None, *, on_start: Callable[[optuna.Study, list[Any]], None],
+             on_trial: TrialHook, on_running: Callable[[list[FrozenTrial]], None],
+             on_pool: Callable[[Pool], None] = lambda _p: None) -> optuna.Study:
+    """`autotune study --workers N`: prepare the study here, run its trials in N workers on
+    this host, and report each finished trial; raise when a worker failed."""
+    st = prepare_study(cfg, pre)
+    on_start(st, build_requests(cfg.profile, cfg.server.tokenizer_dir))
+    pool = Pool(cfg, envs, gpus_per_trial, tracking_uri, cfg.study_dir() / "workers")
+    with pool:
+        on_pool(pool)
+        pool.watch(st, on_trial, on_running)
+    bad = pool.failed()
+    if bad:
+        i, w = bad[0]
+        raise StudyError(f"worker {i} exited with code {w.returncode}; the end of its log "
+                         f"({w.log_path}):\n{w.log_tail()}")
+    return st
 
 
 def running_text(trials: list[FrozenTrial]) -> str:

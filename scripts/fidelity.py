@@ -18,12 +18,15 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from autotune.bench import build_requests, server_env
+from autotune.bench import server_env
 from autotune.command import serve_argv
-from autotune.config import ProfileConfig, ServerConfig
+from autotune.config import ServerConfig
+from autotune.datasets import build_requests
 from autotune.load import LoadSettings, run_load
 from autotune.metrics import compute_metrics
-from autotune.server import ServerProcess, free_port
+from autotune.process import free_port
+from autotune.profile import ProfileConfig
+from autotune.server import ServerProcess
 from autotune.tinymodel import make_tiny_model
 
 

@@ -1,11 +1,12 @@
 """Trials per hour with 1 and with N workers on one study (PostgreSQL storage, real vLLM).
 
-Starts a throwaway PostgreSQL server (Debian's package), then runs the same study config
-(default: examples/cpu-demo.yaml) once per worker count, each as a fresh study, and prints a
-Markdown table: trials, wall time of `autotune study`, trials per hour, and the mean boot and
-benchmark seconds per trial (boots slow down when servers share the machine's cores).
+On a PostgreSQL storage (--storage; docs/scale-out.md says how to start one) it runs the
+same study config (default: examples/cpu-demo.yaml) once per worker count, each as a fresh study,
+and prints a Markdown table: trials, wall time of `autotune study`, trials per hour, and the
+mean boot and benchmark seconds per trial (boots slow down when servers share the cores).
 
-    .venv/bin/python scripts/scaleout.py --config examples/cpu-demo.yaml --n-trials 8 --workers 1 2
+    .venv/bin/python scripts/scaleout.py --storage postgresql+psycopg2://postgres@HOST/at \
+        --config examples/cpu-demo.yaml --n-trials 8 --workers 1 2
 """
 
 from __future__ import annotations
@@ -15,13 +16,8 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import optuna
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from tests.pgserver import postgres  # noqa: E402
 
 
 def main() -> None:
@@ -29,7 +25,9 @@ def main() -> None:
     ap.add_argument("--config", default="examples/cpu-demo.yaml")
     ap.add_argument("--n-trials", type=int, default=8)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--storage", help="use this PostgreSQL URL instead of a throwaway server")
+    ap.add_argument("--storage", required=True,
+                    help="a PostgreSQL URL (postgresql+psycopg2://USER@HOST:PORT/DB) to create "
+                         "the studies in; docs/scale-out.md says how to start one")
     args = ap.parse_args()
     rows = []
 
@@ -56,11 +54,7 @@ def main() -> None:
                          statistics.mean(benches) if benches else 0.0))
             print(f"{w} workers: {len(done)} trials in {wall:.0f} s", file=sys.stderr)
 
-    if args.storage:
-        run(args.storage)
-    else:
-        with postgres() as url:
-            run(url)
+    run(args.storage)
     print(f"config {args.config}, {args.n_trials} trials per study, PostgreSQL storage\n")
     print("| workers | trials | of them infeasible | wall s | trials/hour | mean boot s "
           "(measured trials) | mean bench s |")

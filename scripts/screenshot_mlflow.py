@@ -16,7 +16,7 @@ from urllib.parse import quote
 import httpx
 
 from autotune.mlflow_ui import MlflowUI
-from autotune.server import free_port
+from autotune.process import free_port
 
 
 def main() -> None:

@@ -12,7 +12,8 @@ import pytest
 from autotune.bench import server_env
 from autotune.command import serve_argv
 from autotune.config import ServerConfig, default_executable
-from autotune.server import ServerProcess, free_port
+from autotune.process import free_port
+from autotune.server import ServerProcess
 from tests.cpu import CPU_ARGS
 
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.bench import build_requests
-from autotune.config import ProfileConfig, ServerConfig
+from autotune.config import ServerConfig
+from autotune.datasets import build_requests
 from autotune.load import LoadSettings, run_load
 from autotune.metrics import compute_metrics
+from autotune.profile import ProfileConfig
 from autotune.server import ServerProcess
 from tests.cpu import CPU_ARGV, INFEASIBLE_CAUSE, REFUSED_FP8_CAUSE, refusing_fp8_env
 from tests.procs import servers_of

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from autotune.config import load_study_config
-from autotune.server import port_is_free
+from autotune.process import port_is_free
 from tests.cpu import CPU_BASE
 from tests.procs import servers_of, wait_for
 
@@ -229,7 +229,8 @@ def test_taken_port_boots_on_another(tiny_model: Path, tmp_path: Path,
     import socket
 
     from autotune import bench
-    from autotune.config import ProfileConfig, ServerConfig
+    from autotune.config import ServerConfig
+    from autotune.profile import ProfileConfig
 
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))
@@ -291,7 +292,7 @@ def test_sigkilled_study_trial_is_retried(tiny_model: Path, tmp_path: Path, pg_u
 
 
 def test_mlflow_down_study_goes_on_then_sync(tiny_model: Path, tmp_path: Path) -> None:
-    from autotune.server import free_port
+    from autotune.process import free_port
 
     port = free_port()
     uri = f"http://127.0.0.1:{port}"

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from autotune.config import default_executable, load_study_config
-from autotune.server import ServerProcess, free_port
+from autotune.process import free_port
+from autotune.server import ServerProcess
 from tests.cpu import CPU_BASE, INFEASIBLE_CAUSE
 
 pytestmark = pytest.mark.integration
@@ -166,6 +167,7 @@ def test_mlflow_has_parent_child_runs_and_front(study_file: Path,
                                                 first_run: subprocess.CompletedProcess[str]
                                                 ) -> None:
     import mlflow
+    import pandas as pd
     from mlflow.tracking import MlflowClient
 
     from autotune.tracking import default_tracking_uri
@@ -188,6 +190,10 @@ def test_mlflow_has_parent_child_runs_and_front(study_file: Path,
         r = by_num[t.number]
         if t.user_attrs.get("failure"):
             assert r["status"] == "FAILED" and r["tags.autotune.state"] == "infeasible"
+            # no placeholder values: the sampler's worst case (0, 1e6) is not a measurement
+            for m in ("objective_total_token_throughput", "objective_mean_tpot_ms",
+                      "total_token_throughput", "mean_tpot_ms"):
+                assert f"metrics.{m}" not in r or pd.isna(r[f"metrics.{m}"]), m
             assert INFEASIBLE_CAUSE in r["tags.autotune.cause"]
             assert r["params.max_num_batched_tokens"] == "256"
         else:
@@ -211,7 +217,7 @@ def test_mlflow_ui_serves_the_runs(study_file: Path,
                                    first_run: subprocess.CompletedProcess[str],
                                    tmp_path: Path) -> None:
     from autotune.mlflow_ui import MlflowUI
-    from autotune.server import group_pids
+    from autotune.process import group_pids
     from autotune.tracking import default_tracking_uri
 
     c = load_study_config(study_file)
@@ -222,10 +228,39 @@ def test_mlflow_ui_serves_the_runs(study_file: Path,
         eid = exp["experiment"]["experiment_id"]
         res = httpx.post(f"{ui.url}/api/2.0/mlflow/runs/search", timeout=30,
                          json={"experiment_ids": [eid], "max_results": 100}).json()
-        assert ui.proc is not None
-        pg = ui.proc.pid
+        pg = ui.pid
     kinds = [t["value"] for r in res["runs"] for t in r["data"]["tags"]
              if t["key"] == "autotune.kind"]
     assert kinds.count("study") == 1 and kinds.count("trial") == len(load(study_file).trials)
     assert took < 120
     assert group_pids(pg) == []  # the UI's workers and huey consumer are gone too
+
+
+def test_baseline_that_cannot_boot_stops_the_study(tiny_model: Path, tmp_path: Path) -> None:
+    """A model vLLM cannot load passes the cheap checks (it has a config.json), fails at boot
+    for a reason no parameter of the space changes: the study records the baseline and stops
+    with one error instead of booting the same model for every trial."""
+    import json
+    import shutil
+
+    model = tmp_path / "bad-model"
+    shutil.copytree(tiny_model, model)
+    conf = json.loads((model / "config.json").read_text())
+    conf["architectures"] = ["NoSuchModelForCausalLM"]
+    (model / "config.json").write_text(json.dumps(conf))
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
+    cfg = {"name": "bad-model", "server": {"model": str(model), "args": dict(CPU_BASE),
+                                           "boot_timeout_s": 240},
+           "profile": {"name": "random", "input_len": 16, "output_len": 4, "num_prompts": 4},
+           "search_space": str(tmp_path / "space.yaml"), "n_trials": 4,
+           "workdir": str(tmp_path / "w")}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
+    p = autotune("study", "--config", str(tmp_path / "s.yaml"), "--no-mlflow")
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    err = " ".join(p.stderr.split())
+    assert "error: the baseline (vLLM's defaults with server.args) does not boot" in err
+    assert "NoSuchModelForCausalLM" in err and "the same command resumes it" in err
+    st = optuna.load_study(study_name="bad-model",
+                           storage=load_study_config(tmp_path / "s.yaml").storage_url())
+    (t,) = st.get_trials()
+    assert t.user_attrs["baseline"] and t.user_attrs["fatal"] and t.user_attrs["failure"]

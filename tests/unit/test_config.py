@@ -2,8 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config import ProfileConfig, load_study_config
+from autotune.config import load_study_config
 from autotune.errors import ConfigError
+from autotune.profile import ProfileConfig
 
 BASE = """
 name: s

@@ -222,3 +222,22 @@ def test_auto_processes() -> None:
     assert auto_processes(512, cpus=16) == 4  # the H100 machine
     assert auto_processes(64, cpus=16) == 1
     assert auto_processes(2000, cpus=64) == 16
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_request_that_cannot_be_built_surfaces_its_cause(processes: int) -> None:
+    """Token-id prompts sent to the chat endpoint (the config rejects it; a library caller can
+    still try): the load fails with the cause, instead of recording every request cancelled."""
+    from autotune.errors import ClientError
+
+    async def main():  # type: ignore[no-untyped-def]
+        server = await _sse_server(set(), [0, 0])
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            reqs = [Request(prompt=[1, 2], prompt_len=2, output_len=3) for _ in range(4)]
+            return await run_load_async(f"http://127.0.0.1:{port}", "m", reqs,
+                                        LoadSettings(endpoint="chat", max_concurrency=2,
+                                                     processes=processes))
+
+    with pytest.raises(ClientError, match="the chat endpoint needs text prompts"):
+        asyncio.run(main())

@@ -6,7 +6,7 @@ import json
 
 import optuna
 
-from autotune.study import NoRepeatSampler
+from autotune.sampler import NoRepeatSampler
 
 CHOICES = {"x": [0, 1, 2, 3], "y": [0, 1]}
 

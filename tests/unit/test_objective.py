@@ -1,5 +1,6 @@
-"""The objective's bookkeeping and export's choice, with run_bench replaced by a stand-in
-(the real thing is exercised in tests/integration/test_study_real.py)."""
+"""The objective's bookkeeping, the typed records it writes, and export's choice, with
+run_bench replaced by a stand-in (the real thing is exercised in
+tests/integration/test_study_real.py)."""
 
 from pathlib import Path
 from typing import Any
@@ -8,14 +9,12 @@ import optuna
 import pytest
 
 from autotune import objective as objective_mod
-from autotune.bench import BenchResult, Timings
 from autotune.config import StudyConfig
-from autotune.errors import ServerBootError
-from autotune.export import bench_command, choose, config_yaml, knee, serve_command
-from autotune.metrics import RequestRecord, compute_metrics
+from autotune.export import bench_command, choose, config_yaml, serve_command
 from autotune.objective import BOOT_OK, Objective
+from autotune.results import Status, baseline, deltas, front, records
 from autotune.search_space import SearchSpace
-from autotune.study import feasible_front, trial_rows
+from tests.fakes import fake_bench
 
 SPACE = SearchSpace.model_validate({
     "name": "t",
@@ -34,22 +33,6 @@ def cfg(tmp_path: Path) -> StudyConfig:
         "search_space": "cpu-demo", "workdir": str(tmp_path),
         "slos": [{"metric": "p99_ttft_ms", "max": 1000}],
     })
-
-
-def fake_bench(calls: list[dict[str, Any]]):  # type: ignore[no-untyped-def]
-    def run(server, profile, flags, workdir, **kw):  # type: ignore[no-untyped-def]
-        calls.append(dict(flags))
-        if flags.get("kv_cache_dtype") == "fp8":
-            raise ServerBootError(1, "ValueError: fp8 refused", log_path="x")
-        seqs = flags.get("max_num_seqs", 8)
-        recs = [RequestRecord(index=i, send_time=0.0, prompt_len=8, expected_output_len=4,
-                              first_token_time=0.1, end_time=0.1 + 0.01 * seqs,
-                              chunk_times=(0.1, 0.1 + 0.01 * seqs), prompt_tokens=8,
-                              output_tokens=4) for i in range(2)]
-        m = compute_metrics(recs, duration_s=1.0 / seqs)
-        return BenchResult(argv=["vllm"], params=flags, metrics=m, records=recs,
-                           timings=Timings(1, 1, 0, 2), log_path="x")
-    return run
 
 
 def test_failures_are_infeasible_and_never_booted_twice(tmp_path: Path,
@@ -77,12 +60,14 @@ def test_failures_are_infeasible_and_never_booted_twice(tmp_path: Path,
     assert calls[0] == {}  # the baseline runs vLLM's defaults
     ok = [t for t in trials if not t.user_attrs.get("failure")]
     assert all(t.constraints[BOOT_OK] == 0.0 for t in ok)
-    assert trials[1].user_attrs["delta_vs_baseline"]["total_token_throughput"] == pytest.approx(
-        -0.5)
-    front = feasible_front(study)
-    assert front and not any(t.user_attrs.get("failure") for t in front)
-    rows = trial_rows(study, ["total_token_throughput", "mean_tpot_ms"])
-    assert rows[2]["feasible"] is False and rows[2]["cause"]
+    study.set_metric_names(["total_token_throughput", "mean_tpot_ms"])
+    recs = records(study)
+    assert deltas(recs[1], baseline(recs))["total_token_throughput"] == pytest.approx(-0.5)
+    front_ = front(study)
+    assert front_ and not any(r.facts.failure for r in front_)
+    assert recs[2].feasible is False and recs[2].cause
+    # a trial without a measurement shows no values: the sampler's worst case stays inside
+    assert recs[2].status == Status.INFEASIBLE and recs[2].values == {} and recs[2].metrics == {}
 
     # export: preferences pick the ends of the front
     fast = choose(study, c, "throughput")
@@ -97,13 +82,6 @@ def test_failures_are_infeasible_and_never_booted_twice(tmp_path: Path,
     assert "load-format: dummy" in config_yaml(c, fast)
     b = bench_command(c.profile, "/m", "/m", ["vllm"])
     assert b[:3] == ["vllm", "bench", "serve"] and "--random-input-len" in b
-
-
-def test_knee_picks_the_balanced_point() -> None:
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    for v in ([100.0, 100.0], [90.0, 20.0], [10.0, 10.0]):
-        study.add_trial(optuna.trial.create_trial(values=v))
-    assert knee(study.best_trials, ["maximize", "minimize"]).values == [90.0, 20.0]
 
 
 def test_resumed_study_does_not_replay_random_draws(tmp_path: Path) -> None:

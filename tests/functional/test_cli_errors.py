@@ -28,9 +28,11 @@ def check(p: subprocess.CompletedProcess[str], tmp_path: Path, *expect: str) -> 
     err = " ".join(p.stderr.split())
     assert p.returncode == 1, p.stderr
     assert "Traceback" not in p.stderr
+    assert len([ln for ln in p.stderr.splitlines() if ln.startswith("error:")]) == 1
     for e in expect:
         assert e in err, err
     assert not (tmp_path / "w" / "optuna.db").exists()
+    assert not list(tmp_path.rglob("server.log"))  # nothing booted
 
 
 def test_malformed_yaml(tmp_path: Path) -> None:
@@ -123,3 +125,40 @@ def test_warnings_print_as_one_line() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stderr.strip() == "warning: MLflow: could not log [x]; the study goes on"
+
+
+@pytest.mark.parametrize(
+    ("storage", "expect"),
+    [("postgres-at-home", "storage: 'postgres-at-home' is not a database URL"),
+     ("sqlite:///:memory:", "names no file"),
+     ("sqlite:////proc/1/study.db", "is not a writable folder")],
+    ids=["not-a-url", "memory", "unwritable"])
+def test_bad_storage_url(tmp_path: Path, tiny_model: Path, storage: str, expect: str) -> None:
+    check(study(tmp_path, base(tmp_path, tiny_model, storage=storage)), tmp_path, expect)
+
+
+def test_workdir_that_is_a_file(tmp_path: Path, tiny_model: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    cfg = base(tmp_path, tiny_model, workdir=str(tmp_path / "afile"))
+    check(study(tmp_path, cfg), tmp_path, "workdir:", "is a file, not a folder")
+
+
+def test_model_directory_vllm_cannot_load(tmp_path: Path) -> None:
+    model = tmp_path / "not-a-model"
+    model.mkdir()
+    (model / "tokenizer.json").write_text("{}")
+    check(study(tmp_path, base(tmp_path, model)), tmp_path,
+          "server.model:", "has no config.json")
+
+
+def test_model_without_tokenizer(tmp_path: Path, tiny_model: Path) -> None:
+    model = tmp_path / "no-tok"
+    model.mkdir()
+    (model / "config.json").write_text((tiny_model / "config.json").read_text())
+    check(study(tmp_path, base(tmp_path, model)), tmp_path, "no tokenizer.json")
+
+
+def test_chat_endpoint_with_token_id_prompts(tmp_path: Path, tiny_model: Path) -> None:
+    cfg = base(tmp_path, tiny_model, profile={"name": "random", "endpoint": "chat"})
+    check(study(tmp_path, cfg), tmp_path, "profile: Value error, endpoint: chat needs text "
+          "prompts, and the 'random' profile sends token ids")

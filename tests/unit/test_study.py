@@ -1,4 +1,5 @@
-"""`timeout_s`: a run stops between trials, never starting one it does not expect to finish."""
+"""The study loop: `timeout_s` stops a run between trials, never starting one it does not expect
+to finish."""
 
 from __future__ import annotations
 

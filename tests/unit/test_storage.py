@@ -8,7 +8,7 @@ from typing import Any
 
 import optuna
 
-from autotune.study import make_storage
+from autotune.storage import make_storage
 
 N_TRIALS, N_PROCS = 40, 4
 

@@ -1,0 +1,98 @@
+"""What the commands share: options derived from the pydantic models (so no choice list is
+written twice), reading a study file with its command-line overrides, and the MLflow tracker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
+
+import click
+
+from autotune.config import SamplerName, StudyConfig, load_study_config
+from autotune.present import console
+from autotune.profile import Endpoint, ProfileConfig, ProfileName
+from autotune.schema import parse_model
+
+if TYPE_CHECKING:  # imported when used: `autotune --help` need not load Optuna or MLflow
+    from autotune.preflight import Preflight
+    from autotune.tracking import Tracker
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def choice(literal: Any) -> click.Choice[str]:
+    """A click.Choice of a Literal type's values."""
+    return click.Choice([str(v) for v in get_args(literal)])
+
+
+PROFILE_FIELDS = ("input_len", "output_len", "num_prompts", "max_concurrency", "request_rate",
+                  "warmup", "seed", "endpoint", "client_processes")
+
+
+def _help(field: str) -> str:
+    return ProfileConfig.model_fields[field].description or ""
+
+
+def profile_options(f: F) -> F:
+    opts = [
+        click.option("--profile", "profile_name", default="throughput", show_default=True,
+                     type=choice(ProfileName), help=_help("name")),
+        click.option("--input-len", type=int, help=_help("input_len")),
+        click.option("--output-len", type=int, help=_help("output_len")),
+        click.option("--num-prompts", type=int, help=_help("num_prompts")),
+        click.option("--max-concurrency", type=int, help=_help("max_concurrency")),
+        click.option("--request-rate", type=float, help=_help("request_rate")),
+        click.option("--warmup", type=int, help=_help("warmup")),
+        click.option("--seed", type=int, help=_help("seed")),
+        click.option("--endpoint", type=choice(Endpoint), help=_help("endpoint")),
+        click.option("--client-processes", help=_help("client_processes")),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def profile_from(kw: dict[str, Any]) -> ProfileConfig:
+    data: dict[str, Any] = {"name": kw["profile_name"]}
+    data.update({k: kw[k] for k in PROFILE_FIELDS if kw.get(k) is not None})
+    return parse_model(ProfileConfig, data, "profile")
+
+
+def study_options(f: F) -> F:
+    opts = [
+        click.option("--config", "config_path", required=True,
+                     type=click.Path(path_type=Path), help="Study YAML file."),
+        click.option("--study-name", help="Override the study's name."),
+        click.option("--storage", help="Optuna storage URL (default: sqlite under mlruns/)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def sampler_option(f: F) -> F:
+    return click.option("--sampler", type=choice(SamplerName), help="Sampler.")(f)
+
+
+def load_cfg(config_path: Path, study_name: str | None, storage: str | None,
+             **more: Any) -> StudyConfig:
+    return load_study_config(config_path, {"name": study_name, "storage": storage, **more})
+
+
+def study_extra(cfg: StudyConfig, pre: Preflight, requests: list[Any]) -> dict[str, str]:
+    from autotune.datasets import requests_digest
+
+    return {"vllm_version": pre.vllm.version, "dataset_hash": requests_digest(requests),
+            "vllm_executable": " ".join(cfg.server.executable)}
+
+
+def make_tracker(cfg: StudyConfig, tracking_uri: str | None, no_mlflow: bool) -> Tracker | None:
+    from autotune.tracking import Tracker
+
+    if no_mlflow:
+        return None
+    tracker = Tracker(cfg, tracking_uri)
+    console.print(f"MLflow: {tracker.uri} (experiment {cfg.name!r}; `autotune ui` shows it)",
+                  highlight=False)
+    return tracker

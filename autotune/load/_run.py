@@ -1,0 +1,195 @@
+"""The load generator's entry: settings in, one record per request and the measured duration
+out. Warm-up requests run before the clock starts; the server's /metrics is scraped before and
+after (and sampled during the run when asked); SIGTERM cancels the load cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+import numpy as np
+
+from autotune.datasets import Request
+from autotune.load._processes import run_processes
+from autotune.load._request import Endpoint, RequestOptions
+from autotune.load._slots import LocalControl, ShardPlan, run_shard
+from autotune.metrics import RequestRecord
+from autotune.scrape import ServerStats, poll, scrape_once
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    max_concurrency: int | None = None  # None: no cap
+    request_rate: float = math.inf  # requests/s; finite -> Poisson arrivals
+    seed: int = 0
+    warmup: int = 0
+    endpoint: Endpoint = "completions"
+    ignore_eos: bool = True
+    request_timeout_s: float = 600.0
+    processes: int = 1  # client processes sharing the concurrency slots
+
+    def options(self) -> RequestOptions:
+        return RequestOptions(self.endpoint, self.ignore_eos, self.request_timeout_s)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    records: list[RequestRecord]
+    duration_s: float
+    server_stats: dict[str, float] = field(default_factory=dict)  # and client_cpu_fraction
+
+
+def arrival_offsets(n: int, rate: float, seed: int) -> list[float]:
+    """Send times in seconds from the start: all at 0 for rate=inf, else Poisson arrivals."""
+    if math.isinf(rate):
+        return [0.0] * n
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
+    return np.concatenate([[0.0], np.cumsum(gaps[:-1])]).tolist() if n else []
+
+
+def auto_processes(concurrency: int, cpus: int | None = None) -> int:
+    """Client processes for a concurrency: one per 128 slots, at most a quarter of the CPUs
+    (the server needs the rest), at least one."""
+    cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
+    return max(1, min(math.ceil(concurrency / 128), cpus // 4))
+
+
+def resolve_processes(client_processes: int | Literal["auto"], concurrency: int) -> int:
+    """A profile's `client_processes` for this machine and this concurrency."""
+    return auto_processes(concurrency) if client_processes == "auto" else client_processes
+
+
+def _records(requests: Sequence[Request], got: dict[int, RequestRecord],
+             reason: str) -> list[RequestRecord]:
+    """One record per request: those never sent or cut off carry why."""
+    return [got.get(i) or RequestRecord(index=i, send_time=0.0, prompt_len=r.prompt_len,
+                                        expected_output_len=r.output_len,
+                                        error=reason or "cancelled")
+            for i, r in enumerate(requests)]
+
+
+async def run_load_async(
+    base_url: str,
+    model: str,
+    requests: Sequence[Request],
+    settings: LoadSettings,
+    *,
+    on_done: Callable[[RequestRecord], None] | None = None,
+    alive: Callable[[], bool] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    warmup_requests: Sequence[Request] | None = None,
+    scrape_metrics: bool = False,
+    metrics_interval_s: float | None = None,
+) -> LoadResult:
+    """Run the warm-up, then every request; returns records and the measured duration.
+
+    Warm-up requests should differ from the measured ones (`warmup_requests`): with prefix
+    caching on, repeating measured prompts in the warm-up would inflate the measurement.
+
+    `alive` is polled while requests run; when it turns False (the server died) outstanding
+    requests are cancelled and recorded as failed, so a crash ends the benchmark in about a second.
+
+    With `settings.processes` > 1 the concurrency slots are spread over that many processes
+    (not with a `transport`, which cannot leave this process).
+    """
+    conc = min(settings.max_concurrency or len(requests), len(requests)) or 1
+    warm: list[Request] = []
+    if settings.warmup and requests:
+        pool = warmup_requests or requests
+        warm = [pool[i % len(pool)] for i in range(settings.warmup)]
+    offsets = arrival_offsets(len(requests), settings.request_rate, settings.seed)
+    stats = ServerStats()
+    # its own client: a scrape must not wait for one of the benchmark's connections
+    scraper = httpx.AsyncClient(base_url=base_url) if scrape_metrics else None
+    poller: asyncio.Task[None] | None = None
+
+    async def start() -> float:
+        """After the warm-up: the counters at the start, then the clock's zero."""
+        nonlocal poller
+        if scraper is not None:
+            await scrape_once(scraper, stats)
+            # Sampling gauges during the run is opt-in: each scrape is parsed in this event
+            # loop, which may also read streams.
+            if metrics_interval_s:
+                poller = asyncio.create_task(poll(scraper, stats, metrics_interval_s))
+        return time.perf_counter()
+
+    processes = min(settings.processes, conc)
+    opts = settings.options()
+    try:
+        if processes > 1 and transport is None:
+            plans = [ShardPlan(base_url, model, requests, offsets, opts,
+                               conc // processes + (k < conc % processes), warm[k::processes])
+                     for k in range(processes)]
+            outcome = await run_processes(plans, start, on_done, alive)
+            got, why, duration, cpu = outcome.records, outcome.why, outcome.duration_s, \
+                outcome.cpu_s
+        else:
+            ctl = LocalControl(len(requests), on_done, alive)
+            plan = ShardPlan(base_url, model, requests, offsets, opts, conc, warm)
+            duration, cpu = await run_shard(plan, ctl, start, transport)
+            got, why = ctl.records, ctl.why
+        if scraper is not None:  # the counters at the end
+            await scrape_once(scraper, stats)
+    finally:  # also when interrupted: no helper task is left with an unread exception
+        if poller is not None:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
+        if scraper is not None:
+            await scraper.aclose()
+    # the load generator's own CPU use (its busiest process): near 1.0 it is the bottleneck and
+    # its latencies lag
+    load_stats = {"client_cpu_fraction": cpu / duration if duration > 0 else 0.0,
+                  "client_processes": float(max(processes, 1))}
+    return LoadResult(records=_records(requests, got, why.reason(settings.request_timeout_s)),
+                      duration_s=duration, server_stats=stats.summary() | load_stats)
+
+
+def run_load(
+    base_url: str,
+    model: str,
+    requests: Sequence[Request],
+    settings: LoadSettings,
+    **kw: Any,
+) -> LoadResult:
+    """Synchronous wrapper of `run_load_async`.
+
+    SIGTERM during the load cancels it cleanly (as asyncio.run does for SIGINT) and surfaces as
+    KeyboardInterrupt; a handler that raised inside the event loop could land in any task.
+    """
+
+    async def main() -> LoadResult:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        terminated: list[bool] = []
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_term() -> None:
+            terminated.append(True)
+            task.cancel()
+
+        try:
+            loop.add_signal_handler(signal.SIGTERM, on_term)
+            installed = True
+        except (NotImplementedError, RuntimeError, ValueError):
+            installed = False  # not the main thread: leave signals alone
+        try:
+            return await run_load_async(base_url, model, requests, settings, **kw)
+        except asyncio.CancelledError:
+            if terminated:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            if installed:
+                loop.remove_signal_handler(signal.SIGTERM)
+                signal.signal(signal.SIGTERM, previous)  # asyncio resets it to SIG_DFL
+
+    return asyncio.run(main())

@@ -1,0 +1,180 @@
+"""Slot scheduling: keep N concurrency slots busy with the next request until none is left.
+
+Each slot is one kept-alive connection (one `httpx.AsyncClient` of one connection): httpcore's
+pool scans every one of its connections for each request and each read, which with 512
+connections in one pool cost 172 us of CPU per streamed token and capped the client at ~5,800
+tokens/s (docs/load-generator.md). Which request a slot sends next, where its record goes and
+whether to stop are the `Control`'s: plain state in one process (`LocalControl`), shared memory
+across processes (autotune.load._processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+
+from autotune.datasets import Request
+from autotune.errors import ClientError
+from autotune.load._request import TIMEOUT_PREFIX, RequestOptions, send
+from autotune.metrics import RequestRecord
+
+WATCH_S = 0.2  # how often a shard checks for an abort
+
+
+class Abort(enum.IntEnum):
+    """Why the remaining requests are cancelled (an int, so processes can share it)."""
+
+    NONE = 0
+    SERVER_EXITED = 1
+    SERVER_HUNG = 2
+    CLIENT_FAILED = 3
+
+    def reason(self, timeout_s: float) -> str:
+        """The error recorded on each request this abort cancelled ('' for NONE)."""
+        return {
+            Abort.NONE: "",
+            Abort.SERVER_EXITED: "cancelled: server exited",
+            # a stream silent for request_timeout_s: the server hangs; waiting out every other
+            # request the same way would take (requests x timeout) / concurrency
+            Abort.SERVER_HUNG: f"cancelled: server hung (a stream was silent for {timeout_s:g} s)",
+            Abort.CLIENT_FAILED: "cancelled: a load generator process failed",
+        }[self]
+
+
+class Control(Protocol):
+    """How one shard of the load takes work, reports records and learns of an abort."""
+
+    def take(self) -> int | None:
+        """The next request to send, None when all are taken."""
+
+    def emit(self, rec: RequestRecord) -> None:
+        """A measured request's record."""
+
+    def abort(self, why: Abort) -> None:
+        """Stop every shard (the first reason wins)."""
+
+    def aborted(self) -> Abort:
+        """Why the remaining requests must be cancelled; Abort.NONE while they need not."""
+
+
+class LocalControl:
+    """The Control of a load that runs in this process only."""
+
+    def __init__(self, n: int, on_done: Callable[[RequestRecord], None] | None,
+                 alive: Callable[[], bool] | None) -> None:
+        self.n, self.next, self.why = n, 0, Abort.NONE
+        self.records: dict[int, RequestRecord] = {}
+        self._on_done, self._alive = on_done, alive
+
+    def take(self) -> int | None:
+        if self.next >= self.n:
+            return None
+        self.next += 1
+        return self.next - 1
+
+    def emit(self, rec: RequestRecord) -> None:
+        self.records[rec.index] = rec
+        if self._on_done is not None:
+            self._on_done(rec)
+
+    def abort(self, why: Abort) -> None:
+        self.why = self.why or why
+
+    def aborted(self) -> Abort:
+        if not self.why and self._alive is not None and not self._alive():
+            self.why = Abort.SERVER_EXITED
+        return self.why
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """What one shard sends: its slots, the warm-up share, and the whole request list (the
+    Control hands out indices into it) with each request's send offset."""
+
+    base_url: str
+    model: str
+    requests: Sequence[Request]
+    offsets: Sequence[float]
+    options: RequestOptions
+    slots: int
+    warm: Sequence[Request] = ()
+
+
+def _raise_unexpected(results: Sequence[object]) -> None:
+    """A slot's task that raised something other than a cancellation is a bug in the request
+    path (for example a payload that cannot be built): surface it with its cause instead of
+    recording every request as cancelled."""
+    for r in results:
+        if isinstance(r, Exception):
+            raise ClientError(f"the load generator failed: {type(r).__name__}: {r}") from r
+
+
+async def run_shard(plan: ShardPlan, ctl: Control, start: Callable[[], Awaitable[float]],
+                    transport: httpx.AsyncBaseTransport | None = None) -> tuple[float, float]:
+    """Open the plan's slots, send its warm-up, then, once `start()` returns the clock's zero,
+    keep every slot busy with the next request `ctl.take()` gives until none is left.
+
+    Returns (seconds from zero to the last record, CPU seconds of this process meanwhile).
+    """
+    # Keep-alive shorter than uvicorn's 5 s: reusing a connection the server is closing at the
+    # same moment fails with ReadError.
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=2.0)
+    timeout = httpx.Timeout(plan.options.request_timeout_s, connect=10.0, pool=None)
+    ssl_context = httpx.create_ssl_context()  # once: each client would load the CA bundle
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(httpx.AsyncClient(
+            base_url=plan.base_url, limits=limits, timeout=timeout, transport=transport,
+            verify=ssl_context)) for _ in range(plan.slots)]
+        workers: list[asyncio.Task[None]] = []
+
+        def stop_all(why: Abort) -> None:
+            ctl.abort(why)
+            for w in workers:
+                if w is not asyncio.current_task():
+                    w.cancel()
+
+        async def one(client: httpx.AsyncClient, i: int, req: Request, t0: float) -> None:
+            rec = await send(client, plan.model, i, req, plan.options, t0)
+            if rec.error and rec.error.startswith(TIMEOUT_PREFIX):
+                stop_all(Abort.SERVER_HUNG)
+            if i >= 0:
+                ctl.emit(rec)
+
+        async def watch() -> None:
+            while not ctl.aborted():
+                await asyncio.sleep(WATCH_S)
+            stop_all(ctl.aborted())
+
+        watcher = asyncio.create_task(watch())
+        try:
+            if plan.warm:
+                t_warm = time.perf_counter()
+                workers = [asyncio.create_task(one(clients[j % plan.slots], -1, r, t_warm))
+                           for j, r in enumerate(plan.warm)]
+                _raise_unexpected(await asyncio.gather(*workers, return_exceptions=True))
+            t0 = await start()
+            cpu0 = time.process_time()
+            if ctl.aborted():  # the server hung or died during the warm-up: send nothing
+                return 0.0, 0.0
+
+            async def work(client: httpx.AsyncClient) -> None:
+                while not ctl.aborted() and (i := ctl.take()) is not None:
+                    delay = plan.offsets[i] - (time.perf_counter() - t0)
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    await one(client, i, plan.requests[i], t0)
+
+            workers = [asyncio.create_task(work(c)) for c in clients]
+            _raise_unexpected(await asyncio.gather(*workers, return_exceptions=True))
+            return time.perf_counter() - t0, time.process_time() - cpu0
+        finally:  # also when interrupted: no task is left behind
+            for w in [*workers, watcher]:
+                w.cancel()
+            await asyncio.gather(*workers, watcher, return_exceptions=True)

@@ -1,0 +1,112 @@
+"""Every check that can fail without booting a server, run before the first boot.
+
+The search space parses; the vLLM executable runs and accepts every flag and choice of the space
+(`vllm serve --help=all`); the model directory holds what vLLM and the load generator read;
+max_model_len can hold the profile; the storage URL and the work directory are usable. Each
+failure is one ConfigError naming the field and the fix, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.config import StudyConfig
+from autotune.errors import ConfigError
+from autotune.search_space import CategoricalParam, IntParam, SearchSpace, load_search_space
+from autotune.storage import check_url
+from autotune.vllm_info import VllmInfo, check_flags, get_vllm_info
+
+
+@dataclass(frozen=True)
+class Preflight:
+    space: SearchSpace
+    vllm: VllmInfo
+
+
+def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
+    """Every check that can fail without booting a server. A worker passes the space stored
+    in the study, so hosts need not hold the same search-space file."""
+    space = space or load_search_space(cfg.search_space)
+    check_workdir(cfg.workdir)
+    check_url(cfg.storage_url())
+    cfg.server.check_executable()
+    check_model(cfg.server.model, cfg.server.tokenizer)
+    check_model_len(cfg, space)
+    info = get_vllm_info(cfg.server.executable, cfg.server.env)  # ~15 s the first time
+    flags: dict[str, list[object] | None] = {f: None for f in cfg.server.args}
+    flags.update({f: [v] for f, v in space.fixed.items()})
+    for name, p in space.parameters.items():
+        flag = p.into or name
+        choices = space.choices_by_flag().get(name) if not p.into else None
+        flags[flag] = list(choices) if choices is not None else None
+    check_flags(info, flags, f"search space {space.name!r}")
+    return Preflight(space, info)
+
+
+def _is_path(model: str) -> bool:
+    return model.startswith((".", "/", "~")) or os.path.exists(model)
+
+
+def check_model(model: str, tokenizer: str | None = None) -> None:
+    """A local model must be a directory with config.json (or a .gguf file), and the load
+    generator needs a tokenizer.json (the model's, or `server.tokenizer`'s). A hub name such
+    as Qwen/Qwen3-8B is left to vLLM."""
+    if _is_path(model):
+        path = Path(model).expanduser()
+        if not path.exists():
+            raise ConfigError(f"server.model: {model!r} does not exist (a model directory "
+                              "or a model name the server can load)")
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise ConfigError(f"server.model: {model!r} is not a model vLLM can load: the "
+                              "directory has no config.json (point it at the folder with the "
+                              "model's config.json and tokenizer)")
+        if path.is_file() and path.suffix != ".gguf":
+            raise ConfigError(f"server.model: {model!r} is a file; vLLM loads a model directory "
+                              "(or a .gguf file)")
+    tok = tokenizer or model
+    if _is_path(tok) and Path(tok).expanduser().is_dir() and \
+            not (Path(tok).expanduser() / "tokenizer.json").is_file():
+        field = "server.tokenizer" if tokenizer else "server.model"
+        raise ConfigError(f"{field}: no tokenizer.json in {tok!r}; the load generator needs the "
+                          "model's fast tokenizer file (set server.tokenizer to a folder "
+                          "that has one)")
+
+
+def check_workdir(workdir: str) -> None:
+    """The work directory exists as a writable folder, or can be created."""
+    path = Path(workdir).expanduser().resolve()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"workdir: {workdir!r} is a file, not a folder")
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"workdir: cannot write under {workdir!r} ({existing} is not a "
+                          "writable folder); set workdir to one")
+
+
+def check_model_len(cfg: StudyConfig, space: SearchSpace) -> None:
+    need = cfg.profile.required_model_len()
+    fixed = {**cfg.server.args, **space.fixed}
+    where, low = None, None
+    if "max_model_len" in fixed:
+        where, low = "max_model_len", int(fixed["max_model_len"])
+    p = space.parameters.get("max_model_len")
+    if isinstance(p, IntParam):
+        where, low = f"parameters.max_model_len.low ({space.name})", p.low
+    elif isinstance(p, CategoricalParam):
+        nums = [int(c) for c in p.choices if isinstance(c, int | float)]
+        if nums:
+            where, low = f"parameters.max_model_len.choices ({space.name})", min(nums)
+    if low is None:
+        cfg_path = Path(cfg.server.model) / "config.json"
+        if cfg_path.exists():
+            mpe = json.loads(cfg_path.read_text()).get("max_position_embeddings")
+            if mpe is not None and int(mpe) < need:
+                raise ConfigError(f"profile: {cfg.profile.name} needs {need} tokens per request "
+                                  f"but the model allows {mpe} (max_position_embeddings)")
+        return
+    if low < need:
+        raise ConfigError(f"{where}: {low} is shorter than the profile needs ({need} tokens: "
+                          f"{cfg.profile.name}); raise it to at least {need}")

@@ -1,0 +1,127 @@
+"""A study's report as files: Markdown with every trial's numbers, the Pareto front, where the
+time went, and the raw files behind them; plus the Pareto plot. `autotune report` writes it, and
+the study pages in docs/results/ are made by it."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from autotune.config import StudyConfig
+from autotune.present import params_text, short_metric
+from autotune.results import TrialRecord, baseline, deltas, front_numbers, records
+
+
+@dataclass(frozen=True)
+class TimeSplit:
+    """Where one trial's wall time went (seconds)."""
+
+    number: int
+    label: str
+    boot_s: float
+    bench_s: float
+    stop_s: float
+    in_trial_s: float  # wall time in the storage - boot - bench - stop
+    between_s: float | None  # from its end to the next trial's start
+
+    @property
+    def overhead_s(self) -> float:
+        """The tuner's own time: in the trial but outside boot/bench/stop, and until the next
+        trial starts (sampling, storage, MLflow logging, progress)."""
+        return self.in_trial_s + (self.between_s or 0.0)
+
+
+def time_split(recs: list[TrialRecord]) -> list[TimeSplit]:
+    done = [r for r in recs if r.started is not None and r.completed is not None]
+    out = []
+    for i, r in enumerate(done):
+        assert r.started is not None and r.completed is not None
+        wall = (r.completed - r.started).total_seconds()
+        tm = r.timings
+        boot, bench, stop = (tm.get(k, 0.0) for k in ("boot_s", "bench_s", "stop_s"))
+        nxt = done[i + 1] if i + 1 < len(done) else None
+        gap = (nxt.started - r.completed).total_seconds() if nxt and nxt.started else None
+        label = "reused" if r.facts.reused_from is not None else r.label()
+        out.append(TimeSplit(r.number, label, boot, bench, stop, wall - boot - bench - stop,
+                             gap))
+    return out
+
+
+def _f(v: float | None, pct: bool = False) -> str:
+    if v is None:
+        return ""
+    return f"{v * 100:+.1f}%" if pct else f"{v:,.1f}"
+
+
+def trials_markdown(recs: list[TrialRecord], metrics: list[str], front: set[int]) -> list[str]:
+    base = baseline(recs)
+    head = ["#", "state"]
+    for m in metrics:
+        head += [short_metric(m), "vs base"]
+    head += ["boot s", "bench s", "front", "params / cause"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in recs:
+        d = deltas(r, base)
+        cells = [str(r.number), r.label() + (" (base)" if r.baseline else "")]
+        for m in metrics:
+            cells += [_f(r.values.get(m)), _f(d.get(m), pct=True)]
+        what = "vLLM defaults" if r.baseline else params_text(r.params)
+        if r.cause:
+            what += f" -- {r.cause[:160]}"
+        cells += [_f(r.timings.get("boot_s")), _f(r.timings.get("bench_s")),
+                  "yes" if r.number in front else "", what.replace("|", "\\|")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def time_markdown(split: list[TimeSplit]) -> list[str]:
+    lines = ["| # | state | boot s | bench s | stop s | in-trial s | between s | overhead s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in split:
+        lines.append(f"| {s.number} | {s.label} | {s.boot_s:.1f} | {s.bench_s:.1f} | "
+                     f"{s.stop_s:.1f} | {s.in_trial_s:.2f} | "
+                     f"{'' if s.between_s is None else f'{s.between_s:.2f}'} | "
+                     f"{s.overhead_s:.2f} |")
+    measured = [s.overhead_s for s in split if s.boot_s > 0]
+    if measured:
+        lines += ["", f"Tuner overhead per measured trial: mean {statistics.mean(measured):.2f} s, "
+                      f"max {max(measured):.2f} s ({len(measured)} trials)."]
+    return lines
+
+
+def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
+    """Write `report.md` and `pareto.png` into `out_dir`; return the Markdown's path."""
+    from autotune import plots
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    recs = records(study)
+    metrics = cfg.metric_names()
+    front = front_numbers(study)
+    lines = [f"# Study `{cfg.name}`", "",
+             f"- vLLM {study.user_attrs.get('vllm_version', '?')}; model `{cfg.server.model}`; "
+             f"fixed args `{params_text(cfg.server.args)}`",
+             f"- profile `{cfg.profile.name}` ({cfg.profile.num_prompts} prompts, concurrency "
+             f"{cfg.profile.max_concurrency or 'all'}); space `{cfg.search_space}`; sampler "
+             f"{cfg.sampler.name} (seed {cfg.sampler.seed})",
+             "- objectives: " + ", ".join(f"{o.direction} {o.metric}" for o in cfg.objectives)
+             + (f"; SLOs: {', '.join(s.text() for s in cfg.slos)}" if cfg.slos else ""),
+             f"- {len(recs)} trials, {sum(r.measured for r in recs)} measured; "
+             f"storage `{cfg.storage_url()}`", "", "## Trials", ""]
+    lines += trials_markdown(recs, metrics, front)
+    if len(metrics) >= 2 and any(r.measured for r in recs):
+        plots.pareto_png(study, out_dir / "pareto.png", cfg.name)
+        lines += ["", "## Pareto front", "", "![Pareto front](pareto.png)", ""]
+        lines += trials_markdown([r for r in recs if r.number in front], metrics, front)
+    lines += ["", "## Where the time went", ""] + time_markdown(time_split(recs))
+    trial_dirs = sorted(cfg.study_dir().glob("trial-*"))
+    if trial_dirs:
+        lines += ["", "## Raw files", "",
+                  f"Per trial under `{cfg.study_dir()}`: `server.log` (the server's output), "
+                  "`result.json` (metrics, argv, timings), `requests.csv` (one row per "
+                  f"request); {len(trial_dirs)} trial folders."]
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,180 @@
+"""The typed trial record: what a trial stores about itself, and how every reader sees it.
+
+Optuna keeps a trial's facts as string-keyed user attributes. Only this module knows those keys:
+the objective writes a `TrialFacts` through `write_facts`, and every reader (tables, MLflow,
+plots, export, report, scripts) reads a `TrialRecord` built by `TrialRecord.of`. A trial that
+was not measured (infeasible, interrupted, crashed) has no values in its record: the worst-case
+numbers Optuna needs to learn from it never reach a user.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+
+class Status(enum.StrEnum):
+    OK = "ok"  # measured, every constraint met
+    SLO_MISS = "slo_miss"  # measured, an SLO missed
+    INFEASIBLE = "infeasible"  # no measurement: no boot, no service (the cause says why)
+    INTERRUPTED = "interrupted"  # stopped by a signal, or its worker stopped beating
+    ERROR = "error"  # an unexpected exception (recorded; the study stopped)
+    RUNNING = "running"
+    WAITING = "waiting"  # enqueued, not started
+
+
+@dataclass(frozen=True)
+class TrialFacts:
+    """What a trial stores about itself. Fields left None are not written."""
+
+    flags: dict[str, Any] | None = None  # the sampled flags (space.fixed included)
+    flags_key: str | None = None  # the flags as one canonical string
+    baseline: bool | None = None  # vLLM's defaults (with the fixed args)
+    metrics: dict[str, float] | None = None
+    server_stats: dict[str, float] | None = None
+    timings: dict[str, float] | None = None
+    argv: list[str] | None = None
+    log_path: str | None = None
+    request_errors: dict[str, int] | None = None
+    cause: str | None = None  # the one line to read first
+    failure: str | None = None  # the expected failure's exception type: no measurement
+    fatal: bool | None = None  # a baseline failure no parameter of the space can change
+    reused_from: int | None = None  # failed flags not booted again: the verdict of this trial
+    interrupted: bool | None = None
+    retry_of: int | None = None
+    worker: dict[str, Any] | None = None
+    error: dict[str, str] | None = None  # an unexpected exception: type, message, log
+
+    def to_attrs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None}
+
+    @classmethod
+    def from_attrs(cls, attrs: dict[str, Any]) -> TrialFacts:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in attrs.items() if k in names})
+
+
+def write_facts(trial: optuna.Trial, facts: TrialFacts) -> None:
+    for k, v in facts.to_attrs().items():
+        trial.set_user_attr(k, v)
+
+
+def _status(t: FrozenTrial, facts: TrialFacts) -> Status:
+    if t.state == TrialState.RUNNING:
+        return Status.RUNNING
+    if t.state == TrialState.WAITING:
+        return Status.WAITING
+    if t.state != TrialState.COMPLETE:
+        return Status.ERROR if facts.error else Status.INTERRUPTED
+    if facts.failure:
+        return Status.INFEASIBLE
+    return Status.OK if all(v <= 0 for v in t.constraints.values()) else Status.SLO_MISS
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    number: int
+    status: Status
+    facts: TrialFacts
+    params: dict[str, Any]
+    values: dict[str, float]  # objective metric -> value; empty when not measured
+    constraints: dict[str, float] = field(default_factory=dict)
+    started: datetime | None = None
+    completed: datetime | None = None
+
+    @classmethod
+    def of(cls, t: FrozenTrial, objective_names: list[str]) -> TrialRecord:
+        facts = TrialFacts.from_attrs(t.user_attrs)
+        status = _status(t, facts)
+        measured = status in (Status.OK, Status.SLO_MISS) and t.values is not None
+        values = dict(zip(objective_names, t.values, strict=False)) if measured else {}
+        return cls(t.number, status, facts, dict(t.params), values, dict(t.constraints),
+                   t.datetime_start, t.datetime_complete)
+
+    @property
+    def baseline(self) -> bool:
+        return bool(self.facts.baseline)
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.values)
+
+    @property
+    def feasible(self) -> bool:
+        return self.status == Status.OK
+
+    @property
+    def flags(self) -> dict[str, Any]:
+        return self.facts.flags or {}
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return (self.facts.metrics or {}) if self.measured else {}
+
+    @property
+    def cause(self) -> str | None:
+        return self.facts.cause
+
+    @property
+    def timings(self) -> dict[str, float]:
+        return self.facts.timings or {}
+
+    def value(self, metric: str) -> float | None:
+        """An objective's value, else a recorded metric; None when not measured."""
+        if metric in self.values:
+            return self.values[metric]
+        return self.metrics.get(metric)
+
+    def label(self) -> str:
+        """The status as a table shows it."""
+        return {Status.OK: "ok", Status.SLO_MISS: "SLO miss"}.get(self.status, self.status.value)
+
+
+def objective_names(study: optuna.Study) -> list[str]:
+    names = study.metric_names
+    return list(names) if names else [f"objective_{i}" for i in range(len(study.directions))]
+
+
+def records(study: optuna.Study) -> list[TrialRecord]:
+    names = objective_names(study)
+    return [TrialRecord.of(t, names) for t in study.get_trials(deepcopy=False)]
+
+
+def record_of(study: optuna.Study, trial: FrozenTrial) -> TrialRecord:
+    return TrialRecord.of(trial, objective_names(study))
+
+
+def baseline(recs: list[TrialRecord]) -> TrialRecord | None:
+    """The measured baseline trial (vLLM's defaults), if any."""
+    return next((r for r in recs if r.baseline and r.measured), None)
+
+
+def delta(value: float, base: float) -> float:
+    """Relative change of `value` against `base`."""
+    return (value - base) / base if base else 0.0
+
+
+def deltas(rec: TrialRecord, base: TrialRecord | None) -> dict[str, float]:
+    """Each objective's relative change against the baseline's (empty when either is not
+    measured)."""
+    if base is None or not rec.measured:
+        return {}
+    return {m: delta(v, base.values[m]) for m, v in rec.values.items() if m in base.values}
+
+
+def front_numbers(study: optuna.Study) -> set[int]:
+    """The trials on the feasible Pareto front (Optuna's best_trials honour constraints, and
+    infeasible trials carry violated constraints)."""
+    return {t.number for t in study.best_trials
+            if not TrialFacts.from_attrs(t.user_attrs).failure}
+
+
+def front(study: optuna.Study) -> list[TrialRecord]:
+    nums = front_numbers(study)
+    return [r for r in records(study) if r.number in nums]

@@ -1,0 +1,37 @@
+"""Stand-ins for the measurement, for unit tests of the study loop and its bookkeeping (the
+real thing runs in tests/integration/)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from autotune.bench import BenchResult, Timings
+from autotune.errors import ServerBootError
+from autotune.metrics import RequestRecord, compute_metrics
+
+
+def fake_bench(calls: list[dict[str, Any]],
+               raise_first: BaseException | None = None) -> Callable[..., BenchResult]:
+    """A run_bench that records its flags, refuses kv_cache_dtype fp8 as a boot failure, and
+    measures throughput in proportion to max_num_seqs. `raise_first` is raised by the first
+    call (an unexpected exception inside a trial)."""
+    pending = [raise_first] if raise_first is not None else []
+
+    def run(server: Any, profile: Any, flags: dict[str, Any], workdir: Path,
+            **kw: Any) -> BenchResult:
+        calls.append(dict(flags))
+        if pending:
+            raise pending.pop()
+        if flags.get("kv_cache_dtype") == "fp8":
+            raise ServerBootError(1, "ValueError: fp8 refused", log_path="x")
+        seqs = flags.get("max_num_seqs", 8)
+        recs = [RequestRecord(index=i, send_time=0.0, prompt_len=8, expected_output_len=4,
+                              first_token_time=0.1, end_time=0.1 + 0.01 * seqs,
+                              chunk_times=(0.1, 0.1 + 0.01 * seqs), prompt_tokens=8,
+                              output_tokens=4) for i in range(2)]
+        m = compute_metrics(recs, duration_s=1.0 / seqs)
+        return BenchResult(argv=["vllm"], params=flags, metrics=m, records=recs,
+                           timings=Timings(1, 1, 0, 2), log_path="x")
+    return run
