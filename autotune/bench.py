@@ -17,18 +17,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.capacity import CURVE_METRICS, CapacityResult, LoadPoint, point_seed, search, verdict
 from autotune.command import serve_argv
 from autotune.config import ServerConfig
-from autotune.datasets import Request, build_requests
+from autotune.datasets import Request, build_requests, load_tokenizer, sample_requests
 from autotune.errors import AutotuneError, LoadError, ServerBootError
 from autotune.load import LoadSettings, resolve_processes, run_load
 from autotune.metrics import BenchMetrics, RequestRecord, compute_metrics
 from autotune.process import free_port
-from autotune.profile import ProfileConfig
+from autotune.profile import CapacityConfig, ProfileConfig, SLOConfig
 from autotune.server import ServerProcess
 
 Phase = Callable[[str], None]
 OnRequest = Callable[[RequestRecord], None]
+OnPoint = Callable[[LoadPoint], None]
 
 
 @dataclass(frozen=True)
@@ -230,3 +232,81 @@ def run_bench(
     (workdir / "result.json").write_text(json.dumps(out.to_json(), indent=2, default=str) + "\n")
     write_records(point.records, workdir / "requests.csv")
     return out
+
+
+@dataclass(frozen=True)
+class CapacityRun:
+    """A capacity search on one booted server."""
+
+    result: CapacityResult
+    timings: Timings
+    argv: list[str]
+    log_path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"argv": self.argv, "timings": asdict(self.timings), "log_path": self.log_path,
+                "summary": self.result.summary(), **self.result.to_json()}
+
+
+def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileConfig,
+                cap: CapacityConfig, slos: list[SLOConfig], workdir: Path, *,
+                start: float | None = None, stop_below: float | None = None,
+                on_phase: Phase | None = None, on_point: OnPoint | None = None,
+                alive: Callable[[], bool] | None = None,
+                check: Callable[[], None] = lambda: None) -> CapacityResult:
+    """The capacity search against a running server (autotune.capacity). Each point gets its
+    own requests, drawn with a seed of the load (the same for every trial at that load) and
+    its own warm-up; its per-request records go to points/load-<load>.csv."""
+    phase = on_phase or (lambda _p: None)
+    tok = load_tokenizer(tokenizer_dir)
+    at_point = profile.model_copy(update={"warmup": cap.warmup})
+    (workdir / "points").mkdir(parents=True, exist_ok=True)
+
+    def measure_at(load: float) -> LoadPoint:
+        phase(f"load {load:g}")
+        n = cap.requests_at(load)
+        reqs = sample_requests(profile, tok, n + cap.warmup, point_seed(profile.seed, load))
+        t0 = time.monotonic()
+        conc = int(load) if cap.axis == "concurrency" else profile.max_concurrency
+        rate = load if cap.axis == "rate" else profile.request_rate
+        pt = measure(base_url, model, at_point, reqs[:n], max_concurrency=conc,
+                     request_rate=rate, alive=alive, warm=reqs[n:])
+        check()  # the server died: its cause, not a failing verdict
+        flat = pt.metrics.flat()
+        passed, misses = verdict(flat, slos)
+        point = LoadPoint(load, passed, tuple(misses), {k: flat[k] for k in CURVE_METRICS},
+                          time.monotonic() - t0)
+        write_records(pt.records, workdir / "points" / f"load-{load:g}.csv")
+        if on_point is not None:
+            on_point(point)
+        return point
+
+    result = search(measure_at, axis=cap.axis, low=cap.low, high=cap.high,
+                    tolerance=cap.tolerance, start=start or cap.start, stop_below=stop_below)
+    (workdir / "capacity.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    return result
+
+
+def run_capacity(server: ServerConfig, profile: ProfileConfig, cap: CapacityConfig,
+                 slos: list[SLOConfig], params: Mapping[str, Any], workdir: Path, *,
+                 start: float | None = None, stop_below: float | None = None,
+                 on_phase: Phase | None = None, on_point: OnPoint | None = None) -> CapacityRun:
+    """Boot `vllm serve` with the fixed args plus `params`, search its capacity, stop it."""
+    t_start = time.monotonic()
+    phase = on_phase or (lambda _p: None)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    with booted(server, params, workdir, phase) as proc:
+        assert proc.started_at is not None and proc.healthy_at is not None
+        boot_s = proc.healthy_at - proc.started_at
+        t_bench = time.monotonic()
+        result = capacity_on(proc.base_url, server.model, server.tokenizer_dir, profile, cap,
+                             slos, workdir, start=start, stop_below=stop_below, on_phase=phase,
+                             on_point=on_point, alive=proc.alive, check=proc.check_alive)
+        bench_s = time.monotonic() - t_bench
+        phase("stopping")
+        t_stop = time.monotonic()
+    run = CapacityRun(result, Timings(boot_s, bench_s, time.monotonic() - t_stop,
+                                      time.monotonic() - t_start), proc.argv, str(proc.log_path))
+    (workdir / "result.json").write_text(json.dumps(run.to_json(), indent=2) + "\n")
+    return run

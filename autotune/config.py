@@ -10,10 +10,16 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from autotune.errors import ConfigError
-from autotune.profile import ProfileConfig, SLOConfig, known_metric
+from autotune.profile import (
+    CAPACITY_METRICS,
+    CapacityConfig,
+    ProfileConfig,
+    SLOConfig,
+    objective_metric,
+)
 from autotune.schema import StrictModel, parse_model, read_yaml
 
 
@@ -82,7 +88,7 @@ class ObjectiveConfig(StrictModel):
                         "mean_tpot_ms, p99_ttft_ms.")
     direction: Direction
 
-    _metric = field_validator("metric")(known_metric)
+    _metric = field_validator("metric")(objective_metric)
 
 
 SamplerName = Literal["tpe", "nsga2", "gp", "random"]
@@ -111,18 +117,38 @@ class StudyConfig(StrictModel):
     objectives: list[ObjectiveConfig] = Field(
         default_factory=lambda: [ObjectiveConfig.model_validate(o) for o in DEFAULT_OBJECTIVES],
         min_length=1)
-    slos: list[SLOConfig] = Field(default_factory=list)
+    slos: list[SLOConfig] = Field(
+        default_factory=list, description="Targets a measurement must meet: constraints of each "
+        "trial, or with `capacity`, the verdict of each load point.")
+    capacity: CapacityConfig | None = Field(
+        None, description="Search each trial's capacity under the SLOs (one boot, many load "
+        "points) instead of measuring one fixed load.")
     sampler: SamplerConfig = Field(default_factory=lambda: SamplerConfig.model_validate({}))
     n_trials: int = Field(10, ge=1, description="Trials in the study, in all (resume included).")
     timeout_s: float | None = Field(None, gt=0, description="Seconds this run may take: a "
                                     "trial starts only if the longest so far would end in time.")
     baseline: bool = Field(True, description="Run vLLM's defaults as the first trial.")
+    starts: list[dict[str, Any]] = Field(
+        default_factory=list, description="Configs (parameter values of the space) measured "
+        "right after the baseline, with the space's own starts.")
     storage: str | None = Field(None, description="Optuna storage URL "
                                 "(default: sqlite:///<workdir>/optuna.db).")
     workdir: str = Field("mlruns", description="Where the storage, logs and results go.")
     heartbeat_grace_s: float = Field(
         60.0, ge=20, description="Seconds without a heartbeat (sent every 10 s) after which a "
         "running trial counts as stale (its worker died) and is retried once.")
+
+    @model_validator(mode="after")
+    def _capacity(self) -> StudyConfig:
+        if self.capacity is not None:
+            self.capacity.check(self.profile, self.slos)
+        else:
+            for i, o in enumerate(self.objectives):
+                if o.metric in CAPACITY_METRICS:
+                    raise ValueError(f"objectives.{i}.metric: {o.metric} is what a capacity "
+                                     "search finds; add a capacity: section (axis, low, high) "
+                                     "and slos")
+        return self
 
     def storage_url(self) -> str:
         if self.storage:

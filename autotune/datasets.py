@@ -9,6 +9,7 @@ tokenizer, so the input length is exact; the server gets the ids, not text.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -54,20 +55,27 @@ def iter_sharegpt() -> Iterator[list[dict[str, Any]]]:
 
 
 def sharegpt_pairs() -> list[tuple[str, str]]:
-    """(first turn, second turn) of every conversation with at least two turns, in file order.
+    """(first turn, second turn) of every conversation with at least two turns, in file order
+    (a new list each call: callers shuffle it).
 
     Parsing the 120 MB file takes seconds, so the pairs are cached as JSON under
-    $AUTOTUNE_CACHE_DIR (default ~/.cache/autotune).
+    $AUTOTUNE_CACHE_DIR (default ~/.cache/autotune), and in memory once read (a capacity
+    search samples once per load point).
     """
+    return list(_sharegpt_pairs())
+
+
+@functools.cache
+def _sharegpt_pairs() -> tuple[tuple[str, str], ...]:
     path = cache_dir() / "sharegpt_pairs.json"
     if path.exists():
-        return [(a, b) for a, b in json.loads(path.read_text())]
+        return tuple((a, b) for a, b in json.loads(path.read_text()))
     pairs = [(c[0]["value"], c[1]["value"]) for c in iter_sharegpt() if len(c) >= 2]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(pairs))
     tmp.replace(path)
-    return pairs
+    return tuple(pairs)
 
 
 def sharegpt_json_for_vllm() -> Path:
@@ -163,12 +171,16 @@ def load_tokenizer(model: str) -> Any:
     return Tokenizer.from_file(str(path))
 
 
+def sample_requests(profile: ProfileConfig, tokenizer: Any, n: int, seed: int) -> list[Request]:
+    """`n` requests of the profile's kind, drawn with `seed`."""
+    i, o = profile.lengths()
+    if profile.name == "sharegpt":
+        return sample_sharegpt(tokenizer, n, seed, output_len=o)
+    assert i is not None and o is not None
+    return sample_random(tokenizer, n, i, o, seed)
+
+
 def build_requests(profile: ProfileConfig, tokenizer_dir: str) -> list[Request]:
     """The measured requests followed by `profile.warmup` distinct warm-up requests."""
-    tok = load_tokenizer(tokenizer_dir)
-    i, o = profile.lengths()
-    n = profile.num_prompts + profile.warmup
-    if profile.name == "sharegpt":
-        return sample_sharegpt(tok, n, profile.seed, output_len=o)
-    assert i is not None and o is not None
-    return sample_random(tok, n, i, o, profile.seed)
+    return sample_requests(profile, load_tokenizer(tokenizer_dir),
+                           profile.num_prompts + profile.warmup, profile.seed)

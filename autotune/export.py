@@ -14,14 +14,15 @@ import numpy as np
 import optuna
 import yaml
 
-from autotune.bench import OnRequest, Phase, run_bench
+from autotune.bench import OnRequest, Phase, run_bench, run_capacity
+from autotune.capacity import CapacityResult
 from autotune.command import flag_name, serve_argv, shell_join
 from autotune.config import StudyConfig, default_executable
 from autotune.errors import StudyError
 from autotune.profile import ProfileConfig
 from autotune.results import TrialRecord, front, records
 
-Preference = Literal["throughput", "latency", "knee"]
+Preference = Literal["throughput", "latency", "knee", "capacity"]
 
 
 def _metric(t: TrialRecord, name: str) -> float:
@@ -47,6 +48,11 @@ def choose(study: optuna.Study, cfg: StudyConfig, prefer: Preference = "knee",
     front_ = front(study)
     if not front_:
         raise StudyError(f"study {study.study_name!r} has no feasible complete trial yet")
+    if prefer == "capacity":
+        if cfg.capacity is None:
+            raise StudyError("--prefer capacity: this study measured no capacity (its config "
+                             "has no capacity: section); prefer throughput, latency or knee")
+        return max(front_, key=lambda t: _metric(t, "capacity"))
     thr = next((o for o in cfg.objectives if o.direction == "maximize"), cfg.objectives[0])
     lat = next((o for o in cfg.objectives if o.direction == "minimize"), cfg.objectives[-1])
     if max_tpot_ms is not None:
@@ -141,6 +147,27 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
         (out_dir / "export.json").write_text(json.dumps(result, indent=2) + "\n")
         result["config_path"] = str(out_dir / "vllm-config.yaml")
     return result
+
+
+@dataclass(frozen=True)
+class CapacityValidation:
+    """A chosen trial's capacity searched again on a fresh boot."""
+
+    trial: int
+    study_capacity: float
+    rerun: CapacityResult
+    run_dir: Path
+
+
+def validate_capacity(cfg: StudyConfig, trial: TrialRecord, *,
+                      on_phase: Phase | None = None) -> CapacityValidation:
+    """Boot the trial's flags again and search its capacity anew, starting at the study's."""
+    assert cfg.capacity is not None
+    run_dir = cfg.study_dir() / f"validate-{trial.number:04d}-{time.strftime('%H%M%S')}"
+    was = trial.metrics["capacity"]
+    run = run_capacity(cfg.server, cfg.profile, cfg.capacity, cfg.slos, trial.flags, run_dir,
+                       start=was, on_phase=on_phase)
+    return CapacityValidation(trial.number, was, run.result, run_dir)
 
 
 @dataclass(frozen=True)

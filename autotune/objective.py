@@ -19,15 +19,16 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.bench import run_bench
+from autotune.bench import run_bench, run_capacity
 from autotune.config import StudyConfig
 from autotune.datasets import Request
 from autotune.errors import LoadError, ServerBootError, ServerError, TrialError
-from autotune.results import TrialFacts, write_facts
+from autotune.results import TrialFacts, records, write_facts
 from autotune.search_space import SearchSpace
 
 BOOT_OK = "boot_ok"
 REQUESTS_OK = "requests_ok"
+CAPACITY_OK = "capacity_ok"  # some load met the SLOs
 # what the sampler learns from a trial without a measurement (never shown to a user)
 WORST = {"maximize": 0.0, "minimize": 1e6}
 
@@ -37,6 +38,13 @@ PhaseHook = Callable[[int, str, dict[str, Any]], None]
 
 def flags_key(flags: dict[str, Any]) -> str:
     return json.dumps(flags, sort_keys=True, separators=(",", ":"))
+
+
+def incumbent(study: optuna.Study) -> float | None:
+    """The highest capacity a feasible trial of the study has reached so far."""
+    caps = [r.metrics["capacity"] for r in records(study)
+            if r.feasible and "capacity" in r.metrics]
+    return max(caps) if caps else None
 
 
 def unfixable_by(space: SearchSpace, cause: str) -> bool:
@@ -58,6 +66,8 @@ class Objective:
     worker: dict[str, Any] | None = None  # which worker ran the trial (id, host, devices)
 
     def constraint_names(self) -> list[str]:
+        if self.cfg.capacity is not None:  # the SLOs judge each load point instead
+            return [BOOT_OK, REQUESTS_OK, CAPACITY_OK]
         return [BOOT_OK, REQUESTS_OK, *(s.key for s in self.cfg.slos)]
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
@@ -84,6 +94,8 @@ class Objective:
             hook(trial.number, p, flags)
 
         try:
+            if self.cfg.capacity is not None:
+                return self._capacity(trial, flags, workdir, on_phase)
             result = run_bench(self.cfg.server, self.cfg.profile, flags, workdir,
                                requests=self.requests, on_phase=on_phase)
         except KeyboardInterrupt:
@@ -117,6 +129,30 @@ class Objective:
         trial.set_constraint(REQUESTS_OK, float(result.metrics.failed))
         for slo in self.cfg.slos:
             trial.set_constraint(slo.key, slo.violation(metrics[slo.metric]))
+        return [float(metrics[o.metric]) for o in self.cfg.objectives]
+
+    def _capacity(self, trial: optuna.Trial, flags: dict[str, Any], workdir: Path,
+                  on_phase: Callable[[str], None]) -> list[float]:
+        """Capacity mode: search the most load this config sustains within the SLOs, starting
+        at the incumbent's capacity (and stopping early below it)."""
+        cap = self.cfg.capacity
+        assert cap is not None
+        best = incumbent(trial.study)
+        run = run_capacity(self.cfg.server, self.cfg.profile, cap, self.cfg.slos, flags,
+                           workdir, start=best, stop_below=best if cap.early_stop else None,
+                           on_phase=on_phase)
+        res = run.result
+        metrics = res.summary()
+        cause = None
+        if res.at is None:  # why the lowest load failed; an early stop is not a failure
+            lowest = min(res.points, key=lambda p: p.load)
+            cause = f"{res.stopped}: {'; '.join(lowest.misses)}"
+        write_facts(trial, TrialFacts(
+            metrics=metrics, capacity=res.to_json(), timings=asdict(run.timings),
+            argv=run.argv, log_path=run.log_path, cause=cause))
+        trial.set_constraint(BOOT_OK, 0.0)
+        trial.set_constraint(REQUESTS_OK, 0.0)
+        trial.set_constraint(CAPACITY_OK, 0.0 if res.at is not None else 1.0)
         return [float(metrics[o.metric]) for o in self.cfg.objectives]
 
     def _fail(self, trial: optuna.Trial, facts: TrialFacts) -> list[float]:

@@ -7,12 +7,14 @@ from __future__ import annotations
 import warnings
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import optuna
 import pandas as pd
 
 from autotune.present import params_text, short_metric
+from autotune.profile import SLOConfig
 from autotune.results import TrialRecord, records
 
 
@@ -143,3 +145,78 @@ def importances(study: optuna.Study, metrics: list[str]) -> dict[str, dict[str, 
         except (ValueError, RuntimeError, ZeroDivisionError):
             continue  # too few trials sharing a parameter, or no variance yet
     return out
+
+
+def _curve_axes(slos: list[SLOConfig]) -> tuple[Any, Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(11, 4.2))
+    ax_t.set_ylabel("total tok/s")
+    ax_l.set_ylabel("p99 latency, ms (log)")
+    ax_l.set_yscale("log")
+    for slo in slos:
+        if slo.max is not None and slo.metric in ("p99_ttft_ms", "p99_tpot_ms"):
+            ax_l.axhline(slo.max, ls="--", lw=1,
+                         color="tab:red" if "ttft" in slo.metric else "tab:purple",
+                         label=f"SLO {slo.text()}")
+    return fig, ax_t, ax_l
+
+
+def capacity_png(rec: TrialRecord, slos: list[SLOConfig], axis: str, path: Path) -> None:
+    """One trial's load curve: throughput and p99 TTFT/TPOT against load, SLO lines drawn,
+    failing points hollow, the capacity marked."""
+    import matplotlib.pyplot as plt
+
+    pts = rec.curve()
+    fig, ax_t, ax_l = _curve_axes(slos)
+    x = [p["load"] for p in pts]
+    ax_t.plot(x, [p["metrics"]["total_token_throughput"] for p in pts], "-", color="tab:blue")
+    for p in pts:
+        face = "tab:blue" if p["passed"] else "white"
+        ax_t.plot(p["load"], p["metrics"]["total_token_throughput"], "o", mfc=face,
+                  color="tab:blue")
+    for metric, color in (("p99_ttft_ms", "tab:red"), ("p99_tpot_ms", "tab:purple")):
+        ax_l.plot(x, [max(p["metrics"][metric], 1e-3) for p in pts], "o-", color=color,
+                  label=metric)
+    cap = rec.metrics.get("capacity", 0.0)
+    for ax in (ax_t, ax_l):
+        ax.set_xlabel(f"load ({axis})")
+        ax.grid(alpha=0.3)
+        if cap:
+            ax.axvline(cap, color="green", lw=1, label=f"capacity {cap:g}")
+    ax_l.legend(fontsize=7)
+    what = "vLLM defaults" if rec.baseline else params_text(rec.params)
+    fig.suptitle(f"trial {rec.number}: {what}"[:140], fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def capacity_overlay_png(recs: list[TrialRecord], slos: list[SLOConfig], axis: str,
+                         path: Path) -> None:
+    """Every trial's load curve on one figure (the study's parent run)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax_t, ax_l = _curve_axes(slos)
+    for r in recs:
+        pts = r.curve()
+        if not pts:
+            continue
+        x = [p["load"] for p in pts]
+        label = f"{r.number}{' (base)' if r.baseline else ''}: {r.metrics.get('capacity', 0):g}"
+        line = ax_t.plot(x, [p["metrics"]["total_token_throughput"] for p in pts], "o-", ms=3,
+                         lw=1.5 if r.baseline else 1, label=label)
+        ax_l.plot(x, [max(p["metrics"]["p99_ttft_ms"], 1e-3) for p in pts], "o-", ms=3, lw=1,
+                  color=line[0].get_color())
+    for ax in (ax_t, ax_l):
+        ax.set_xlabel(f"load ({axis})")
+        ax.grid(alpha=0.3)
+    ax_t.legend(fontsize=6, title="trial: capacity", title_fontsize=7, ncol=2)
+    ax_l.set_title("p99 TTFT", fontsize=8)
+    fig.suptitle("load curves of every trial", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

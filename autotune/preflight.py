@@ -35,6 +35,11 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
     cfg.server.check_executable()
     check_model(cfg.server.model, cfg.server.tokenizer)
     check_model_len(cfg, space)
+    for i, start in enumerate(cfg.starts):
+        try:
+            space.check_start(start, f"starts.{i}")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     info = get_vllm_info(cfg.server.executable, cfg.server.env)  # ~15 s the first time
     flags: dict[str, list[object] | None] = {f: None for f in cfg.server.args}
     flags.update({f: [v] for f, v in space.fixed.items()})

@@ -24,10 +24,32 @@ PRESETS: dict[str, tuple[int, int]] = {
 TOKEN_ID_PROFILES = ("random", *PRESETS)
 
 
+# what a capacity search adds to a trial's metrics (autotune.capacity); every other metric of
+# a capacity trial is its value at the capacity point
+CAPACITY_METRICS = ("capacity", "capacity_req_s", "goodput_tok_s")
+
+
 def known_metric(v: str) -> str:
+    """A metric a single measurement produces (SLOs judge these)."""
     if v not in METRIC_NAMES:
         raise ValueError(f"unknown metric {v!r}; known: {', '.join(METRIC_NAMES)}")
     return v
+
+
+def objective_metric(v: str) -> str:
+    """A metric a study can optimize: a measured one, or one of the capacity search's."""
+    if v not in METRIC_NAMES and v not in CAPACITY_METRICS:
+        raise ValueError(f"unknown metric {v!r}; known: {', '.join(CAPACITY_METRICS)} (with a "
+                         f"capacity: section), {', '.join(METRIC_NAMES)}")
+    return v
+
+
+def min_requests(metric: str) -> int:
+    """Successful requests a measurement needs before `metric` can be judged: 100 / (100 - q)
+    for a q-th percentile (p99: 100, p90: 10, median: 2), 1 for a mean or a throughput."""
+    stat = metric.split("_", 1)[0]
+    q = {"p99": 99.0, "p90": 90.0, "median": 50.0}.get(stat)
+    return 1 if q is None else math.ceil(100.0 / (100.0 - q) - 1e-9)
 
 
 class ProfileConfig(StrictModel):
@@ -117,3 +139,68 @@ class SLOConfig(StrictModel):
     def text(self) -> str:
         return f"{self.metric} {'<=' if self.max is not None else '>='} " \
                f"{self.max if self.max is not None else self.min:g}"
+
+
+Axis = Literal["concurrency", "rate"]
+
+
+class CapacityConfig(StrictModel):
+    """Each trial searches the most load its server sustains within the SLOs (autotune.capacity).
+    """
+
+    axis: Axis = Field("concurrency", description="What the load is: requests in flight "
+                       "(concurrency) or Poisson arrivals per second (rate).")
+    low: float = Field(1.0, gt=0, description="The lowest load tried (the first, unless a "
+                       "trial starts at the incumbent's capacity or at `start`).")
+    high: float = Field(1024.0, gt=0, description="Never beyond this load.")
+    start: float | None = Field(None, gt=0, description="The first load of a trial when no "
+                                "incumbent is known (default: low).")
+    tolerance: float = Field(0.05, gt=0, lt=1, description="Stop when the bracket "
+                             "(lowest failing - highest passing) / highest passing is within it.")
+    requests_per_point: int = Field(200, ge=1, description="Measured requests per load point.")
+    requests_per_slot: float = Field(
+        2.0, ge=0, description="On the concurrency axis, at least this many requests per slot "
+        "(so a point runs about this many waves).")
+    warmup: int = Field(8, ge=0, description="Warm-up requests before each point (distinct "
+                        "prompts, not measured).")
+    early_stop: bool = Field(True, description="Stop a trial's search once it cannot reach the "
+                             "incumbent's capacity.")
+
+    @model_validator(mode="after")
+    def _range(self) -> CapacityConfig:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low:g}) must be <= high ({self.high:g})")
+        if self.axis == "concurrency":
+            for name in ("low", "high", "start"):
+                v = getattr(self, name)
+                if v is not None and (v != int(v) or v < 1):
+                    raise ValueError(f"{name}: {v:g} is not a number of requests in flight "
+                                     "(a whole number, 1 or more)")
+        if self.start is not None and not self.low <= self.start <= self.high:
+            raise ValueError(f"start ({self.start:g}) must lie between low and high")
+        return self
+
+    def requests_at(self, load: float) -> int:
+        """Measured requests of the point at `load`."""
+        if self.axis == "concurrency":
+            return max(self.requests_per_point, math.ceil(self.requests_per_slot * load))
+        return self.requests_per_point
+
+    def check(self, profile: ProfileConfig, slos: list[SLOConfig], where: str = "capacity"
+              ) -> None:
+        """What the capacity mode needs from the rest of a study file (raises ValueError)."""
+        if not slos:
+            raise ValueError(f"{where}: the capacity mode needs slos (the targets each load "
+                             "point is judged against), e.g. slos: [{metric: p99_ttft_ms, "
+                             "max: 2000}]")
+        if self.axis == "concurrency" and profile.max_concurrency is not None:
+            raise ValueError(f"{where}.axis: concurrency sets the requests in flight; remove "
+                             "profile.max_concurrency (or use axis: rate)")
+        if self.axis == "rate" and not math.isinf(profile.request_rate):
+            raise ValueError(f"{where}.axis: rate sets the arrival rate; remove "
+                             "profile.request_rate (or use axis: concurrency)")
+        need = max(min_requests(s.metric) for s in slos)
+        if self.requests_per_point < need:
+            raise ValueError(f"{where}.requests_per_point: {self.requests_per_point} is fewer "
+                             f"than the {need} successful requests a point needs to judge "
+                             f"{', '.join(s.metric for s in slos)}")

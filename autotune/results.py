@@ -48,6 +48,7 @@ class TrialFacts:
     interrupted: bool | None = None
     retry_of: int | None = None
     worker: dict[str, Any] | None = None
+    capacity: dict[str, Any] | None = None  # the capacity search: axis, points, bracket
     error: dict[str, str] | None = None  # an unexpected exception: type, message, log
 
     def to_attrs(self) -> dict[str, Any]:
@@ -124,6 +125,11 @@ class TrialRecord:
     @property
     def timings(self) -> dict[str, float]:
         return self.facts.timings or {}
+
+    def curve(self) -> list[dict[str, Any]]:
+        """The capacity search's load points by load (empty without a capacity search)."""
+        points = (self.facts.capacity or {}).get("points", [])
+        return sorted(points, key=lambda p: float(p["load"]))
 
     def value(self, metric: str) -> float | None:
         """An objective's value, else a recorded metric; None when not measured."""

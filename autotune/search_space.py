@@ -97,6 +97,9 @@ class SearchSpace(StrictModel):
     fixed: dict[str, Any] = Field(default_factory=dict,
                                   description="vllm serve flags (snake_case) for every trial.")
     parameters: dict[str, Param] = Field(min_length=1)
+    starts: list[dict[str, Any]] = Field(
+        default_factory=list, description="Configs (parameter values) measured right after the "
+        "baseline: the field's known-good settings. A parameter left out of a start is sampled.")
 
     @model_validator(mode="after")
     def _conditions(self) -> SearchSpace:
@@ -116,7 +119,26 @@ class SearchSpace(StrictModel):
                     if bad:
                         raise ValueError(f"parameters.{name}.when.{dep}: {bad} not among "
                                          f"{dep}'s choices {allowed}")
+        for i, start in enumerate(self.starts):
+            self.check_start(start, f"starts.{i}")
         return self
+
+    def check_start(self, start: dict[str, Any], where: str) -> None:
+        """Raise ValueError unless every value of `start` is one this space can sample."""
+        for name, value in start.items():
+            p = self.parameters.get(name)
+            if p is None:
+                raise ValueError(f"{where}: {name!r} is not a parameter of the space (its "
+                                 f"parameters: {', '.join(self.parameters)})")
+            ok = (value in p.choices if isinstance(p, CategoricalParam)
+                  else isinstance(value, bool) if isinstance(p, BoolParam)
+                  else isinstance(value, int | float) and not isinstance(value, bool)
+                  and p.low <= value <= p.high)
+            if not ok:
+                allowed = (p.choices if isinstance(p, CategoricalParam) else "true or false"
+                           if isinstance(p, BoolParam) else f"{p.low} to {p.high}")
+                raise ValueError(f"{where}.{name}: {value!r} is not among its values "
+                                 f"({allowed})")
 
     # -- sampling ------------------------------------------------------------------------------
     def active(self, name: str, values: dict[str, Any]) -> bool:
@@ -171,9 +193,18 @@ class SearchSpace(StrictModel):
         }
 
 
+def _spaces_dir() -> Path:
+    """The built-in spaces: the installed package's, or a source checkout's search_spaces/
+    when autotune runs from one without being installed (as on the GPU machine)."""
+    try:
+        return Path(str(resources.files("autotune.search_spaces")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "search_spaces"
+
+
 def _builtin(name: str) -> Path | None:
-    f = resources.files("autotune.search_spaces") / f"{name}.yaml"
-    return Path(str(f)) if f.is_file() else None
+    f = _spaces_dir() / f"{name}.yaml"
+    return f if f.is_file() else None
 
 
 def load_search_space(path: str | Path) -> SearchSpace:
@@ -190,6 +221,4 @@ def load_search_space(path: str | Path) -> SearchSpace:
 
 
 def builtin_spaces() -> list[str]:
-    return sorted(f.name.removesuffix(".yaml")
-                  for f in resources.files("autotune.search_spaces").iterdir()
-                  if f.name.endswith(".yaml"))
+    return sorted(f.stem for f in _spaces_dir().glob("*.yaml"))

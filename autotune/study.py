@@ -101,8 +101,19 @@ def prepare_study(cfg: StudyConfig, pre: Preflight) -> optuna.Study:
     study.set_user_attr("vllm_version", pre.vllm.version)
     if cfg.baseline:
         _enqueue_baseline(study)
+    enqueue_starts(study, [*pre.space.starts, *cfg.starts])
     requeue_interrupted(study)
     return study
+
+
+def enqueue_starts(study: optuna.Study, starts: list[dict[str, Any]]) -> int:
+    """Enqueue each start config once (a resumed study does not enqueue them again)."""
+    done = int(study.user_attrs.get("starts_enqueued", 0))
+    for i, start in enumerate(starts[done:], done):
+        study.enqueue_trial(start, user_attrs={"start": i})
+    if len(starts) > done:
+        study.set_user_attr("starts_enqueued", len(starts))
+    return max(len(starts) - done, 0)
 
 
 def claimed(study: optuna.Study) -> tuple[int, int]:

@@ -27,6 +27,9 @@ from autotune import __version__
 from autotune.config import StudyConfig
 from autotune.results import baseline, deltas, front_numbers, records
 
+# the per-point quantities of a capacity curve logged as metric histories
+CURVE_KEYS = ("request_throughput", "total_token_throughput", "p99_ttft_ms", "p99_tpot_ms",
+              "p99_itl_ms", "p99_e2el_ms")
 STUDY_TAG = "autotune.study"
 KIND_TAG = "autotune.kind"
 TRIAL_TAG = "autotune.trial_number"
@@ -176,10 +179,16 @@ class Tracker:
             metrics.update({f"objective_{k}": v for k, v in rec.values.items()})
         metrics.update({f"timing_{k}": v for k, v in rec.timings.items()})
         metrics.update({f"constraint_{k}": v for k, v in rec.constraints.items()})
+        # a capacity search's curve: a metric history per quantity, step = the point's rank by
+        # load (so MLflow's charts draw each trial's curve)
+        curve = [Metric(f"curve_{k}", float(v), ts, i)
+                 for i, pt in enumerate(rec.curve())
+                 for k, v in {"load": pt["load"], "passed": float(pt["passed"]),
+                              **{m: pt["metrics"][m] for m in CURVE_KEYS}}.items()]
         self.client.log_batch(
             rid,
             metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()
-                     if isinstance(v, int | float)],
+                     if isinstance(v, int | float)] + curve,
             params=[Param(k, v[:6000]) for k, v in params.items()],
             tags=[RunTag("autotune.trial_state", trial.state.name)],
         )
@@ -194,6 +203,12 @@ class Tracker:
             reqs = log.parent / "requests.csv" if log is not None else None
             if reqs is not None and reqs.is_file():
                 shutil.copy(reqs, d / "requests.csv")
+            if rec.curve() and self.cfg.capacity is not None:
+                from autotune import plots
+
+                plots.capacity_png(rec, self.cfg.slos, self.cfg.capacity.axis,
+                                   d / "capacity.png")
+                (d / "capacity.json").write_text(json.dumps(facts.capacity, indent=2))
             if any(d.iterdir()):
                 self.client.log_artifacts(rid, str(d))
         status = "FINISHED" if rec.measured else "FAILED"
@@ -224,6 +239,9 @@ class Tracker:
                 hv = plots.hypervolume_history(study)
                 if hv is not None:
                     hv.to_csv(d / "hypervolume.csv", index=False)
+            if self.cfg.capacity is not None and any(r.curve() for r in recs):
+                plots.capacity_overlay_png(recs, self.cfg.slos, self.cfg.capacity.axis,
+                                           d / "capacity_curves.png")
             imp = plots.importances(study, metrics)
             if imp:
                 (d / "importances.json").write_text(json.dumps(imp, indent=2))

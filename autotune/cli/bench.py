@@ -1,60 +1,159 @@
-"""`autotune bench`: one server, one benchmark, a metrics table and JSON."""
+"""`autotune bench`: one config, one benchmark (or its capacity under SLOs), on a server it
+boots or on one already running (`--url`)."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.table import Table
 
-from autotune.cli._options import profile_from, profile_options
+from autotune.cli._options import choice, profile_from, profile_options
 from autotune.config import ServerConfig
+from autotune.errors import ConfigError
 from autotune.present import console, metrics_table, out, trial_progress
+from autotune.profile import Axis, CapacityConfig, SLOConfig
 from autotune.schema import parse_model
+
+_SLO = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([0-9.eE+-]+)\s*$")
+
+
+def parse_slo(text: str) -> SLOConfig:
+    """`p99_ttft_ms<=2000` -> SLOConfig."""
+    m = _SLO.match(text)
+    if not m:
+        raise ConfigError(f"--slo: {text!r} is not METRIC<=VALUE or METRIC>=VALUE "
+                          "(e.g. p99_ttft_ms<=2000)")
+    bound = "max" if m.group(2) == "<=" else "min"
+    return parse_model(SLOConfig, {"metric": m.group(1), bound: float(m.group(3))}, "--slo")
+
+
+def points_table(points: list[Any], axis: str) -> Table:
+    t = Table(title=f"load points ({axis})", header_style="bold")
+    for col in ("load", "verdict", "req/s", "total tok/s", "p99 TTFT ms", "p99 TPOT ms", "s",
+                "missed"):
+        t.add_column(col, justify="left" if col in ("verdict", "missed") else "right")
+    for p in sorted(points, key=lambda p: p.load):
+        m = p.metrics
+        t.add_row(f"{p.load:g}", "[green]met[/green]" if p.passed else "[red]missed[/red]",
+                  f"{m['request_throughput']:,.2f}", f"{m['total_token_throughput']:,.0f}",
+                  f"{m['p99_ttft_ms']:,.1f}", f"{m['p99_tpot_ms']:,.1f}", f"{p.seconds:.1f}",
+                  "; ".join(p.misses))
+    return t
 
 
 @click.command(context_settings={"ignore_unknown_options": True,
                                  "allow_interspersed_args": False})
-@click.option("--model", required=True, help="Model directory or name to serve.")
+@click.option("--model", required=True, help="Model directory or name to serve (with --url: "
+              "the model name the running server serves).")
 @click.option("--tokenizer", help="Directory with tokenizer.json (default: the model's).")
+@click.option("--url", help="Measure this running OpenAI-compatible server instead of booting "
+              "one (e.g. http://10.0.0.5:8000).")
 @click.option("--vllm", "vllm_cmd", help="Command that runs vLLM's CLI (default: `vllm`).")
 @click.option("--boot-timeout", type=float, default=600.0, show_default=True)
 @profile_options
+@click.option("--capacity-axis", type=choice(Axis), help="Search the capacity under --slo on "
+              "this axis instead of measuring one load.")
+@click.option("--low", type=float, help="Capacity: the lowest load tried.")
+@click.option("--high", type=float, help="Capacity: never beyond this load.")
+@click.option("--tolerance", type=float, help="Capacity: stop when the bracket is this close.")
+@click.option("--requests-per-point", type=int, help="Capacity: measured requests per point.")
+@click.option("--slo", "slo_texts", multiple=True, help="A target such as p99_ttft_ms<=2000 "
+              "(repeat it); with --capacity-axis, what each load point must meet.")
 @click.option("--workdir", type=click.Path(path_type=Path), default=Path("mlruns/bench"),
               show_default=True, help="Where logs and results go.")
 @click.option("--output", type=click.Path(path_type=Path), help="Write the result JSON here.")
 @click.argument("vllm_args", nargs=-1, type=click.UNPROCESSED)
-def bench(model: str, tokenizer: str | None, vllm_cmd: str | None, boot_timeout: float,
-          workdir: Path, output: Path | None, vllm_args: tuple[str, ...], **kw: Any) -> None:
-    """Boot one vLLM server, benchmark it, stop it, print the metrics.
+def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | None,
+          boot_timeout: float, capacity_axis: str | None, low: float | None,
+          high: float | None, tolerance: float | None, requests_per_point: int | None,
+          slo_texts: tuple[str, ...], workdir: Path, output: Path | None,
+          vllm_args: tuple[str, ...], **kw: Any) -> None:
+    """Boot one vLLM server (or use --url), benchmark it, stop it, print the metrics.
 
     Flags after the options go to `vllm serve` as they are, for example:
 
         autotune bench --model ./tiny --profile random -- --load-format dummy --enforce-eager
+
+    With --capacity-axis and --slo, it searches the most load the server sustains within the
+    SLOs (one boot, many load points), as each trial of a capacity study does.
     """
-    from autotune.bench import run_bench
+    from autotune import bench as lib
 
     profile = profile_from(kw)
-    data: dict[str, Any] = {"model": model, "tokenizer": tokenizer, "boot_timeout_s": boot_timeout,
-                            "extra_args": list(vllm_args)}
+    slos = [parse_slo(s) for s in slo_texts]
+    cap = None
+    if capacity_axis is not None:
+        data = {"axis": capacity_axis, "low": low, "high": high, "tolerance": tolerance,
+                "requests_per_point": requests_per_point}
+        cap = parse_model(CapacityConfig, {k: v for k, v in data.items() if v is not None},
+                          "--capacity-axis")
+        try:
+            cap.check(profile, slos, where="--capacity-axis")
+        except ValueError as e:
+            raise ConfigError(str(e).replace("slos", "--slo")) from None
+    elif low or high or tolerance or requests_per_point:
+        raise ConfigError("--low/--high/--tolerance/--requests-per-point: these set a capacity "
+                          "search; add --capacity-axis concurrency (or rate) and --slo")
+    data2: dict[str, Any] = {"model": model, "tokenizer": tokenizer,
+                             "boot_timeout_s": boot_timeout, "extra_args": list(vllm_args)}
     if vllm_cmd:
-        data["executable"] = vllm_cmd
-    server = parse_model(ServerConfig, data, "bench")
-    server.check_executable()
+        data2["executable"] = vllm_cmd
+    server = parse_model(ServerConfig, data2, "bench")
+    if url is None:
+        server.check_executable()
+    elif vllm_args:
+        raise ConfigError("--url: the server is already running; vLLM flags after -- cannot "
+                          "apply to it")
     run_dir = workdir / time.strftime("%Y%m%d-%H%M%S")
-    with trial_progress("bench", profile.num_prompts) as tp:
-        result = run_bench(server, profile, {}, run_dir, on_phase=tp.phase,
-                           on_request=tp.request_done)
-    out.print(metrics_table(result.metrics, title=f"autotune bench: {profile.name}"))
-    t = result.timings
-    console.print(f"boot {t.boot_s:.1f} s, benchmark {t.bench_s:.1f} s, stop {t.stop_s:.1f} s; "
-                  f"log {result.log_path}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if cap is not None:
+        with trial_progress("capacity", 0) as tp:
+            if url is None:
+                run = lib.run_capacity(server, profile, cap, slos, {}, run_dir,
+                                       on_phase=tp.phase)
+                result, doc = run.result, run.to_json()
+            else:
+                result = lib.capacity_on(url, model, server.tokenizer_dir, profile, cap, slos,
+                                         run_dir, on_phase=tp.phase)
+                doc = {"url": url, "summary": result.summary(), **result.to_json()}
+        out.print(points_table(list(result.points), cap.axis))
+        unit = "requests in flight" if cap.axis == "concurrency" else "requests/s"
+        line = f"capacity: {result.capacity:g} {unit} within {', '.join(s.text() for s in slos)}"
+        if result.at is not None:
+            line += (f" ({result.at.metrics['request_throughput']:,.2f} req/s, "
+                     f"{result.at.metrics['total_token_throughput']:,.0f} tok/s)")
+        if result.stopped:
+            line += f"; {result.stopped}"
+        out.print(line, highlight=False)
+    else:
+        with trial_progress("bench", profile.num_prompts) as tp:
+            if url is None:
+                res = lib.run_bench(server, profile, {}, run_dir, on_phase=tp.phase,
+                                    on_request=tp.request_done)
+                metrics, doc = res.metrics, res.to_json()
+                t = res.timings
+                console.print(f"boot {t.boot_s:.1f} s, benchmark {t.bench_s:.1f} s, stop "
+                              f"{t.stop_s:.1f} s; log {res.log_path}")
+            else:
+                from autotune.datasets import build_requests
+
+                tp.phase("benchmarking")
+                reqs = build_requests(profile, server.tokenizer_dir)
+                pt = lib.measure(url, model, profile, reqs[:profile.num_prompts],
+                                 on_request=tp.request_done, warm=reqs[profile.num_prompts:])
+                lib.write_records(pt.records, run_dir / "requests.csv")
+                metrics = pt.metrics
+                doc = {"url": url, "metrics": metrics.flat(), "errors": metrics.errors,
+                       "server_stats": pt.server_stats}
+        out.print(metrics_table(metrics, title=f"autotune bench: {profile.name}"))
     dest = output or run_dir / "result.json"
-    if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     console.print(f"result written to {dest}")
 
 

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from autotune.cli._options import choice, load_cfg, study_options
 from autotune.cli.study import print_tables
+from autotune.errors import StudyError
 from autotune.export import Preference
 from autotune.present import console, out, trial_progress, trials_table
 
@@ -46,11 +47,22 @@ def pareto(config_path: Path, study_name: str | None, storage: str | None) -> No
 @click.option("--trial", "trial_number", type=int, help="Export this trial instead.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Where to write vllm-config.yaml (default: the study's folder).")
-@click.option("--validate", is_flag=True, help="Boot the chosen config again and re-measure.")
+@click.option("--validate", is_flag=True, help="Boot the chosen config again and re-measure "
+              "(a capacity study searches its capacity again).")
+@click.option("--target-load", type=click.FloatRange(min=0, min_open=True),
+              help="Requests/s to serve in all: prints the replicas and GPUs it takes "
+                   "(capacity studies).")
+@click.option("--k8s", "k8s_path", type=click.Path(path_type=Path),
+              help="Write a Kubernetes Deployment of the config here (with --target-load: its "
+                   "replica count).")
+@click.option("--image", default="vllm/vllm-openai:latest", show_default=True,
+              help="Container image of the Deployment.")
 def export_cmd(config_path: Path, study_name: str | None, storage: str | None, prefer: str,
                max_tpot_ms: float | None, trial_number: int | None, out_dir: Path | None,
-               validate: bool) -> None:
-    """Print the chosen configuration's `vllm serve` command, config file and bench command."""
+               validate: bool, target_load: float | None, k8s_path: Path | None,
+               image: str) -> None:
+    """Print the chosen configuration's `vllm serve` command, config file and bench command;
+    for a capacity study, what one replica sustains and what a target load takes."""
     from autotune.export import choose, export, find_trial
     from autotune.export import validate as do_validate
     from autotune.study import open_study
@@ -67,7 +79,34 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
     console.print("  " + res["bench_command"], highlight=False, soft_wrap=True, markup=False)
     console.print("serve it with:", highlight=False)
     out.print(res["serve_command"], highlight=False, soft_wrap=True, markup=False)
-    if validate:
+    size = None
+    if cfg.capacity is not None:
+        from autotune.deploy import sizing
+
+        size = sizing(cfg, trial, target_load)
+        out.print(size.text(", ".join(s.text() for s in cfg.slos)), highlight=False,
+                  soft_wrap=True)
+    elif target_load is not None:
+        raise StudyError("--target-load: sizing needs a capacity study (a capacity: section)")
+    if k8s_path is not None:
+        from autotune.deploy import k8s_deployment
+
+        k8s_path.parent.mkdir(parents=True, exist_ok=True)
+        k8s_path.write_text(k8s_deployment(cfg, trial, (size.replicas if size else None) or 1,
+                                           image))
+        console.print(f"Kubernetes Deployment: {k8s_path}", highlight=False)
+    if validate and cfg.capacity is not None:
+        from autotune.export import validate_capacity
+
+        with trial_progress("validate", 0) as tp:
+            cv = validate_capacity(cfg, trial, on_phase=tp.phase)
+        rerun = cv.rerun.capacity
+        change = (rerun - cv.study_capacity) / cv.study_capacity * 100 if cv.study_capacity \
+            else 0.0
+        out.print(f"capacity: study {cv.study_capacity:g}, re-run {rerun:g} ({change:+.1f}%; "
+                  f"{len(cv.rerun.points)} load points, tolerance "
+                  f"{cfg.capacity.tolerance:.0%}); files in {cv.run_dir}", highlight=False)
+    elif validate:
         with trial_progress("validate", cfg.profile.num_prompts) as tp:
             v = do_validate(cfg, trial, on_phase=tp.phase, on_request=tp.request_done)
         t = Table(title="validation", header_style="bold")

@@ -1,0 +1,171 @@
+"""Capacity under SLOs: the most load one server sustains while every SLO holds.
+
+One boot, many load points. The search brackets the capacity (starting at the incumbent's
+capacity when there is one, else at `low`; doubling while the SLOs hold, halving while they
+fail), then bisects the bracket until it is within `tolerance`. Each load point is judged by
+`verdict`:
+
+- every request of the point succeeded, and
+- each SLO holds on the point's measured requests, a percentile SLO computed from at least
+  `min_requests(metric)` successful requests (p99 needs 100: with fewer, the "p99" is the
+  maximum of a small sample; p90 needs 10, the median 2).
+
+The search assumes that a config meeting the SLOs at some load meets them at every lower load.
+A measured point that contradicts it (noise near the knee) is kept in the curve; the bracket
+uses the latest verdicts.
+
+Early stop: once the search has a failing load at or below the incumbent's capacity, this config
+cannot beat the incumbent; with `stop_below` set, the search ends there and reports the highest
+passing load it measured (a lower bound, marked `stopped`), saving the bisection steps.
+
+Pure: the measurement is a callback, so the search is tested against a synthetic server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from autotune.profile import SLOConfig, min_requests
+
+# per-point metrics kept in a curve (the rest stays in the point's requests CSV)
+CURVE_METRICS = (
+    "completed", "failed", "duration_s", "request_throughput", "output_throughput",
+    "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
+    "mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
+    "p99_itl_ms", "mean_e2el_ms", "p99_e2el_ms",
+)
+
+
+def verdict(metrics: dict[str, float], slos: Sequence[SLOConfig]) -> tuple[bool, list[str]]:
+    """(passed, what was missed) for one load point's flat metrics."""
+    misses = []
+    failed, completed = int(metrics.get("failed", 0)), int(metrics.get("completed", 0))
+    if failed:
+        misses.append(f"{failed} of {failed + completed} requests failed")
+    for slo in slos:
+        need = min_requests(slo.metric)
+        if completed < need:
+            misses.append(f"{slo.metric}: {completed} successful requests, fewer than the "
+                          f"{need} it needs")
+        elif slo.violation(metrics[slo.metric]) > 0:
+            misses.append(f"{slo.text()} (got {metrics[slo.metric]:,.1f})")
+    return not misses, misses
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    load: float
+    passed: bool
+    misses: tuple[str, ...]
+    metrics: dict[str, float]  # CURVE_METRICS of the point
+    seconds: float = 0.0  # wall time of the point, warm-up included
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    axis: str
+    capacity: float  # the highest passing load (0: none passed)
+    at: LoadPoint | None  # the point at capacity
+    points: tuple[LoadPoint, ...]  # in the order measured
+    fail: float | None  # the lowest failing load above capacity (None: `high` passed)
+    stopped: str | None = None  # why the search ended before the tolerance, if it did
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def curve(self) -> list[LoadPoint]:
+        """The points by load."""
+        return sorted(self.points, key=lambda p: p.load)
+
+    def summary(self) -> dict[str, float]:
+        """Flat numbers for the trial record: capacity, capacity_req_s, goodput_tok_s, the
+        metrics at capacity (at the lowest load tried when none passed), the number of points
+        and the seconds they took."""
+        out = {"capacity": self.capacity, "capacity_points": float(len(self.points)),
+               "capacity_seconds": sum(p.seconds for p in self.points)}
+        if self.at is not None:
+            out.update(self.at.metrics)
+            out["capacity_req_s"] = self.at.metrics["request_throughput"]
+            out["goodput_tok_s"] = self.at.metrics["total_token_throughput"]
+        else:  # nothing passed: the lowest load tried stands for the rest
+            out.update(min(self.points, key=lambda p: p.load).metrics if self.points else {})
+            out["capacity_req_s"] = out["goodput_tok_s"] = 0.0
+        return out | self.extra
+
+    def to_json(self) -> dict[str, Any]:
+        return {"axis": self.axis, "capacity": self.capacity, "fail": self.fail,
+                "stopped": self.stopped, "points": [p.to_json() for p in self.points]}
+
+
+Measure = Callable[[float], LoadPoint]
+
+
+def _round(x: float, integer: bool, up: bool = False) -> float:
+    if not integer:
+        return x
+    return float(math.ceil(x) if up else math.floor(x))
+
+
+def search(measure: Measure, *, axis: str, low: float, high: float, tolerance: float,
+           start: float | None = None, stop_below: float | None = None) -> CapacityResult:
+    """Bracket, then bisect. `measure(load)` returns the judged point; loads on the
+    concurrency axis are whole numbers."""
+    integer = axis == "concurrency"
+    points: list[LoadPoint] = []
+
+    def probe(x: float) -> bool:
+        p = measure(x)
+        points.append(p)
+        return p.passed
+
+    def result(lo: float | None, hi: float | None, stopped: str | None) -> CapacityResult:
+        at = next((p for p in reversed(points) if p.load == lo and p.passed), None)
+        return CapacityResult(axis, lo or 0.0, at, tuple(points), hi, stopped)
+
+    x = min(max(_round(start if start else low, integer), low), high)
+    lo: float | None = None
+    hi: float | None = None
+    if probe(x):
+        lo = x
+        while hi is None:
+            if x >= high:
+                return result(lo, None, f"met the SLOs at the highest load ({high:g})")
+            x = min(_round(x * 2, integer, up=True), high)
+            if probe(x):
+                lo = x
+            else:
+                hi = x
+    else:
+        hi = x
+        while lo is None:
+            if x <= low:
+                return result(None, hi, f"missed the SLOs at the lowest load ({low:g})")
+            x = max(_round(x / 2, integer), low)
+            if probe(x):
+                lo = x
+            else:
+                hi = x
+    while (hi - lo) / lo > tolerance:
+        if stop_below is not None and hi <= stop_below:
+            return result(lo, hi, f"cannot reach the incumbent's {stop_below:g}: failed at "
+                                  f"{hi:g}")
+        mid = _round((lo + hi) / 2, integer)
+        if mid <= lo or mid >= hi:
+            break
+        if probe(mid):
+            lo = mid
+        else:
+            hi = mid
+    return result(lo, hi, None)
+
+
+def point_seed(seed: int, load: float) -> int:
+    """The seed of a load point's requests: the same for every trial at that load (common
+    random numbers), different between loads (no prefix cached by one point serves the next)."""
+    digest = hashlib.sha256(f"{seed}:{round(load, 6)}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")

@@ -1,0 +1,106 @@
+"""The capacity search against a synthetic server with a known knee: bracketing, bisection,
+tolerance, the verdict rule and the early stop."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.capacity import LoadPoint, min_requests, point_seed, search, verdict
+from autotune.profile import SLOConfig
+
+SLOS = [SLOConfig(metric="p99_ttft_ms", max=2000.0), SLOConfig(metric="p99_tpot_ms", max=60.0)]
+
+
+def server(knee: float, n: int = 300):  # type: ignore[no-untyped-def]
+    """p99 TTFT stays at 300 ms up to the knee and climbs 400 ms per unit of load after it;
+    p99 TPOT grows slowly and stays within its SLO. Loads measured are logged."""
+    seen: list[float] = []
+
+    def measure(load: float) -> LoadPoint:
+        seen.append(load)
+        m = {"completed": float(n), "failed": 0.0, "request_throughput": load * 0.9,
+             "total_token_throughput": load * 100.0,
+             "p99_ttft_ms": 300.0 + max(0.0, load - knee) * 400.0,
+             "p99_tpot_ms": 20.0 + load * 0.01}
+        ok, misses = verdict(m, SLOS)
+        return LoadPoint(load, ok, tuple(misses), m, seconds=1.0)
+
+    return measure, seen
+
+
+def true_capacity(knee: float) -> float:
+    return knee + (2000.0 - 300.0) / 400.0  # where p99 TTFT reaches 2000 ms
+
+
+@pytest.mark.parametrize("knee", [10.0, 37.0, 150.0, 700.0])
+def test_bisection_lands_within_the_tolerance(knee: float) -> None:
+    measure, seen = server(knee)
+    res = search(measure, axis="rate", low=1.0, high=2000.0, tolerance=0.05)
+    true = true_capacity(knee)
+    assert res.capacity <= true < res.fail  # type: ignore[operator]
+    assert (res.fail - res.capacity) / res.capacity <= 0.05  # type: ignore[operator]
+    assert res.at is not None and res.at.load == res.capacity and res.at.passed
+    assert res.stopped is None and len(res.points) == len(seen)
+    # bracketing doubles from `low` until the first miss
+    first_fail = next(i for i, x in enumerate(seen) if x > true)
+    assert seen[:first_fail + 1] == [2.0 ** i for i in range(first_fail + 1)]
+    assert res.summary()["capacity_req_s"] == pytest.approx(res.capacity * 0.9)
+    assert res.summary()["goodput_tok_s"] == pytest.approx(res.capacity * 100.0)
+
+
+def test_concurrency_axis_finds_the_exact_integer() -> None:
+    measure, seen = server(41.0)  # true capacity 45.25 -> 45 slots
+    res = search(measure, axis="concurrency", low=8, high=1024, tolerance=0.001)
+    assert res.capacity == 45 and res.fail == 46
+    assert all(x == int(x) for x in seen) and len(set(seen)) == len(seen)
+
+
+def test_starts_at_the_incumbent_and_stops_early_when_it_cannot_beat_it() -> None:
+    full, seen_full = server(30.0)
+    a = search(full, axis="rate", low=1.0, high=2000.0, tolerance=0.02)
+    early, seen = server(30.0)
+    b = search(early, axis="rate", low=1.0, high=2000.0, tolerance=0.02, start=100.0,
+               stop_below=100.0)
+    assert seen[0] == 100.0  # started at the incumbent's capacity
+    assert b.stopped is not None and "incumbent" in b.stopped
+    assert b.capacity <= a.capacity  # a lower bound, never above the real answer
+    assert len(seen) < len(seen_full)
+    # a config that beats the incumbent is searched to the tolerance
+    good, _ = server(300.0)
+    c = search(good, axis="rate", low=1.0, high=2000.0, tolerance=0.02, start=100.0,
+               stop_below=100.0)
+    assert c.stopped is None and c.capacity > 100.0
+
+
+def test_misses_at_the_lowest_load_and_passes_at_the_highest() -> None:
+    measure, seen = server(-100.0)  # never meets p99 TTFT
+    res = search(measure, axis="rate", low=2.0, high=64.0, tolerance=0.05, start=16.0)
+    assert res.capacity == 0.0 and res.at is None and seen == [16.0, 8.0, 4.0, 2.0]
+    assert res.stopped == "missed the SLOs at the lowest load (2)"
+    assert res.summary()["capacity_req_s"] == 0.0
+    measure, seen = server(1e9)
+    res = search(measure, axis="rate", low=2.0, high=64.0, tolerance=0.05)
+    assert res.capacity == 64.0 and res.fail is None and "highest load" in (res.stopped or "")
+
+
+def test_verdict_rule() -> None:
+    ok = {"completed": 300.0, "failed": 0.0, "p99_ttft_ms": 1999.0, "p99_tpot_ms": 60.0}
+    assert verdict(ok, SLOS) == (True, [])
+    passed, misses = verdict({**ok, "p99_ttft_ms": 2500.0}, SLOS)
+    assert not passed and misses == ["p99_ttft_ms <= 2000 (got 2,500.0)"]
+    passed, misses = verdict({**ok, "failed": 3.0}, SLOS)
+    assert not passed and misses == ["3 of 303 requests failed"]
+    # a p99 from fewer than 100 requests is not judged: the point fails
+    passed, misses = verdict({**ok, "completed": 99.0}, SLOS)
+    assert not passed and "fewer than the 100 it needs" in misses[0]
+    assert [min_requests(m) for m in ("p99_ttft_ms", "p90_tpot_ms", "median_itl_ms",
+                                      "mean_ttft_ms", "total_token_throughput")] == [
+        100, 10, 2, 1, 1]
+    assert verdict({**ok, "total_token_throughput": 10.0},
+                   [SLOConfig(metric="total_token_throughput", min=50.0)])[0] is False
+
+
+def test_point_seeds_are_common_across_trials_and_distinct_across_loads() -> None:
+    assert point_seed(0, 16.0) == point_seed(0, 16.0000000001)
+    assert len({point_seed(0, x) for x in (1, 2, 4, 8, 16, 12, 14)}) == 7
+    assert point_seed(0, 16.0) != point_seed(1, 16.0)
