@@ -18,6 +18,7 @@ from autotune.profile import (
     CapacityConfig,
     ProfileConfig,
     SLOConfig,
+    base_metric,
     objective_metric,
 )
 from autotune.schema import StrictModel, parse_model, read_yaml
@@ -29,6 +30,24 @@ def default_executable() -> list[str]:
     if here.exists():
         return [str(here)]
     return [shutil.which("vllm") or "vllm"]
+
+
+# the flags whose product is the GPUs one server uses
+PARALLEL_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+
+
+def gpus_per_replica(flags: dict[str, Any]) -> int:
+    """GPUs one server with these flags uses: tensor x pipeline x data parallel sizes."""
+    n = 1
+    for f in PARALLEL_FLAGS:
+        n *= int(flags.get(f) or 1)
+    return n
+
+
+def layout_text(flags: dict[str, Any]) -> str:
+    """'tp2-dp1' style name of a server's parallel layout (pipeline only when above 1)."""
+    tp, pp, dp = (int(flags.get(f) or 1) for f in PARALLEL_FLAGS)
+    return f"tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + f"-dp{dp}"
 
 
 class ServerConfig(StrictModel):
@@ -134,6 +153,9 @@ class StudyConfig(StrictModel):
     storage: str | None = Field(None, description="Optuna storage URL "
                                 "(default: sqlite:///<workdir>/optuna.db).")
     workdir: str = Field("mlruns", description="Where the storage, logs and results go.")
+    gpus_per_trial: int | None = Field(
+        None, ge=0, description="GPUs each trial's server may use (set by --gpus-per-trial; "
+        "a layout that needs more is infeasible without a boot).")
     heartbeat_grace_s: float = Field(
         60.0, ge=20, description="Seconds without a heartbeat (sent every 10 s) after which a "
         "running trial counts as stale (its worker died) and is retried once.")
@@ -144,7 +166,7 @@ class StudyConfig(StrictModel):
             self.capacity.check(self.profile, self.slos)
         else:
             for i, o in enumerate(self.objectives):
-                if o.metric in CAPACITY_METRICS:
+                if base_metric(o.metric) in CAPACITY_METRICS:
                     raise ValueError(f"objectives.{i}.metric: {o.metric} is what a capacity "
                                      "search finds; add a capacity: section (axis, low, high) "
                                      "and slos")

@@ -10,19 +10,9 @@ from typing import Any
 import yaml
 
 from autotune.command import params_to_args
-from autotune.config import StudyConfig
+from autotune.config import StudyConfig, gpus_per_replica
 from autotune.errors import StudyError
 from autotune.results import TrialRecord
-
-PARALLEL_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
-
-
-def gpus_per_replica(flags: dict[str, Any]) -> int:
-    """GPUs one server with these flags uses: tensor x pipeline x data parallel sizes."""
-    n = 1
-    for f in PARALLEL_FLAGS:
-        n *= int(flags.get(f) or 1)
-    return n
 
 
 @dataclass(frozen=True)

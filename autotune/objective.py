@@ -20,9 +20,10 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.bench import run_bench, run_capacity
-from autotune.config import StudyConfig
+from autotune.config import StudyConfig, gpus_per_replica, layout_text
 from autotune.datasets import Request
 from autotune.errors import LoadError, ServerBootError, ServerError, TrialError
+from autotune.profile import PER_GPU, per_gpu
 from autotune.results import TrialFacts, records, write_facts
 from autotune.search_space import SearchSpace
 
@@ -40,10 +41,11 @@ def flags_key(flags: dict[str, Any]) -> str:
     return json.dumps(flags, sort_keys=True, separators=(",", ":"))
 
 
-def incumbent(study: optuna.Study) -> float | None:
-    """The highest capacity a feasible trial of the study has reached so far."""
-    caps = [r.metrics["capacity"] for r in records(study)
-            if r.feasible and "capacity" in r.metrics]
+def incumbent(study: optuna.Study, per_gpu: bool = False) -> float | None:
+    """The highest capacity a feasible trial of the study has reached so far (per GPU its
+    server used, with `per_gpu`)."""
+    caps = [r.metrics["capacity"] / (r.metrics.get("gpus", 1.0) if per_gpu else 1.0)
+            for r in records(study) if r.feasible and "capacity" in r.metrics]
     return max(caps) if caps else None
 
 
@@ -85,6 +87,15 @@ class Objective:
                 reused_from=prior.number, cause=prior.user_attrs.get("cause", "failed before"),
                 failure=prior.user_attrs.get("failure", "ServerError")))
 
+        gpus = gpus_per_replica(self.cfg.server.serve_flags(flags))
+        have = self.cfg.gpus_per_trial
+        if have and gpus > have:  # a layout the trial's GPUs cannot hold: no boot
+            hook(trial.number, "rejected", flags)
+            return self._fail(trial, TrialFacts(
+                cause=f"layout {layout_text(self.cfg.server.serve_flags(flags))} needs {gpus} "
+                      f"GPUs; the trial has {have} (--gpus-per-trial {have})",
+                failure="LayoutError"))
+
         workdir = self.study_dir / f"trial-{trial.number:04d}"
         log_path = str(workdir / "server.log")
         phase = ["starting"]
@@ -95,7 +106,7 @@ class Objective:
 
         try:
             if self.cfg.capacity is not None:
-                return self._capacity(trial, flags, workdir, on_phase)
+                return self._capacity(trial, flags, gpus, workdir, on_phase)
             result = run_bench(self.cfg.server, self.cfg.profile, flags, workdir,
                                requests=self.requests, on_phase=on_phase)
         except KeyboardInterrupt:
@@ -117,6 +128,7 @@ class Objective:
             raise TrialError(trial.number, e, log_path) from e
 
         metrics = result.metrics.flat()
+        metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
         cause = None
         if result.metrics.errors:
             first = next(iter(result.metrics.errors))
@@ -131,18 +143,23 @@ class Objective:
             trial.set_constraint(slo.key, slo.violation(metrics[slo.metric]))
         return [float(metrics[o.metric]) for o in self.cfg.objectives]
 
-    def _capacity(self, trial: optuna.Trial, flags: dict[str, Any], workdir: Path,
+    def _capacity(self, trial: optuna.Trial, flags: dict[str, Any], gpus: int, workdir: Path,
                   on_phase: Callable[[str], None]) -> list[float]:
         """Capacity mode: search the most load this config sustains within the SLOs, starting
-        at the incumbent's capacity (and stopping early below it)."""
+        at the incumbent's capacity (and stopping early below it). When the study maximizes
+        capacity per GPU, the incumbent is per GPU, scaled by this server's GPUs."""
         cap = self.cfg.capacity
         assert cap is not None
-        best = incumbent(trial.study)
+        by_gpu = any(o.metric.endswith(PER_GPU) for o in self.cfg.objectives)
+        best = incumbent(trial.study, per_gpu=by_gpu)
+        if best is not None and by_gpu:
+            best *= gpus
         run = run_capacity(self.cfg.server, self.cfg.profile, cap, self.cfg.slos, flags,
                            workdir, start=best, stop_below=best if cap.early_stop else None,
                            on_phase=on_phase)
         res = run.result
         metrics = res.summary()
+        metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
         cause = None
         if res.at is None:  # why the lowest load failed; an early stop is not a failure
             lowest = min(res.points, key=lambda p: p.load)

@@ -147,49 +147,56 @@ def importances(study: optuna.Study, metrics: list[str]) -> dict[str, dict[str, 
     return out
 
 
-def _curve_axes(slos: list[SLOConfig]) -> tuple[Any, Any, Any]:
+PANELS = (("total_token_throughput", "total tok/s"), ("p99_ttft_ms", "p99 TTFT ms (log)"),
+          ("p99_tpot_ms", "p99 TPOT ms (log)"))
+
+
+def _curve_axes(slos: list[SLOConfig], axis: str) -> tuple[Any, list[Any]]:
+    """Three panels against load: throughput, p99 TTFT, p99 TPOT (their SLOs dashed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(11, 4.2))
-    ax_t.set_ylabel("total tok/s")
-    ax_l.set_ylabel("p99 latency, ms (log)")
-    ax_l.set_yscale("log")
-    for slo in slos:
-        if slo.max is not None and slo.metric in ("p99_ttft_ms", "p99_tpot_ms"):
-            ax_l.axhline(slo.max, ls="--", lw=1,
-                         color="tab:red" if "ttft" in slo.metric else "tab:purple",
-                         label=f"SLO {slo.text()}")
-    return fig, ax_t, ax_l
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    for ax, (metric, label) in zip(axes, PANELS, strict=True):
+        ax.set_ylabel(label)
+        ax.set_xlabel(f"load ({axis})")
+        ax.grid(alpha=0.3)
+        if metric != "total_token_throughput":
+            ax.set_yscale("log")
+        for slo in slos:
+            if slo.metric == metric and slo.max is not None:
+                ax.axhline(slo.max, ls="--", lw=1, color="black", label=f"SLO {slo.text()}")
+    return fig, list(axes)
+
+
+def _draw(axes: list[Any], rec: TrialRecord, label: str, **kw: Any) -> None:
+    pts = rec.curve()
+    x = [p["load"] for p in pts]
+    color = None
+    for ax, (metric, _) in zip(axes, PANELS, strict=True):
+        ys = [max(p["metrics"][metric], 1e-3) for p in pts]
+        line = ax.plot(x, ys, "-", color=color, label=label, **kw)
+        color = line[0].get_color()
+        ax.scatter(x, ys, s=22, zorder=3, color=color,
+                   facecolors=[color if p["passed"] else "white" for p in pts])
 
 
 def capacity_png(rec: TrialRecord, slos: list[SLOConfig], axis: str, path: Path) -> None:
-    """One trial's load curve: throughput and p99 TTFT/TPOT against load, SLO lines drawn,
-    failing points hollow, the capacity marked."""
+    """One trial's load curve: throughput, p99 TTFT and p99 TPOT against load, SLO lines
+    dashed, failing points hollow, the capacity marked."""
     import matplotlib.pyplot as plt
 
-    pts = rec.curve()
-    fig, ax_t, ax_l = _curve_axes(slos)
-    x = [p["load"] for p in pts]
-    ax_t.plot(x, [p["metrics"]["total_token_throughput"] for p in pts], "-", color="tab:blue")
-    for p in pts:
-        face = "tab:blue" if p["passed"] else "white"
-        ax_t.plot(p["load"], p["metrics"]["total_token_throughput"], "o", mfc=face,
-                  color="tab:blue")
-    for metric, color in (("p99_ttft_ms", "tab:red"), ("p99_tpot_ms", "tab:purple")):
-        ax_l.plot(x, [max(p["metrics"][metric], 1e-3) for p in pts], "o-", color=color,
-                  label=metric)
+    fig, axes = _curve_axes(slos, axis)
+    _draw(axes, rec, f"trial {rec.number}")
     cap = rec.metrics.get("capacity", 0.0)
-    for ax in (ax_t, ax_l):
-        ax.set_xlabel(f"load ({axis})")
-        ax.grid(alpha=0.3)
+    for ax in axes:
         if cap:
             ax.axvline(cap, color="green", lw=1, label=f"capacity {cap:g}")
-    ax_l.legend(fontsize=7)
+    axes[1].legend(fontsize=7)
     what = "vLLM defaults" if rec.baseline else params_text(rec.params)
-    fig.suptitle(f"trial {rec.number}: {what}"[:140], fontsize=8)
+    fig.suptitle(f"trial {rec.number}: {what}"[:160], fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -197,26 +204,18 @@ def capacity_png(rec: TrialRecord, slos: list[SLOConfig], axis: str, path: Path)
 
 def capacity_overlay_png(recs: list[TrialRecord], slos: list[SLOConfig], axis: str,
                          path: Path) -> None:
-    """Every trial's load curve on one figure (the study's parent run)."""
+    """Every trial's load curve on one figure (the study's parent run): failing points
+    hollow, each trial labelled with its capacity."""
     import matplotlib.pyplot as plt
 
-    fig, ax_t, ax_l = _curve_axes(slos)
+    fig, axes = _curve_axes(slos, axis)
     for r in recs:
-        pts = r.curve()
-        if not pts:
-            continue
-        x = [p["load"] for p in pts]
-        label = f"{r.number}{' (base)' if r.baseline else ''}: {r.metrics.get('capacity', 0):g}"
-        line = ax_t.plot(x, [p["metrics"]["total_token_throughput"] for p in pts], "o-", ms=3,
-                         lw=1.5 if r.baseline else 1, label=label)
-        ax_l.plot(x, [max(p["metrics"]["p99_ttft_ms"], 1e-3) for p in pts], "o-", ms=3, lw=1,
-                  color=line[0].get_color())
-    for ax in (ax_t, ax_l):
-        ax.set_xlabel(f"load ({axis})")
-        ax.grid(alpha=0.3)
-    ax_t.legend(fontsize=6, title="trial: capacity", title_fontsize=7, ncol=2)
-    ax_l.set_title("p99 TTFT", fontsize=8)
-    fig.suptitle("load curves of every trial", fontsize=9)
+        if r.curve():
+            label = f"{r.number}{' (base)' if r.baseline else ''}: " \
+                    f"{r.metrics.get('capacity', 0):g}"
+            _draw(axes, r, label, lw=1.8 if r.baseline else 1.0)
+    axes[0].legend(fontsize=6, title="trial: capacity", title_fontsize=7, ncol=2)
+    fig.suptitle("load curves of every trial (hollow: the SLOs missed)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.config import StudyConfig
+from autotune.config import PARALLEL_FLAGS, StudyConfig, gpus_per_replica, layout_text
 from autotune.errors import ConfigError
 from autotune.search_space import CategoricalParam, IntParam, SearchSpace, load_search_space
 from autotune.storage import check_url
@@ -35,6 +35,7 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
     cfg.server.check_executable()
     check_model(cfg.server.model, cfg.server.tokenizer)
     check_model_len(cfg, space)
+    check_layout(cfg, space)
     for i, start in enumerate(cfg.starts):
         try:
             space.check_start(start, f"starts.{i}")
@@ -49,6 +50,48 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
         flags[flag] = list(choices) if choices is not None else None
     check_flags(info, flags, f"search space {space.name!r}")
     return Preflight(space, info)
+
+
+def _sizes(p: object) -> list[int]:
+    """The parallel sizes a parameter of the space can take."""
+    if isinstance(p, CategoricalParam):
+        return [int(c) for c in p.choices if c is not None]
+    if isinstance(p, IntParam):
+        return list(range(p.low, p.high + 1, p.step))
+    return []
+
+
+def check_layout(cfg: StudyConfig, space: SearchSpace) -> None:
+    """Parallel layouts must fit the GPUs a trial gets (--gpus-per-trial; 1 without it). A
+    fixed layout or a single size larger than that is an error; a combination of sizes larger
+    than that is left to the trial, which records it infeasible without a boot."""
+    have = cfg.gpus_per_trial or 1
+    how = f"--gpus-per-trial {cfg.gpus_per_trial}" if cfg.gpus_per_trial else \
+        "without --gpus-per-trial"
+    fixed = {**cfg.server.args, **space.fixed}
+    if gpus_per_replica(fixed) > have:
+        raise ConfigError(
+            f"server.args: layout {layout_text(fixed)} needs {gpus_per_replica(fixed)} GPUs; "
+            f"each trial gets {have} ({how}): raise --gpus-per-trial or shrink the layout")
+    knobs = {n: _sizes(p) for n, p in space.parameters.items() if n in PARALLEL_FLAGS}
+    for name, sizes in knobs.items():
+        big = max(sizes, default=1)
+        if big > 1 and (cfg.gpus_per_trial or 0) <= 1:
+            raise ConfigError(
+                f"search space {space.name!r}: {name} takes sizes up to {big}, but each trial "
+                f"gets 1 GPU ({how}): run with --gpus-per-trial {big} (or more) or drop the "
+                "larger sizes")
+        if big > have:
+            raise ConfigError(
+                f"search space {space.name!r}: {name} {big} needs {big} GPUs; each trial gets "
+                f"{have} ({how}): drop it or raise --gpus-per-trial")
+    least = gpus_per_replica(fixed)
+    for sizes in knobs.values():
+        least *= min(sizes, default=1)
+    if least > have:
+        raise ConfigError(
+            f"search space {space.name!r}: the smallest layout ({', '.join(knobs)}) needs "
+            f"{least} GPUs; each trial gets {have} ({how})")
 
 
 def _is_path(model: str) -> bool:

@@ -27,6 +27,25 @@ TOKEN_ID_PROFILES = ("random", *PRESETS)
 # what a capacity search adds to a trial's metrics (autotune.capacity); every other metric of
 # a capacity trial is its value at the capacity point
 CAPACITY_METRICS = ("capacity", "capacity_req_s", "goodput_tok_s")
+# metrics that also exist per GPU the server uses (`<metric>_per_gpu`), so layouts that use
+# different numbers of GPUs compare fairly
+PER_GPU_BASES = ("request_throughput", "output_throughput", "total_token_throughput",
+                 *CAPACITY_METRICS)
+PER_GPU = "_per_gpu"
+
+
+def base_metric(metric: str) -> str:
+    """`capacity_per_gpu` -> `capacity`; any other metric is its own base."""
+    if metric.endswith(PER_GPU) and metric[:-len(PER_GPU)] in PER_GPU_BASES:
+        return metric[:-len(PER_GPU)]
+    return metric
+
+
+def per_gpu(metrics: dict[str, float], gpus: int) -> dict[str, float]:
+    """The per-GPU values of the metrics that have one: the value divided by the GPUs the
+    server used (a server that uses 1 GPU of a trial's 2 is scored on its 1: the other can run
+    another replica)."""
+    return {m + PER_GPU: metrics[m] / gpus for m in PER_GPU_BASES if m in metrics}
 
 
 def known_metric(v: str) -> str:
@@ -38,9 +57,11 @@ def known_metric(v: str) -> str:
 
 def objective_metric(v: str) -> str:
     """A metric a study can optimize: a measured one, or one of the capacity search's."""
-    if v not in METRIC_NAMES and v not in CAPACITY_METRICS:
+    base = base_metric(v)
+    if base not in METRIC_NAMES and base not in CAPACITY_METRICS:
         raise ValueError(f"unknown metric {v!r}; known: {', '.join(CAPACITY_METRICS)} (with a "
-                         f"capacity: section), {', '.join(METRIC_NAMES)}")
+                         f"capacity: section), {', '.join(METRIC_NAMES)}; "
+                         f"{', '.join(PER_GPU_BASES)} also as <metric>{PER_GPU}")
     return v
 
 
@@ -161,6 +182,11 @@ class CapacityConfig(StrictModel):
     requests_per_slot: float = Field(
         2.0, ge=0, description="On the concurrency axis, at least this many requests per slot "
         "(so a point runs about this many waves).")
+    min_duration_s: float = Field(
+        0.0, ge=0, description="On the rate axis, at least load x this many requests, so "
+        "arrivals last this long: a queue that grows by a few percent of the rate shows in "
+        "TTFT only over tens of seconds (200 requests at 176 req/s arrive in 1.1 s and measured "
+        "a burst, not a sustained rate, on the H100).")
     warmup: int = Field(8, ge=0, description="Warm-up requests before each point (distinct "
                         "prompts, not measured).")
     early_stop: bool = Field(True, description="Stop a trial's search once it cannot reach the "
@@ -184,7 +210,7 @@ class CapacityConfig(StrictModel):
         """Measured requests of the point at `load`."""
         if self.axis == "concurrency":
             return max(self.requests_per_point, math.ceil(self.requests_per_slot * load))
-        return self.requests_per_point
+        return max(self.requests_per_point, math.ceil(self.min_duration_s * load))
 
     def check(self, profile: ProfileConfig, slos: list[SLOConfig], where: str = "capacity"
               ) -> None:

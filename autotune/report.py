@@ -77,6 +77,22 @@ def trials_markdown(recs: list[TrialRecord], metrics: list[str], front: set[int]
     return lines
 
 
+def curves_markdown(recs: list[TrialRecord], axis: str) -> list[str]:
+    """Every load point of every capacity search, in the order measured."""
+    lines = [f"| trial | load ({axis}) | verdict | req/s | total tok/s | p99 TTFT ms | "
+             "p99 TPOT ms | mean TPOT ms | requests | s | missed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in recs:
+        for p in (r.facts.capacity or {}).get("points", []):
+            m = p["metrics"]
+            lines.append(
+                f"| {r.number} | {p['load']:g} | {'met' if p['passed'] else 'missed'} | "
+                f"{m['request_throughput']:,.1f} | {m['total_token_throughput']:,.0f} | "
+                f"{m['p99_ttft_ms']:,.0f} | {m['p99_tpot_ms']:,.1f} | {m['mean_tpot_ms']:,.1f} | "
+                f"{m['completed']:.0f} | {p['seconds']:.1f} | {'; '.join(p['misses'])} |")
+    return lines
+
+
 def time_markdown(split: list[TimeSplit]) -> list[str]:
     lines = ["| # | state | boot s | bench s | stop s | in-trial s | between s | overhead s |",
              "|---|---|---|---|---|---|---|---|"]
@@ -115,6 +131,11 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
         plots.pareto_png(study, out_dir / "pareto.png", cfg.name)
         lines += ["", "## Pareto front", "", "![Pareto front](pareto.png)", ""]
         lines += trials_markdown([r for r in recs if r.number in front], metrics, front)
+    if cfg.capacity is not None and any(r.curve() for r in recs):
+        plots.capacity_overlay_png(recs, cfg.slos, cfg.capacity.axis,
+                                   out_dir / "capacity_curves.png")
+        lines += ["", "## Load curves", "", "![load curves](capacity_curves.png)", ""]
+        lines += curves_markdown(recs, cfg.capacity.axis)
     lines += ["", "## Where the time went", ""] + time_markdown(time_split(recs))
     trial_dirs = sorted(cfg.study_dir().glob("trial-*"))
     if trial_dirs:

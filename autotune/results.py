@@ -120,6 +120,9 @@ class TrialRecord:
 
     @property
     def cause(self) -> str | None:
+        if self.facts.cause is None and self.status == Status.INTERRUPTED:
+            # failed by the heartbeat check: its worker (or machine) stopped without a word
+            return "its worker stopped beating (killed, or its machine lost); retried once"
         return self.facts.cause
 
     @property

@@ -31,6 +31,8 @@ from autotune.results import baseline, deltas, front_numbers, records
 CURVE_KEYS = ("request_throughput", "total_token_throughput", "p99_ttft_ms", "p99_tpot_ms",
               "p99_itl_ms", "p99_e2el_ms")
 STUDY_TAG = "autotune.study"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+STUDY_RUN_TAG = "autotune.study_run"  # on a trial's run: the run id of its study's run
 KIND_TAG = "autotune.kind"
 TRIAL_TAG = "autotune.trial_number"
 
@@ -94,11 +96,17 @@ class Tracker:
     def _experiment(self) -> str:
         exp = self.client.get_experiment_by_name(self.cfg.name)
         if exp is not None:
-            return str(exp.experiment_id)
-        if self.uri.startswith("sqlite:///"):
+            eid = str(exp.experiment_id)
+        elif self.uri.startswith("sqlite:///"):
             art = (Path(self.cfg.workdir).resolve() / "artifacts" / self.cfg.name).as_uri()
-            return str(self.client.create_experiment(self.cfg.name, artifact_location=art))
-        return str(self.client.create_experiment(self.cfg.name))
+            eid = str(self.client.create_experiment(self.cfg.name, artifact_location=art))
+        else:
+            eid = str(self.client.create_experiment(self.cfg.name))
+        # MLflow 3 opens an experiment of unknown kind on its GenAI overview (traces, judges);
+        # this kind opens it on its runs, where the trials are
+        self.client.set_experiment_tag(eid, EXPERIMENT_KIND_TAG, "custom_model_development")
+        self.client.set_experiment_tag(eid, STUDY_TAG, self.cfg.name)
+        return eid
 
     def _find(self, filter_string: str) -> str | None:
         assert self.experiment_id is not None
@@ -155,7 +163,9 @@ class Tracker:
         recs = records(study)
         rec = next(r for r in recs if r.number == trial.number)
         facts = rec.facts
-        tags = {"mlflow.parentRunId": self.parent_id, KIND_TAG: "trial", STUDY_TAG: self.cfg.name,
+        # not nested under the study's run (mlflow.parentRunId): MLflow 3's runs view shows
+        # nested runs collapsed under their parent, with their metrics hidden
+        tags = {STUDY_RUN_TAG: self.parent_id, KIND_TAG: "trial", STUDY_TAG: self.cfg.name,
                 TRIAL_TAG: str(trial.number), "autotune.state": rec.status.value,
                 "autotune.baseline": str(rec.baseline).lower()}
         if rec.cause:
@@ -273,3 +283,25 @@ def sync(cfg: StudyConfig, study: optuna.Study, tracking_uri: str | None = None)
     tr.log_front(study)
     tr.finish()
     return len(finished) if tr.failures == 0 else -tr.failures
+
+
+def runs_url(ui_url: str, experiment_id: str) -> str:
+    """The MLflow UI page of a study's runs: the model-training view (not the GenAI overview
+    MLflow 3 opens by default), as charts: every trial's metrics and capacity curves."""
+    return (f"{ui_url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+            "&compareRunsMode=CHART")
+
+
+def find_study_experiment(tracking_uri: str, study: str | None = None) -> tuple[str, str] | None:
+    """(experiment id, name) of the named study, else of the autotune study created last."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    if study is not None:
+        exp = client.get_experiment_by_name(study)
+        return (str(exp.experiment_id), exp.name) if exp is not None else None
+    for exp in client.search_experiments(order_by=["creation_time DESC"]):
+        if exp.name != "Default" and client.search_runs(
+                [exp.experiment_id], f"tags.`{KIND_TAG}` = 'study'", max_results=1):
+            return str(exp.experiment_id), exp.name
+    return None

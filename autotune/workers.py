@@ -25,7 +25,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.config import StudyConfig
+from autotune.config import PARALLEL_FLAGS, StudyConfig
 from autotune.datasets import build_requests
 from autotune.errors import ConfigError, StudyError
 from autotune.preflight import Preflight
@@ -34,21 +34,36 @@ from autotune.schema import parse_model
 from autotune.storage import make_storage
 from autotune.study import TrialHook, prepare_study
 
-PARALLEL_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 
-
-def visible_gpus() -> list[str]:
-    """GPU ids this process may use: CUDA_VISIBLE_DEVICES when set, else nvidia-smi's list."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [g.strip() for g in env.split(",") if g.strip()]
+def _smi_gpus() -> list[str] | None:
+    """nvidia-smi's GPU indices and UUIDs, or None without nvidia-smi."""
     smi = shutil.which("nvidia-smi")
     if not smi:
-        return []
-    p = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
-                       text=True, timeout=30)
-    return [line.strip() for line in p.stdout.splitlines() if line.strip()] if p.returncode == 0 \
-        else []
+        return None
+    p = subprocess.run([smi, "--query-gpu=index,uuid", "--format=csv,noheader"],
+                       capture_output=True, text=True, timeout=30)
+    if p.returncode != 0:
+        return None
+    return [part.strip() for line in p.stdout.splitlines() for part in line.split(",")
+            if part.strip()]
+
+
+def visible_gpus(env: str | None = None, smi: list[str] | None = None) -> list[str]:
+    """GPU ids this process may use: CUDA_VISIBLE_DEVICES when set (each id checked against
+    nvidia-smi's indices and UUIDs when it is there), else nvidia-smi's list."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES") if env is None else env
+    known = _smi_gpus() if smi is None else smi
+    if env is not None:
+        ids = [g.strip() for g in env.split(",") if g.strip()]
+        if known is not None:
+            bad = [g for g in ids if g not in known and not g.startswith("MIG-")]
+            if bad:
+                indices = [g for g in known if g.isdigit()]
+                raise ConfigError(
+                    f"CUDA_VISIBLE_DEVICES={env}: no GPU {', '.join(bad)} on this host "
+                    f"(nvidia-smi lists {', '.join(indices) or 'none'}); set it to GPUs it lists")
+        return ids
+    return [g for g in (known or []) if g.isdigit()]
 
 
 def worker_envs(n: int, gpus_per_trial: int | None, gpus: list[str] | None = None,
@@ -64,9 +79,13 @@ def worker_envs(n: int, gpus_per_trial: int | None, gpus: list[str] | None = Non
         raise ConfigError(f"--gpus-per-trial: {k} is negative")
     if k > 0:
         if n * k > len(gpus):
+            where = ("CUDA_VISIBLE_DEVICES gives" if "CUDA_VISIBLE_DEVICES" in os.environ
+                     else "this host has")
             raise ConfigError(
-                f"--workers {n} --gpus-per-trial {k} needs {n * k} GPUs; this host has "
-                f"{len(gpus)} ({', '.join(gpus) or 'none'}): lower --workers or --gpus-per-trial")
+                f"--workers {n} --gpus-per-trial {k} needs {n * k} GPUs; {where} "
+                f"{len(gpus)} ({', '.join(gpus) or 'none'}): lower --workers or --gpus-per-trial"
+                + (" or list more GPUs in CUDA_VISIBLE_DEVICES"
+                   if "CUDA_VISIBLE_DEVICES" in os.environ else ""))
         return [{"CUDA_VISIBLE_DEVICES": ",".join(gpus[i * k:(i + 1) * k])} for i in range(n)]
     cpus = sorted(os.sched_getaffinity(0)) if cpus is None else cpus
     if n > len(cpus):
@@ -77,13 +96,16 @@ def worker_envs(n: int, gpus_per_trial: int | None, gpus: list[str] | None = Non
             for i in range(n)]
 
 
-def worker_config(cfg: StudyConfig, gpus_per_trial: int) -> StudyConfig:
-    """A trial that spans several GPUs runs tensor-parallel unless the config says otherwise."""
-    if gpus_per_trial > 1 and not any(f in cfg.server.args for f in PARALLEL_FLAGS):
-        server = cfg.server.model_copy(update={
+def worker_config(cfg: StudyConfig, gpus_per_trial: int, space_flags: set[str]) -> StudyConfig:
+    """The config a worker's trials run under: its GPU count recorded (layouts that need more
+    are infeasible without a boot), and a trial that spans several GPUs runs tensor-parallel
+    unless the fixed args or the search space (`space_flags`) set a parallel size."""
+    update: dict[str, Any] = {"gpus_per_trial": gpus_per_trial or None}
+    if gpus_per_trial > 1 and not any(f in cfg.server.args or f in space_flags
+                                      for f in PARALLEL_FLAGS):
+        update["server"] = cfg.server.model_copy(update={
             "args": {**cfg.server.args, "tensor_parallel_size": gpus_per_trial}})
-        return cfg.model_copy(update={"server": server})
-    return cfg
+    return cfg.model_copy(update=update)
 
 
 def load_worker_study(storage_url: str, study_name: str) -> tuple[optuna.Study, StudyConfig,

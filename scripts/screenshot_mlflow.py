@@ -7,16 +7,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import tempfile
 from pathlib import Path
-from urllib.parse import quote
 
 import httpx
 
 from autotune.mlflow_ui import MlflowUI
 from autotune.process import free_port
+from autotune.tracking import runs_url
 
 
 def main() -> None:
@@ -32,20 +31,14 @@ def main() -> None:
         exp = httpx.get(f"{ui.url}/api/2.0/mlflow/experiments/get-by-name",
                         params={"experiment_name": a.experiment}, timeout=30).json()
         eid = exp["experiment"]["experiment_id"]
-        runs = httpx.post(f"{ui.url}/api/2.0/mlflow/runs/search", timeout=30,
-                          json={"experiment_ids": [eid], "max_results": 200,
-                                "filter": "tags.`autotune.kind` = 'trial'"}).json()["runs"]
-        ids = json.dumps([r["info"]["run_id"] for r in runs], separators=(",", ":"))
-        # the compare view: every trial's params and metrics side by side, with a
-        # parallel-coordinates plot of flags against throughput and TPOT
-        url = (f"{ui.url}/#/compare-runs?runs={quote(ids)}"
-               f"&experiments={quote(json.dumps([eid]))}")
+        # what `autotune ui` prints: the study's runs, as charts of every trial's metrics
+        url = runs_url(ui.url, eid)
         with tempfile.TemporaryDirectory() as profile:
             subprocess.run([a.chromium, "--headless", "--no-sandbox", "--disable-gpu",
                             "--disable-quic", "--no-first-run", "--disable-background-networking",
                             "--disable-component-update", "--disable-sync",
                             f"--user-data-dir={profile}", "--hide-scrollbars",
-                            "--window-size=1600,1400", "--virtual-time-budget=15000",
+                            "--window-size=1600,1000", "--virtual-time-budget=60000",
                             f"--screenshot={Path(a.out).resolve()}", url],
                            check=True, capture_output=True, timeout=120)
     print(f"UI ready in {took:.1f} s; screenshot of {url} -> {a.out}")

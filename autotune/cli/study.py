@@ -55,6 +55,7 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
           workers: int, gpus_per_trial: int | None) -> None:
     """Run (or resume) a multi-objective study over vLLM's flags."""
     from autotune.preflight import preflight
+    from autotune.search_space import load_search_space
     from autotune.study import completed, open_study, run_study
     from autotune.workers import run_pool, running_text, worker_config, worker_envs
 
@@ -64,7 +65,8 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
     if workers > 1 or gpus_per_trial:
         envs = worker_envs(workers, gpus_per_trial)
         gpus_per_trial = sum(1 for g in envs[0].get("CUDA_VISIBLE_DEVICES", "").split(",") if g)
-        cfg = worker_config(cfg, gpus_per_trial)
+        cfg = worker_config(cfg, gpus_per_trial,
+                            load_search_space(cfg.search_space).flag_names())
     console.print(f"study [bold]{cfg.name}[/bold]: checking the search space against vLLM...")
     pre = preflight(cfg)
     done = len(completed(open_study(cfg)))
@@ -172,8 +174,8 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
     from autotune.workers import load_worker_study, worker_config, worker_identity
 
     st, cfg, space_data = load_worker_study(storage, study_name)
-    cfg = worker_config(cfg, gpus_per_trial)
     space = parse_model(SearchSpace, space_data, f"study {study_name!r}: search_space")
+    cfg = worker_config(cfg, gpus_per_trial, space.flag_names())
     pre = preflight(cfg, space)
     requests = build_requests(cfg.profile, cfg.server.tokenizer_dir)
     ident = worker_identity(worker_id or f"{socket.gethostname()}-{os.getpid()}")

@@ -47,15 +47,25 @@ def sync(config_path: Path, study_name: str | None, storage: str | None,
               show_default=True, help="Folder with mlflow.db.")
 @click.option("--port", type=int, default=5000, show_default=True)
 @click.option("--tracking-uri", help="Backend store URI (default: sqlite:///WORKDIR/mlflow.db).")
-def ui(workdir: Path, port: int, tracking_uri: str | None) -> None:
-    """Start the MLflow UI on 127.0.0.1 for the studies under mlruns/ (Ctrl-C stops it)."""
+@click.option("--study", help="The study whose runs to open (default: the latest study).")
+def ui(workdir: Path, port: int, tracking_uri: str | None, study: str | None) -> None:
+    """Start the MLflow UI on 127.0.0.1 for the studies under mlruns/ and print the address of
+    a study's runs (Ctrl-C stops it)."""
     from autotune.mlflow_ui import MlflowUI
+    from autotune.tracking import find_study_experiment, runs_url
 
     uri = tracking_uri or f"sqlite:///{workdir.resolve() / 'mlflow.db'}"
+    found = find_study_experiment(uri, study)
+    if study is not None and found is None:
+        raise StudyError(f"--study: MLflow at {uri} has no study {study!r}")
     with MlflowUI(uri, port=port, log_path=workdir / "mlflow-ui.log") as server:
         took = server.wait_ready(120)
-        console.print(f"MLflow UI ready in {took:.1f} s: {server.url}  (Ctrl-C stops it)",
-                      highlight=False)
+        console.print(f"MLflow UI ready in {took:.1f} s (Ctrl-C stops it)", highlight=False)
+        if found is not None:
+            console.print(f"study {found[1]!r}, its trials and their curves:", highlight=False)
+            out.print(runs_url(server.url, found[0]), highlight=False, soft_wrap=True)
+        else:
+            out.print(server.url, highlight=False)
         server.wait()
 
 

@@ -162,3 +162,21 @@ def test_chat_endpoint_with_token_id_prompts(tmp_path: Path, tiny_model: Path) -
     cfg = base(tmp_path, tiny_model, profile={"name": "random", "endpoint": "chat"})
     check(study(tmp_path, cfg), tmp_path, "profile: Value error, endpoint: chat needs text "
           "prompts, and the 'random' profile sends token ids")
+
+
+def test_parallel_knobs_need_several_gpus_per_trial(tmp_path: Path, tiny_model: Path) -> None:
+    p = study(tmp_path, base(tmp_path, tiny_model, search_space="multi-gpu-dummy"))
+    check(p, tmp_path, "search space 'multi-gpu-dummy': tensor_parallel_size takes sizes up "
+                       "to 2, but each trial gets 1 GPU (without --gpus-per-trial): run with "
+                       "--gpus-per-trial 2")
+
+
+def test_more_gpus_per_trial_than_cuda_visible_devices(tmp_path: Path, tiny_model: Path) -> None:
+    p = tmp_path / "study.yaml"
+    p.write_text(yaml.safe_dump(base(tmp_path, tiny_model, search_space="multi-gpu-dummy")))
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    r = subprocess.run([sys.executable, "-m", "autotune", "study", "--config", str(p),
+                        "--gpus-per-trial", "2"], capture_output=True, text=True, timeout=120,
+                       env={**env, "CUDA_VISIBLE_DEVICES": "0"})
+    check(r, tmp_path, "--workers 1 --gpus-per-trial 2 needs 2 GPUs; CUDA_VISIBLE_DEVICES "
+                       "gives 1 (0)", "list more GPUs in CUDA_VISIBLE_DEVICES")

@@ -184,7 +184,8 @@ def test_mlflow_has_parent_child_runs_and_front(study_file: Path,
     assert sorted(children["tags.autotune.trial_number"].astype(int)) == [
         t.number for t in st.get_trials()]
     parent_id = parents["run_id"].iloc[0]
-    assert set(children["tags.mlflow.parentRunId"]) == {parent_id}
+    # linked to the study's run by a tag, not nested (MLflow 3 hides nested runs' metrics)
+    assert set(children["tags.autotune.study_run"]) == {parent_id}
     by_num = {int(r["tags.autotune.trial_number"]): r for _, r in children.iterrows()}
     for t in st.get_trials():
         r = by_num[t.number]
@@ -229,6 +230,12 @@ def test_mlflow_ui_serves_the_runs(study_file: Path,
         res = httpx.post(f"{ui.url}/api/2.0/mlflow/runs/search", timeout=30,
                          json={"experiment_ids": [eid], "max_results": 100}).json()
         pg = ui.pid
+    from autotune.tracking import find_study_experiment, runs_url
+
+    found = find_study_experiment(default_tracking_uri(c))  # the latest study: this one
+    assert found == (eid, c.name)
+    assert runs_url(ui.url, eid).endswith(
+        f"/#/experiments/{eid}/runs?workflowType=machine_learning&compareRunsMode=CHART")
     kinds = [t["value"] for r in res["runs"] for t in r["data"]["tags"]
              if t["key"] == "autotune.kind"]
     assert kinds.count("study") == 1 and kinds.count("trial") == len(load(study_file).trials)
