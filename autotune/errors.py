@@ -48,7 +48,19 @@ class ServerBootError(ServerError):
         if cause:
             msg += f": {cause}"
         super().__init__(msg, cause=cause or f"exit code {returncode}", log_path=log_path)
-        self.returncode = returncode
+        self.returncode: int | None = returncode
+
+
+class ServerBootHung(ServerBootError):
+    """The engine failed to start and the server did not exit."""
+
+    def __init__(self, grace_s: float, cause: str | None, *, log_path: str | None = None
+                 ) -> None:
+        ServerError.__init__(
+            self, f"vLLM's engine failed to start and the server had not exited {grace_s:g} s "
+            f"later (stopped)" + (f": {cause}" if cause else ""),
+            cause=cause or "engine failed to start; the server hung", log_path=log_path)
+        self.returncode = None
 
 
 class ServerBootTimeout(ServerError):

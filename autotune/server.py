@@ -19,7 +19,12 @@ from types import TracebackType
 
 import httpx
 
-from autotune.errors import ServerBootError, ServerBootTimeout, ServerDiedError
+from autotune.errors import (
+    ServerBootError,
+    ServerBootHung,
+    ServerBootTimeout,
+    ServerDiedError,
+)
 from autotune.process import ProcessGroup, port_is_free
 
 # Lines that wrap the real cause; the root cause is the first exception line that is not one.
@@ -34,6 +39,11 @@ _EXC_LINE = re.compile(
     r"(?:^|[\s:\]])((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit)): (.+)$"
 )
 _ARGPARSE = re.compile(r"(?:^|\s)(vllm[\w ]*: error: .+)$")
+# vLLM's engine process logs this when it cannot start; the server normally exits soon after,
+# but on two H200s a tensor-parallel engine whose workers hit a CUDA error during the KV-cache
+# profile left the whole process tree alive and silent until the boot timeout (13 minutes of a
+# study's GPU time). Seen with vLLM 0.26.0 (docs/results/multi-gpu-h200x2).
+ENGINE_FAILED = "EngineCore failed to start"
 
 
 def root_cause(log_text: str) -> str | None:
@@ -82,12 +92,14 @@ class ServerProcess:
         host: str = "127.0.0.1",
         env: Mapping[str, str] | None = None,
         stop_grace_s: float = 5.0,
+        hang_grace_s: float = 30.0,
     ) -> None:
         self.argv = [*argv, "--host", host, "--port", str(port)]
         self.log_path = Path(log_path)
         self.host, self.port = host, port
         self.env = dict(os.environ if env is None else env)
         self.stop_grace_s = stop_grace_s
+        self.hang_grace_s = hang_grace_s
         self.group: ProcessGroup | None = None
         self.healthy_at: float | None = None
         self.tmpdir: str | None = None
@@ -131,15 +143,27 @@ class ServerProcess:
         return root_cause(self.log_text())
 
     def wait_healthy(self, timeout_s: float, poll_interval_s: float = 0.5) -> float:
-        """Block until GET /health answers 200; returns seconds since start."""
+        """Block until GET /health answers 200; returns seconds since start. A server whose
+        engine failed to start and that has not exited `hang_grace_s` later is hung: raise
+        ServerBootHung with the engine's cause (the caller stops the group)."""
         assert self.group is not None and self.group.started_at is not None, "start() first"
         started = self.group.started_at
         deadline = started + timeout_s
+        engine_failed_at: float | None = None
+        next_scan = 0.0
         with httpx.Client(timeout=httpx.Timeout(2.0)) as client:
             while True:
                 rc = self.group.poll()
                 if rc is not None:
                     raise ServerBootError(rc, self.cause(), log_path=str(self.log_path))
+                now = time.monotonic()
+                if engine_failed_at is None and now >= next_scan:
+                    next_scan = now + 2.0
+                    if ENGINE_FAILED in self.log_text():
+                        engine_failed_at = now
+                if engine_failed_at is not None and now - engine_failed_at >= self.hang_grace_s:
+                    raise ServerBootHung(self.hang_grace_s, self.cause(),
+                                         log_path=str(self.log_path))
                 with contextlib.suppress(httpx.HTTPError):
                     if client.get(f"{self.base_url}/health").status_code == 200:
                         self.healthy_at = time.monotonic()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import ServerBootError, ServerBootTimeout
+from autotune.errors import ServerBootError, ServerBootHung, ServerBootTimeout
 from autotune.process import free_port, group_pids, port_is_free
 from autotune.server import ServerProcess, root_cause
 
@@ -47,6 +47,26 @@ def test_exit_during_boot_raises_with_cause(tmp_path: Path) -> None:
     assert ei.value.returncode == 3
     assert ei.value.cause == "ValueError: max_num_seqs must be positive"
     assert "$ " in (tmp_path / "log").read_text()  # the argv heads the log
+
+
+def test_an_engine_that_failed_and_a_server_that_hangs_end_the_boot(tmp_path: Path) -> None:
+    """vLLM 0.26 on two H200s: the engine logged that it failed to start, then the process tree
+    stayed alive and silent (docs/results/multi-gpu-h200x2). The boot ends after the grace, with
+    the engine's cause, not at the boot timeout."""
+    script = ("import sys, time\n"
+              "print('(EngineCore pid=1) ERROR [core.py:1330] EngineCore failed to start.')\n"
+              "print('(EngineCore pid=1) ERROR [core.py:1330] RuntimeError: Worker failed with "
+              "error CUBLAS_STATUS_EXECUTION_FAILED')\n"
+              "sys.stdout.flush(); time.sleep(120)")
+    (tmp_path / "server.py").write_text(script)  # not in the argv, which heads the log
+    t0 = time.monotonic()
+    with ServerProcess([sys.executable, str(tmp_path / "server.py")], log_path=tmp_path / "log",
+                       port=free_port(), hang_grace_s=1.0) as proc, \
+            pytest.raises(ServerBootHung) as ei:
+        proc.wait_healthy(100)
+    assert time.monotonic() - t0 < 20
+    assert ei.value.cause == "RuntimeError: Worker failed with error CUBLAS_STATUS_EXECUTION_FAILED"
+    assert isinstance(ei.value, ServerBootError) and "had not exited 1 s later" in str(ei.value)
 
 
 def test_boot_timeout(tmp_path: Path) -> None:
