@@ -186,7 +186,8 @@ def run_bench(
     def sample() -> None:
         if not have:
             try:
-                have.append(build_requests(profile, server.tokenizer_dir))
+                have.append(build_requests(profile, server.tokenizer_dir,
+                                           server.args.get("max_model_len")))
             except AutotuneError as e:
                 pending.append(e)
 
@@ -265,7 +266,10 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
     def measure_at(load: float) -> LoadPoint:
         phase(f"load {load:g}")
         n = cap.requests_at(load)
-        reqs = sample_requests(profile, tok, n + cap.warmup, point_seed(profile.seed, load))
+        # a dataset is drawn at random with the point's seed, so points do not share prompts
+        drawn = profile.model_copy(update={"sample": "random"}) if profile.path else profile
+        reqs = sample_requests(drawn, tok, n + cap.warmup, point_seed(profile.seed, load),
+                               tokenizer_dir)
         t0 = time.monotonic()
         conc = int(load) if cap.axis == "concurrency" else profile.max_concurrency
         rate = load if cap.axis == "rate" else profile.request_rate

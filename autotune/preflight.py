@@ -24,6 +24,7 @@ from autotune.vllm_info import VllmInfo, check_flags, get_vllm_info
 class Preflight:
     space: SearchSpace
     vllm: VllmInfo
+    dataset: str | None = None  # what reading a dataset profile's file found
 
 
 def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
@@ -36,6 +37,7 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
     check_model(cfg.server.model, cfg.server.tokenizer)
     check_model_len(cfg, space)
     check_layout(cfg, space)
+    dataset = check_dataset(cfg)
     for i, start in enumerate(cfg.starts):
         try:
             space.check_start(start, f"starts.{i}")
@@ -49,7 +51,20 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
         choices = space.choices_by_flag().get(name) if not p.into else None
         flags[flag] = list(choices) if choices is not None else None
     check_flags(info, flags, f"search space {space.name!r}")
-    return Preflight(space, info)
+    return Preflight(space, info, dataset)
+
+
+def check_dataset(cfg: StudyConfig) -> str | None:
+    """A dataset profile's file is read in full (a bad line is an error naming it); returns
+    what was kept and dropped."""
+    if cfg.profile.name != "dataset":
+        return None
+    from autotune.datasets import load_dataset, load_tokenizer
+
+    tok_dir = cfg.server.tokenizer_dir
+    ds = load_dataset(cfg.profile, load_tokenizer(tok_dir), tok_dir,
+                      cfg.server.args.get("max_model_len"))
+    return ds.note(str(cfg.profile.path))
 
 
 def _sizes(p: object) -> list[int]:

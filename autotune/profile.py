@@ -11,7 +11,8 @@ from pydantic import Field, field_validator, model_validator
 from autotune.metrics import METRIC_NAMES
 from autotune.schema import StrictModel
 
-ProfileName = Literal["sharegpt", "random", "throughput", "long-context", "generation-heavy"]
+ProfileName = Literal["sharegpt", "random", "throughput", "long-context", "generation-heavy",
+                      "dataset"]
 Endpoint = Literal["completions", "chat"]
 
 # The presets users know from the field: (input tokens, output tokens) of random prompts.
@@ -94,6 +95,19 @@ class ProfileConfig(StrictModel):
     client_processes: int | Literal["auto"] = Field(
         "auto", description="Processes the load generator spreads its concurrency slots over; "
         "auto: one per 128 slots, at most a quarter of this machine's CPUs.")
+    path: str | None = Field(
+        None, description="dataset: a JSONL file, one request a line: {\"prompt\": \"...\"} or "
+        "{\"messages\": [...]} (chat), optional \"output_tokens\" (else output_len, else 128).")
+    sample: Literal["order", "random"] = Field(
+        "order", description="dataset: take the first num_prompts lines in order, or sample "
+        "them with the seed.")
+    prefix_len: int = Field(0, ge=0, description="Random profiles: tokens of a shared prefix "
+                            "before each prompt's input_len random tokens.")
+    num_prefixes: int = Field(1, ge=1, description="Random profiles: distinct shared prefixes; "
+                              "prompt i starts with prefix i mod num_prefixes.")
+    range_ratio: float = Field(0.0, ge=0, lt=1, description="Random profiles: input and output "
+                               "lengths drawn uniformly from [len x (1 - r), len x (1 + r)] with "
+                               "the seed (vllm bench serve --random-range-ratio).")
 
     @field_validator("client_processes", mode="before")
     @classmethod
@@ -110,6 +124,20 @@ class ProfileConfig(StrictModel):
 
     @model_validator(mode="after")
     def _endpoint_takes_prompts(self) -> ProfileConfig:
+        if self.name == "dataset" and not self.path:
+            raise ValueError("path: the dataset profile needs a JSONL file (path: requests.jsonl)")
+        if self.path and self.name != "dataset":
+            raise ValueError(f"path: only the dataset profile reads a file (name: dataset), not "
+                             f"{self.name!r}")
+        shaped = {"prefix_len": self.prefix_len > 0, "num_prefixes": self.num_prefixes > 1,
+                  "range_ratio": self.range_ratio > 0}
+        for key, used in shaped.items():
+            if used and self.name not in TOKEN_ID_PROFILES:
+                raise ValueError(f"{key}: shapes random prompts (random, throughput, "
+                                 f"long-context, generation-heavy), not the {self.name!r} "
+                                 "profile")
+        if self.num_prefixes > 1 and not self.prefix_len:
+            raise ValueError("num_prefixes: set prefix_len too (the tokens each prefix has)")
         if self.endpoint == "chat" and self.name in TOKEN_ID_PROFILES:
             raise ValueError(f"endpoint: chat needs text prompts, and the {self.name!r} profile "
                              "sends token ids; use endpoint: completions, or a text profile "
@@ -126,9 +154,14 @@ class ProfileConfig(StrictModel):
         return None, self.output_len
 
     def required_model_len(self) -> int:
-        """Tokens one request can need, which max_model_len must allow."""
+        """Tokens one request can need, which max_model_len must allow (a dataset's requests
+        that do not fit are dropped, counted, when it is read)."""
+        if self.name == "dataset":
+            return 0
         i, o = self.lengths()
-        return (i + o) if i is not None and o is not None else 2048
+        if i is None or o is None:
+            return 2048
+        return self.prefix_len + int(i * (1 + self.range_ratio)) + int(o * (1 + self.range_ratio))
 
 
 class SLOConfig(StrictModel):

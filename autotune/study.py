@@ -194,7 +194,8 @@ def run_study(
     """Run trials in this process until the study holds `cfg.n_trials` complete ones (or
     `timeout_s` passes)."""
     pre = pre or preflight(cfg)
-    requests = build_requests(cfg.profile, cfg.server.tokenizer_dir)
+    requests = build_requests(cfg.profile, cfg.server.tokenizer_dir,
+                              cfg.server.args.get("max_model_len"))
     study = prepare_study(cfg, pre)
     if on_start is not None:
         on_start(study, requests)

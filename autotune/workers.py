@@ -204,7 +204,8 @@ def run_pool(cfg: StudyConfig, pre: Preflight, envs: list[dict[str, str]], gpus_
     """`autotune study --workers N`: prepare the study here, run its trials in N workers on
     this host, and report each finished trial; raise when a worker failed."""
     st = prepare_study(cfg, pre)
-    on_start(st, build_requests(cfg.profile, cfg.server.tokenizer_dir))
+    on_start(st, build_requests(cfg.profile, cfg.server.tokenizer_dir,
+                                     cfg.server.args.get("max_model_len")))
     pool = Pool(cfg, envs, gpus_per_trial, tracking_uri, cfg.study_dir() / "workers")
     with pool:
         on_pool(pool)

@@ -27,7 +27,8 @@ def choice(literal: Any) -> click.Choice[str]:
 
 
 PROFILE_FIELDS = ("input_len", "output_len", "num_prompts", "max_concurrency", "request_rate",
-                  "warmup", "seed", "endpoint", "client_processes")
+                  "warmup", "seed", "endpoint", "client_processes", "path", "sample", "prefix_len",
+                  "num_prefixes", "range_ratio")
 
 
 def _help(field: str) -> str:
@@ -47,6 +48,11 @@ def profile_options(f: F) -> F:
         click.option("--seed", type=int, help=_help("seed")),
         click.option("--endpoint", type=choice(Endpoint), help=_help("endpoint")),
         click.option("--client-processes", help=_help("client_processes")),
+        click.option("--path", help=_help("path")),
+        click.option("--sample", type=click.Choice(["order", "random"]), help=_help("sample")),
+        click.option("--prefix-len", type=int, help=_help("prefix_len")),
+        click.option("--num-prefixes", type=int, help=_help("num_prefixes")),
+        click.option("--range-ratio", type=float, help=_help("range_ratio")),
     ]
     for o in reversed(opts):
         f = o(f)

@@ -109,6 +109,11 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
     elif vllm_args:
         raise ConfigError("--url: the server is already running; vLLM flags after -- cannot "
                           "apply to it")
+    if profile.name == "dataset":  # read it whole before any boot: a bad line is an error
+        from autotune.datasets import load_dataset, load_tokenizer
+
+        ds = load_dataset(profile, load_tokenizer(server.tokenizer_dir), server.tokenizer_dir)
+        console.print(ds.note(str(profile.path)), highlight=False)
     run_dir = workdir / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
     if cap is not None:
@@ -143,7 +148,8 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
                 from autotune.datasets import build_requests
 
                 tp.phase("benchmarking")
-                reqs = build_requests(profile, server.tokenizer_dir)
+                reqs = build_requests(profile, server.tokenizer_dir,
+                                      server.args.get("max_model_len"))
                 pt = lib.measure(url, model, profile, reqs[:profile.num_prompts],
                                  on_request=tp.request_done, warm=reqs[profile.num_prompts:])
                 lib.write_records(pt.records, run_dir / "requests.csv")

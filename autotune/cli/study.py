@@ -69,6 +69,8 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
                             load_search_space(cfg.search_space).flag_names())
     console.print(f"study [bold]{cfg.name}[/bold]: checking the search space against vLLM...")
     pre = preflight(cfg)
+    if pre.dataset:
+        console.print(pre.dataset, highlight=False)
     done = len(completed(open_study(cfg)))
     console.print(f"vLLM {pre.vllm.version}; space {pre.space.name!r} "
                   f"({len(pre.space.parameters)} parameters); {done} of {cfg.n_trials} trials "
@@ -146,8 +148,8 @@ def create_study(config_path: Path, study_name: str | None, storage: str | None,
     st = prepare_study(cfg, pre)
     tracker = make_tracker(cfg, tracking_uri, no_mlflow)
     if tracker is not None:
-        tracker.start(st, study_extra(cfg, pre, build_requests(cfg.profile,
-                                                               cfg.server.tokenizer_dir)))
+        tracker.start(st, study_extra(cfg, pre, build_requests(
+            cfg.profile, cfg.server.tokenizer_dir, cfg.server.args.get("max_model_len"))))
         st.set_user_attr("tracking_uri", tracker.uri)
     console.print(f"study {cfg.name!r} ready in {cfg.storage_url()} ({cfg.n_trials} trials); "
                   "on each host, start workers with:", highlight=False)
@@ -177,7 +179,8 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
     space = parse_model(SearchSpace, space_data, f"study {study_name!r}: search_space")
     cfg = worker_config(cfg, gpus_per_trial, space.flag_names())
     pre = preflight(cfg, space)
-    requests = build_requests(cfg.profile, cfg.server.tokenizer_dir)
+    requests = build_requests(cfg.profile, cfg.server.tokenizer_dir,
+                              cfg.server.args.get("max_model_len"))
     ident = worker_identity(worker_id or f"{socket.gethostname()}-{os.getpid()}")
     uri = tracking_uri or st.user_attrs.get("tracking_uri")
     tracker = make_tracker(cfg, uri, no_mlflow or uri is None)

@@ -43,14 +43,17 @@ def payload(model: str, req: Request, opts: RequestOptions) -> tuple[str, dict[s
     if opts.ignore_eos:
         common["ignore_eos"] = True
     if opts.endpoint == "chat":
-        if not isinstance(req.prompt, str):
-            raise ValueError("the chat endpoint needs text prompts; token-id prompts go to the "
-                             "completions endpoint")
+        if isinstance(req.prompt, list) and not all(isinstance(m, dict) for m in req.prompt):
+            raise ValueError("the chat endpoint needs text prompts or messages; token-id "
+                             "prompts go to the completions endpoint")
         return "/v1/chat/completions", {
             **common,
-            "messages": [{"role": "user", "content": req.prompt}],
+            "messages": req.prompt if isinstance(req.prompt, list) else [
+                {"role": "user", "content": req.prompt}],
             "max_completion_tokens": req.output_len,
         }
+    if isinstance(req.prompt, list) and req.prompt and isinstance(req.prompt[0], dict):
+        raise ValueError("chat messages go to the chat endpoint, not completions")
     return "/v1/completions", {
         **common,
         "prompt": req.prompt,
