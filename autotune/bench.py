@@ -236,6 +236,58 @@ def run_bench(
 
 
 @dataclass(frozen=True)
+class SuiteRun:
+    """Several profiles measured one after another on one booted server."""
+
+    points: dict[str, Point]  # by profile label
+    timings: Timings
+    argv: list[str]
+    log_path: str
+
+    def metrics(self) -> dict[str, float]:
+        """Every profile's flat metrics as `<label>/<metric>`."""
+        return {f"{k}/{m}": v for k, pt in self.points.items()
+                for m, v in (pt.metrics.flat() | pt.server_stats).items()}
+
+
+def run_suite(server: ServerConfig, profiles: list[ProfileConfig], params: Mapping[str, Any],
+              workdir: Path, *, on_phase: Phase | None = None) -> SuiteRun:
+    """Boot `vllm serve` with the fixed args plus `params`, run each profile in turn (its own
+    warm-up first), stop the server. Per-request records go to requests-<label>.csv."""
+    t_start = time.monotonic()
+    phase = on_phase or (lambda _p: None)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    limit = server.args.get("max_model_len")
+    reqs = {p.key: build_requests(p, server.tokenizer_dir, limit) for p in profiles}
+    points: dict[str, Point] = {}
+    with booted(server, params, workdir, phase) as proc:
+        assert proc.started_at is not None and proc.healthy_at is not None
+        boot_s = proc.healthy_at - proc.started_at
+        t_bench = time.monotonic()
+        for p in profiles:
+            phase(f"benchmarking {p.key}")
+            r = reqs[p.key]
+            pt = measure(proc.base_url, server.model, p, r[:p.num_prompts], alive=proc.alive,
+                         warm=r[p.num_prompts:])
+            proc.check_alive()
+            if pt.metrics.completed == 0:
+                first = next(iter(pt.metrics.errors), "no request succeeded")
+                raise LoadError(f"{p.key}: every request failed: {first}")
+            write_records(pt.records, workdir / f"requests-{p.key}.csv")
+            points[p.key] = pt
+        bench_s = time.monotonic() - t_bench
+        phase("stopping")
+        t_stop = time.monotonic()
+    run = SuiteRun(points, Timings(boot_s, bench_s, time.monotonic() - t_stop,
+                                   time.monotonic() - t_start), proc.argv, str(proc.log_path))
+    (workdir / "result.json").write_text(json.dumps(
+        {"argv": run.argv, "timings": asdict(run.timings), "log_path": run.log_path,
+         "metrics": run.metrics()}, indent=2) + "\n")
+    return run
+
+
+@dataclass(frozen=True)
 class CapacityRun:
     """A capacity search on one booted server."""
 

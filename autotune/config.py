@@ -19,6 +19,7 @@ from autotune.profile import (
     ProfileConfig,
     SLOConfig,
     base_metric,
+    builtin_suite,
     objective_metric,
 )
 from autotune.schema import StrictModel, parse_model, read_yaml
@@ -126,6 +127,9 @@ DEFAULT_OBJECTIVES = [
 ]
 
 
+SUITE_PREFIX = "suite_"
+
+
 class StudyConfig(StrictModel):
     """A study file: what to tune, on what workload, toward what."""
 
@@ -139,6 +143,15 @@ class StudyConfig(StrictModel):
     slos: list[SLOConfig] = Field(
         default_factory=list, description="Targets a measurement must meet: constraints of each "
         "trial, or with `capacity`, the verdict of each load point.")
+    profiles: list[ProfileConfig] | None = Field(
+        None, description="A suite: several profiles run one after another on each boot "
+        "(instead of `profile`), or a built-in suite's name (field, cpu-small). Each objective "
+        "is scored per profile against the baseline trial and combined by suite_score.")
+    suite_score: Literal["worst", "weighted"] = Field(
+        "worst", description="A suite's score per objective: the worst profile's ratio to the "
+        "baseline, or the weighted mean of the ratios.")
+    suite_scale: float = Field(1.0, gt=0, description="Multiplies a built-in suite's request "
+                               "counts.")
     capacity: CapacityConfig | None = Field(
         None, description="Search each trial's capacity under the SLOs (one boot, many load "
         "points) instead of measuring one fixed load.")
@@ -159,6 +172,35 @@ class StudyConfig(StrictModel):
     heartbeat_grace_s: float = Field(
         60.0, ge=20, description="Seconds without a heartbeat (sent every 10 s) after which a "
         "running trial counts as stale (its worker died) and is retried once.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _builtin_suite(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("profiles"), str):
+            data = {**data, "profiles": builtin_suite(data["profiles"],
+                                                      float(data.get("suite_scale", 1.0)))}
+        return data
+
+    @model_validator(mode="after")
+    def _suite(self) -> StudyConfig:
+        if self.profiles is None:
+            return self
+        if not self.profiles:
+            raise ValueError("profiles: an empty suite; list at least one profile (or use "
+                             "profile: for one)")
+        if "profile" in self.model_fields_set:
+            raise ValueError("profile and profiles: set one (profiles is a suite)")
+        keys = [p.key for p in self.profiles]
+        if len(set(keys)) < len(keys):
+            raise ValueError(f"profiles: two profiles share a label ({', '.join(keys)}); give "
+                             "each a label")
+        if not self.baseline:
+            raise ValueError("baseline: a suite scores each config against the baseline trial "
+                             "(vLLM's defaults); keep baseline: true")
+        if self.capacity is not None:
+            raise ValueError("profiles with capacity: a suite in capacity mode is not built yet "
+                             "(run one capacity study per profile)")
+        return self
 
     @model_validator(mode="after")
     def _capacity(self) -> StudyConfig:
@@ -181,7 +223,18 @@ class StudyConfig(StrictModel):
         return Path(self.workdir) / "studies" / self.name
 
     def metric_names(self) -> list[str]:
-        return [o.metric for o in self.objectives]
+        """The objectives' names in the study: `suite_<metric>` for a suite (the score)."""
+        return [(SUITE_PREFIX if self.profiles else "") + o.metric for o in self.objectives]
+
+    def workloads(self) -> list[ProfileConfig]:
+        """The profiles each trial runs: the suite's, or the one profile."""
+        return list(self.profiles) if self.profiles else [self.profile]
+
+    def profile_metrics(self) -> list[str]:
+        """Per-profile objective metrics of a suite (`<label>/<metric>`), for tables."""
+        if not self.profiles:
+            return []
+        return [f"{p.key}/{o.metric}" for o in self.objectives for p in self.profiles]
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

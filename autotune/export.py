@@ -115,9 +115,16 @@ def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
         argv += ["--dataset-name", "sharegpt", "--dataset-path", str(sharegpt_json_for_vllm())]
         if o is not None:
             argv += ["--sharegpt-output-len", str(o)]
+    elif profile.name == "dataset":  # vLLM's custom dataset reads the prompt lines
+        argv += ["--dataset-name", "custom", "--dataset-path", str(profile.path),
+                 "--custom-output-len", str(o or 128)]
     else:
         argv += ["--dataset-name", "random", "--random-input-len", str(i),
                  "--random-output-len", str(o)]
+        if profile.prefix_len:  # vLLM's random dataset shares one prefix
+            argv += ["--random-prefix-len", str(profile.prefix_len)]
+        if profile.range_ratio:
+            argv += ["--random-range-ratio", str(profile.range_ratio)]
     argv += ["--ignore-eos", "--num-prompts", str(profile.num_prompts), "--seed",
              str(profile.seed)]
     if profile.max_concurrency:
@@ -132,15 +139,20 @@ def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
 def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) -> dict[str, Any]:
     """Everything export prints, and the files it writes (config YAML, JSON summary)."""
     serve = shell_join(serve_command(cfg, trial))
-    bench = shell_join(bench_command(cfg.profile, cfg.server.model, cfg.server.tokenizer_dir,
-                                     cfg.server.executable))
+    benches = {p.key: shell_join(bench_command(p, cfg.server.model, cfg.server.tokenizer_dir,
+                                               cfg.server.executable))
+               for p in cfg.workloads()}
     result = {
         "trial": trial.number,
         "values": dict(trial.values),
         "flags": trial.flags,
         "serve_command": serve,
-        "bench_command": bench,
+        "bench_command": next(iter(benches.values())),
     }
+    if cfg.profiles:  # a suite: one line per profile, and each profile's values
+        result["bench_commands"] = benches
+        result["profile_metrics"] = {k: trial.metrics[k] for k in cfg.profile_metrics()
+                                     if k in trial.metrics}
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "vllm-config.yaml").write_text(config_yaml(cfg, trial))

@@ -19,13 +19,15 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.bench import run_bench, run_capacity
-from autotune.config import StudyConfig, gpus_per_replica, layout_text
+from autotune.bench import run_bench, run_capacity, run_suite
+from autotune.config import SUITE_PREFIX, StudyConfig, gpus_per_replica, layout_text
 from autotune.datasets import Request
 from autotune.errors import LoadError, ServerBootError, ServerError, TrialError
 from autotune.profile import PER_GPU, per_gpu
 from autotune.results import TrialFacts, records, write_facts
+from autotune.results import baseline as baseline_record
 from autotune.search_space import SearchSpace
+from autotune.suite import combine, ratio
 
 BOOT_OK = "boot_ok"
 REQUESTS_OK = "requests_ok"
@@ -107,6 +109,8 @@ class Objective:
         try:
             if self.cfg.capacity is not None:
                 return self._capacity(trial, flags, gpus, workdir, on_phase)
+            if self.cfg.profiles:
+                return self._suite(trial, flags, gpus, workdir, on_phase, baseline)
             result = run_bench(self.cfg.server, self.cfg.profile, flags, workdir,
                                requests=self.requests, on_phase=on_phase)
         except KeyboardInterrupt:
@@ -171,6 +175,39 @@ class Objective:
         trial.set_constraint(REQUESTS_OK, 0.0)
         trial.set_constraint(CAPACITY_OK, 0.0 if res.at is not None else 1.0)
         return [float(metrics[o.metric]) for o in self.cfg.objectives]
+
+    def _suite(self, trial: optuna.Trial, flags: dict[str, Any], gpus: int, workdir: Path,
+               on_phase: Callable[[str], None], is_baseline: bool) -> list[float]:
+        """A suite: every profile on one boot; each objective scored per profile as a ratio to
+        the baseline trial's value, combined by `suite_score` (autotune.suite)."""
+        profiles = self.cfg.workloads()
+        run = run_suite(self.cfg.server, profiles, flags, workdir, on_phase=on_phase)
+        metrics = run.metrics()
+        for p in profiles:
+            metrics.update({f"{p.key}/{k}": v for k, v in per_gpu(
+                {m: metrics[f"{p.key}/{m}"] for m in ("request_throughput", "output_throughput",
+                                                      "total_token_throughput")}, gpus).items()})
+        base = None if is_baseline else baseline_record(records(trial.study))
+        if not is_baseline and (base is None or not base.metrics):
+            raise RuntimeError("a suite scores each config against the baseline trial, which "
+                               "has no measurement (it failed, or another worker runs it)")
+        weights = {p.key: p.weight for p in profiles}
+        for o in self.cfg.objectives:
+            ratios = {p.key: 1.0 if base is None else ratio(
+                metrics[f"{p.key}/{o.metric}"], base.metrics[f"{p.key}/{o.metric}"])
+                for p in profiles}
+            metrics[SUITE_PREFIX + o.metric] = combine(ratios, weights, o.direction,
+                                                       self.cfg.suite_score)
+        failed = sum(pt.metrics.failed for pt in run.points.values())
+        write_facts(trial, TrialFacts(
+            metrics=metrics, timings=asdict(run.timings), argv=run.argv, log_path=run.log_path,
+            cause=f"{failed} requests failed" if failed else None))
+        trial.set_constraint(BOOT_OK, 0.0)
+        trial.set_constraint(REQUESTS_OK, float(failed))
+        for slo in self.cfg.slos:  # an SLO holds on every profile
+            trial.set_constraint(slo.key, max(slo.violation(pt.metrics.flat()[slo.metric])
+                                              for pt in run.points.values()))
+        return [float(metrics[SUITE_PREFIX + o.metric]) for o in self.cfg.objectives]
 
     def _fail(self, trial: optuna.Trial, facts: TrialFacts) -> list[float]:
         write_facts(trial, facts)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from autotune.config import PARALLEL_FLAGS, StudyConfig, gpus_per_replica, layout_text
 from autotune.errors import ConfigError
+from autotune.profile import ProfileConfig
 from autotune.search_space import CategoricalParam, IntParam, SearchSpace, load_search_space
 from autotune.storage import check_url
 from autotune.vllm_info import VllmInfo, check_flags, get_vllm_info
@@ -57,14 +58,16 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
 def check_dataset(cfg: StudyConfig) -> str | None:
     """A dataset profile's file is read in full (a bad line is an error naming it); returns
     what was kept and dropped."""
-    if cfg.profile.name != "dataset":
-        return None
     from autotune.datasets import load_dataset, load_tokenizer
 
-    tok_dir = cfg.server.tokenizer_dir
-    ds = load_dataset(cfg.profile, load_tokenizer(tok_dir), tok_dir,
-                      cfg.server.args.get("max_model_len"))
-    return ds.note(str(cfg.profile.path))
+    notes = []
+    for profile in cfg.workloads():
+        if profile.name == "dataset":
+            tok_dir = cfg.server.tokenizer_dir
+            ds = load_dataset(profile, load_tokenizer(tok_dir), tok_dir,
+                              cfg.server.args.get("max_model_len"))
+            notes.append(ds.note(str(profile.path)))
+    return "; ".join(notes) or None
 
 
 def _sizes(p: object) -> list[int]:
@@ -150,7 +153,12 @@ def check_workdir(workdir: str) -> None:
 
 
 def check_model_len(cfg: StudyConfig, space: SearchSpace) -> None:
-    need = cfg.profile.required_model_len()
+    for profile in cfg.workloads():
+        _check_model_len(cfg, space, profile)
+
+
+def _check_model_len(cfg: StudyConfig, space: SearchSpace, profile: ProfileConfig) -> None:
+    need = profile.required_model_len()
     fixed = {**cfg.server.args, **space.fixed}
     where, low = None, None
     if "max_model_len" in fixed:
@@ -167,9 +175,9 @@ def check_model_len(cfg: StudyConfig, space: SearchSpace) -> None:
         if cfg_path.exists():
             mpe = json.loads(cfg_path.read_text()).get("max_position_embeddings")
             if mpe is not None and int(mpe) < need:
-                raise ConfigError(f"profile: {cfg.profile.name} needs {need} tokens per request "
+                raise ConfigError(f"profile: {profile.key} needs {need} tokens per request "
                                   f"but the model allows {mpe} (max_position_embeddings)")
         return
     if low < need:
         raise ConfigError(f"{where}: {low} is shorter than the profile needs ({need} tokens: "
-                          f"{cfg.profile.name}); raise it to at least {need}")
+                          f"{profile.key}); raise it to at least {need}")

@@ -22,7 +22,7 @@ from rich.progress import (
 from rich.table import Table
 
 from autotune.metrics import BenchMetrics
-from autotune.results import Status, TrialRecord, baseline, deltas, records
+from autotune.results import Status, TrialRecord, baseline, deltas, metric_deltas, records
 
 console = Console(stderr=True)
 # tables are wide: when stdout is not a terminal (CI logs, pipes) give them room
@@ -107,14 +107,17 @@ def params_text(params: dict[str, Any]) -> str:
                     for k, v in params.items()) or "(vLLM defaults)"
 
 
-def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Trials") -> Table:
-    """Every trial: status, objectives with their change against the baseline, boot and
-    benchmark seconds, flags, and the cause of a failure."""
+def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Trials",
+                 extra: list[str] | None = None) -> Table:
+    """Every trial: status, objectives with their change against the baseline (and `extra`
+    measured metrics, such as a suite's per-profile values), boot and benchmark seconds,
+    flags, and the cause of a failure."""
     base = baseline(recs)
+    extra = extra or []
     t = Table(title=title, header_style="bold")
     t.add_column("#", justify="right")
     t.add_column("state")
-    for m in metrics:
+    for m in metrics + extra:
         t.add_column(f"{short_metric(m)} (vs base)", justify="right")
     t.add_column("boot s", justify="right")
     t.add_column("bench s", justify="right")
@@ -124,9 +127,9 @@ def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Tria
         if r.baseline:
             state += " (base)"
         cells = [str(r.number), state]
-        d = deltas(r, base)
-        for m in metrics:
-            v = r.values.get(m)
+        d = deltas(r, base) | metric_deltas(r, base, extra)
+        for m in metrics + extra:
+            v = r.values.get(m, r.metrics.get(m) if m in extra else None)
             cells.append(_fmt(v) + (f" ({_fmt(d[m], pct=True)})" if m in d else ""))
         tm = r.timings
         cells += [_fmt(tm.get("boot_s")), _fmt(tm.get("bench_s"))]

@@ -95,6 +95,9 @@ class ProfileConfig(StrictModel):
     client_processes: int | Literal["auto"] = Field(
         "auto", description="Processes the load generator spreads its concurrency slots over; "
         "auto: one per 128 slots, at most a quarter of this machine's CPUs.")
+    label: str | None = Field(None, description="The profile's name in a suite (default: its "
+                              "name); per-profile metrics are <label>/<metric>.")
+    weight: float = Field(1.0, gt=0, description="Its weight in a suite's weighted score.")
     path: str | None = Field(
         None, description="dataset: a JSONL file, one request a line: {\"prompt\": \"...\"} or "
         "{\"messages\": [...]} (chat), optional \"output_tokens\" (else output_len, else 128).")
@@ -143,6 +146,10 @@ class ProfileConfig(StrictModel):
                              "sends token ids; use endpoint: completions, or a text profile "
                              "(sharegpt)")
         return self
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
 
     def lengths(self) -> tuple[int | None, int | None]:
         """(input_len, output_len) after presets; (None, None) lengths mean sharegpt's own."""
@@ -263,3 +270,30 @@ class CapacityConfig(StrictModel):
             raise ValueError(f"{where}.requests_per_point: {self.requests_per_point} is fewer "
                              f"than the {need} successful requests a point needs to judge "
                              f"{', '.join(s.metric for s in slos)}")
+
+
+# Built-in suites (`profiles: field`), request counts multiplied by the study's suite_scale:
+# field: the four profiles a published H100 tuning lab measured every config on; cpu-small: two
+# shapes the CPU demo's tiny model serves in seconds.
+SUITES: dict[str, list[dict[str, Any]]] = {
+    "field": [
+        {"label": "sharegpt", "name": "sharegpt", "num_prompts": 1000},
+        {"label": "1024-128", "name": "throughput", "num_prompts": 1000},
+        {"label": "32000-100", "name": "long-context", "num_prompts": 60, "request_rate": 1.0},
+        {"label": "1000-2000", "name": "generation-heavy", "num_prompts": 60,
+         "request_rate": 1.0},
+    ],
+    "cpu-small": [
+        {"label": "short", "name": "random", "input_len": 64, "output_len": 32,
+         "num_prompts": 40},
+        {"label": "long-prompt", "name": "random", "input_len": 768, "output_len": 8,
+         "num_prompts": 20},
+    ],
+}
+
+
+def builtin_suite(name: str, scale: float) -> list[dict[str, Any]]:
+    if name not in SUITES:
+        raise ValueError(f"profiles: no built-in suite {name!r}; built in: "
+                         f"{', '.join(SUITES)} (or a list of profiles)")
+    return [{**p, "num_prompts": max(1, round(p["num_prompts"] * scale))} for p in SUITES[name]]

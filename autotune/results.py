@@ -177,6 +177,16 @@ def deltas(rec: TrialRecord, base: TrialRecord | None) -> dict[str, float]:
     return {m: delta(v, base.values[m]) for m, v in rec.values.items() if m in base.values}
 
 
+def metric_deltas(rec: TrialRecord, base: TrialRecord | None,
+                  keys: list[str]) -> dict[str, float]:
+    """The relative change of any measured metrics (a suite's `<label>/<metric>`) against the
+    baseline's."""
+    if base is None or not rec.measured:
+        return {}
+    return {k: delta(rec.metrics[k], base.metrics[k]) for k in keys
+            if k in rec.metrics and k in base.metrics}
+
+
 def front_numbers(study: optuna.Study) -> set[int]:
     """The trials on the feasible Pareto front (Optuna's best_trials honour constraints, and
     infeasible trials carry violated constraints)."""

@@ -25,7 +25,7 @@ from optuna.trial import FrozenTrial
 
 from autotune import __version__
 from autotune.config import StudyConfig
-from autotune.results import baseline, deltas, front_numbers, records
+from autotune.results import baseline, deltas, front_numbers, metric_deltas, records
 
 # the per-point quantities of a capacity curve logged as metric histories
 CURVE_KEYS = ("request_throughput", "total_token_throughput", "p99_ttft_ms", "p99_tpot_ms",
@@ -186,6 +186,8 @@ class Tracker:
             metrics.update(rec.metrics)
             metrics.update(facts.server_stats or {})
             metrics.update({f"delta_{k}": v for k, v in deltas(rec, baseline(recs)).items()})
+            metrics.update({f"delta_{k}": v for k, v in metric_deltas(
+                rec, baseline(recs), self.cfg.profile_metrics()).items()})
             metrics.update({f"objective_{k}": v for k, v in rec.values.items()})
         metrics.update({f"timing_{k}": v for k, v in rec.timings.items()})
         metrics.update({f"constraint_{k}": v for k, v in rec.constraints.items()})

@@ -24,7 +24,8 @@ def trials(config_path: Path, study_name: str | None, storage: str | None) -> No
 
     cfg = load_cfg(config_path, study_name, storage)
     st = open_study(cfg, create=False)
-    out.print(trials_table(records(st), cfg.metric_names(), title=f"study {cfg.name}"))
+    out.print(trials_table(records(st), cfg.metric_names(), title=f"study {cfg.name}",
+                           extra=cfg.profile_metrics()))
 
 
 @click.command()
@@ -36,7 +37,8 @@ def pareto(config_path: Path, study_name: str | None, storage: str | None) -> No
 
     cfg = load_cfg(config_path, study_name, storage)
     st = open_study(cfg, create=False)
-    out.print(trials_table(front(st), cfg.metric_names(), title="Pareto front (feasible)"))
+    out.print(trials_table(front(st), cfg.metric_names(), title="Pareto front (feasible)",
+                           extra=cfg.profile_metrics()))
 
 
 @click.command("export")
@@ -74,9 +76,20 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
     res = export(cfg, trial, out_dir or cfg.study_dir() / "export")
     vals = ", ".join(f"{k} {v:,.2f}" for k, v in res["values"].items())
     console.print(f"trial {trial.number} ({vals})", highlight=False)
+    if cfg.profiles:  # a suite: each profile's values and change against the baseline
+        from autotune.results import baseline, metric_deltas, records
+
+        keys = cfg.profile_metrics()
+        d = metric_deltas(trial, baseline(records(st)), keys)
+        for k in keys:
+            if k in trial.metrics:
+                vs = f" ({d[k] * 100:+.1f}% vs defaults)" if k in d else ""
+                console.print(f"  {k} {trial.metrics[k]:,.2f}{vs}", highlight=False)
     console.print(f"vLLM config file: {res['config_path']}", highlight=False)
     console.print("benchmark it with:", highlight=False)
-    console.print("  " + res["bench_command"], highlight=False, soft_wrap=True, markup=False)
+    for label, line in res.get("bench_commands", {"": res["bench_command"]}).items():
+        console.print("  " + (f"{label}: " if label else "") + line, highlight=False,
+                      soft_wrap=True, markup=False)
     console.print("serve it with:", highlight=False)
     out.print(res["serve_command"], highlight=False, soft_wrap=True, markup=False)
     size = None

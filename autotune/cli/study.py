@@ -20,6 +20,7 @@ from autotune.cli._options import (
     study_options,
 )
 from autotune.config import StudyConfig
+from autotune.errors import ConfigError
 from autotune.present import StudyView, console, out, trials_table
 from autotune.results import front, records
 
@@ -27,8 +28,10 @@ from autotune.results import front, records
 def print_tables(st: optuna.Study, cfg: StudyConfig) -> None:
     """Every trial, then the feasible Pareto front."""
     metrics = cfg.metric_names()
-    out.print(trials_table(records(st), metrics, title=f"study {cfg.name}"))
-    out.print(trials_table(front(st), metrics, title="Pareto front (feasible)"))
+    out.print(trials_table(records(st), metrics, title=f"study {cfg.name}",
+                           extra=cfg.profile_metrics()))
+    out.print(trials_table(front(st), metrics, title="Pareto front (feasible)",
+                           extra=cfg.profile_metrics()))
 
 
 @click.command()
@@ -62,6 +65,9 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials, timeout_s=timeout_s,
                    search_space=search_space, **{"sampler.name": sampler, "sampler.seed": seed})
     envs = None
+    if workers > 1 and cfg.profiles:
+        raise ConfigError("--workers: a suite scores every trial against the baseline trial, "
+                          "so its trials run one at a time for now (drop --workers)")
     if workers > 1 or gpus_per_trial:
         envs = worker_envs(workers, gpus_per_trial)
         gpus_per_trial = sum(1 for g in envs[0].get("CUDA_VISIBLE_DEVICES", "").split(",") if g)
