@@ -111,7 +111,7 @@ class ObjectiveConfig(StrictModel):
     _metric = field_validator("metric")(objective_metric)
 
 
-SamplerName = Literal["tpe", "nsga2", "gp", "random"]
+SamplerName = Literal["tpe", "nsga2", "gp", "random", "grid"]
 
 
 class SamplerConfig(StrictModel):

@@ -23,6 +23,7 @@ from autotune.bench import run_bench, run_capacity, run_suite
 from autotune.config import SUITE_PREFIX, StudyConfig, gpus_per_replica, layout_text
 from autotune.datasets import Request
 from autotune.errors import LoadError, ServerBootError, ServerError, TrialError
+from autotune.preboot import refusal
 from autotune.profile import PER_GPU, per_gpu
 from autotune.results import TrialFacts, records, write_facts
 from autotune.results import baseline as baseline_record
@@ -97,6 +98,12 @@ class Objective:
                 cause=f"layout {layout_text(self.cfg.server.serve_flags(flags))} needs {gpus} "
                       f"GPUs; the trial has {have} (--gpus-per-trial {have})",
                 failure="LayoutError"))
+
+        refused = refusal(self.cfg.server.serve_flags(flags), self.cfg.server.model)
+        if refused is not None:  # vLLM's own argument check, without a boot
+            hook(trial.number, "rejected", flags)
+            return self._fail(trial, TrialFacts(cause=refused[1], failure="ServerBootError",
+                                                preboot=refused[0]))
 
         workdir = self.study_dir / f"trial-{trial.number:04d}"
         log_path = str(workdir / "server.log")

@@ -38,6 +38,11 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
     check_model(cfg.server.model, cfg.server.tokenizer)
     check_model_len(cfg, space)
     check_layout(cfg, space)
+    if cfg.sampler.name == "grid":
+        try:
+            space.grid()
+        except ValueError as e:
+            raise ConfigError(f"sampler.name: grid: search space {space.name!r}: {e}") from None
     dataset = check_dataset(cfg)
     for i, start in enumerate(cfg.starts):
         try:

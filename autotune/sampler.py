@@ -87,4 +87,6 @@ def make_sampler(cfg: StudyConfig, resumed_at: int = 0) -> optuna.samplers.BaseS
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=s.population_size)
     if s.name == "gp":
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=s.n_startup_trials)
+    if s.name == "grid":  # the grid is enqueued (study.enqueue_grid); nothing is sampled
+        return NoRepeatSampler(optuna.samplers.RandomSampler(seed=seed), seed=seed)
     return optuna.samplers.RandomSampler(seed=seed)

@@ -26,6 +26,8 @@ spaces live in the repository's `search_spaces/` folder, shipped in the wheel as
 
 from __future__ import annotations
 
+import itertools
+import json
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -54,11 +56,13 @@ class IntParam(_Param):
     high: int
     step: int = 1
     log: bool = False
+    grid: list[int] | None = Field(None, description="The values a grid search takes.")
 
     @model_validator(mode="after")
     def _range(self) -> IntParam:
         if self.low > self.high:
             raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        _check_grid(self.grid, self.low, self.high)
         if self.log and (self.low < 1 or self.step != 1):
             raise ValueError("log scale needs low >= 1 and step 1")
         return self
@@ -70,12 +74,23 @@ class FloatParam(_Param):
     high: float
     step: float | None = None
     log: bool = False
+    grid: list[float] | None = Field(None, description="The values a grid search takes.")
 
     @model_validator(mode="after")
     def _range(self) -> FloatParam:
         if self.low > self.high:
             raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        _check_grid(self.grid, self.low, self.high)
         return self
+
+
+def _check_grid(grid: list[Any] | None, low: float, high: float) -> None:
+    if grid is not None:
+        if not grid:
+            raise ValueError("grid: list at least one value")
+        bad = [v for v in grid if not low <= v <= high]
+        if bad:
+            raise ValueError(f"grid: {bad} outside [{low}, {high}]")
 
 
 class CategoricalParam(_Param):
@@ -180,6 +195,35 @@ class SearchSpace(StrictModel):
             else:
                 flags[name] = value
         return flags
+
+    def grid(self) -> list[dict[str, Any]]:
+        """Every config of a grid search: the product of each parameter's values (choices,
+        False/True, or an int or float parameter's `grid:` list), a parameter left out where
+        its `when:` does not hold, duplicates removed. ValueError names a parameter without
+        grid values."""
+        axes: list[tuple[str, list[Any]]] = []
+        for name, p in self.parameters.items():
+            if isinstance(p, CategoricalParam):
+                axes.append((name, list(p.choices)))
+            elif isinstance(p, BoolParam):
+                axes.append((name, [False, True]))
+            elif p.grid is None:
+                raise ValueError(f"parameters.{name}: a grid search needs its values; add "
+                                 f"grid: [...] (values between {p.low} and {p.high})")
+            else:
+                axes.append((name, list(p.grid)))
+        configs: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for combo in itertools.product(*(values for _, values in axes)):
+            values: dict[str, Any] = {}
+            for (name, _), v in zip(axes, combo, strict=True):
+                if self.active(name, values):
+                    values[name] = v
+            key = json.dumps(values, sort_keys=True, default=str)
+            if key not in seen:
+                seen.add(key)
+                configs.append(values)
+        return configs
 
     def flag_names(self) -> set[str]:
         """Every `vllm serve` flag (snake_case) this space can set."""

@@ -8,6 +8,7 @@ sampler is autotune.sampler's, the storage autotune.storage's.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,12 +18,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import StudyConfig
 from autotune.datasets import build_requests
-from autotune.errors import StudyError
+from autotune.errors import ConfigError, StudyError
 from autotune.objective import Objective, PhaseHook
 from autotune.preflight import Preflight, preflight
-from autotune.results import TrialFacts
+from autotune.results import TrialFacts, front
 from autotune.sampler import make_sampler
 from autotune.storage import make_storage
+from autotune.vllm_info import check_flags
 
 
 def requeue_interrupted(study: optuna.Study) -> list[int]:
@@ -95,15 +97,68 @@ def prepare_study(cfg: StudyConfig, pre: Preflight) -> optuna.Study:
     search space as study attributes, the baseline enqueued, interrupted trials enqueued again.
     `autotune study` calls it; `autotune create-study` calls it once before remote workers."""
     study = open_study(cfg)
-    study.set_metric_names([o.metric for o in cfg.objectives])
+    study.set_metric_names(cfg.metric_names())
     study.set_user_attr("config", cfg.model_dump(mode="json"))
     study.set_user_attr("search_space", pre.space.model_dump(mode="json"))
     study.set_user_attr("vllm_version", pre.vllm.version)
     if cfg.baseline:
         _enqueue_baseline(study)
     enqueue_starts(study, [*pre.space.starts, *cfg.starts])
+    if cfg.sampler.name == "grid":
+        enqueue_grid(study, pre.space.grid(), cfg.sampler.seed)
     requeue_interrupted(study)
     return study
+
+
+def enqueue_grid(study: optuna.Study, grid: list[dict[str, Any]], seed: int | None) -> int:
+    """Enqueue every config of the grid once, in an order shuffled with the seed (so a grid cut
+    short is a random sample of it). Each enqueued trial is taken by exactly one worker (the
+    storage hands out WAITING trials one at a time)."""
+    if study.user_attrs.get("grid_enqueued"):
+        return 0
+    order = list(range(len(grid)))
+    random.Random(seed).shuffle(order)
+    for i in order:
+        study.enqueue_trial(grid[i], user_attrs={"grid": i}, skip_if_exists=False)
+    study.set_user_attr("grid_enqueued", len(grid))
+    return len(grid)
+
+
+def warm_start(study: optuna.Study, cfg: StudyConfig, pre: Preflight, source: str
+               ) -> tuple[int, list[str]]:
+    """Enqueue another study's Pareto configs (`NAME`, or `NAME@STORAGE-URL` for another
+    storage), once, each re-checked first: its values must be ones this space can take and
+    this vLLM accepts. Parameters this space lacks are left out; ones it has that the other
+    study lacked are sampled. Returns (configs enqueued, why the others were skipped)."""
+    if study.user_attrs.get("warm_started") == source:
+        return 0, []
+    name, _, url = source.partition("@")
+    try:
+        other = optuna.load_study(study_name=name, storage=make_storage(url or
+                                                                        cfg.storage_url()))
+    except KeyError:
+        raise ConfigError(f"--warm-start: no study {name!r} in {url or cfg.storage_url()} "
+                          "(NAME, or NAME@STORAGE-URL for another storage)") from None
+    enqueued, skipped = 0, []
+    for rec in front(other):
+        params = {k: v for k, v in rec.params.items() if k in pre.space.parameters}
+        where = f"--warm-start {name} trial {rec.number}"
+        try:
+            pre.space.check_start(params, where)
+            flags = pre.space.to_flags(params)
+            check_flags(pre.vllm, {f: [v] if not isinstance(v, dict) else None
+                                   for f, v in flags.items()}, where)
+        except (ValueError, ConfigError) as e:
+            skipped.append(str(e))
+            continue
+        study.enqueue_trial(params, user_attrs={"warm_start": f"{name}#{rec.number}"})
+        enqueued += 1
+    study.set_user_attr("warm_started", source)
+    return enqueued, skipped
+
+
+def waiting(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
 
 def enqueue_starts(study: optuna.Study, starts: list[dict[str, Any]]) -> int:
@@ -153,6 +208,14 @@ def run_trials(
                 on_phase(-1, f"timeout: the next trial (about {trial_estimate(durations):.0f} s) "
                              "would end after it; stopping", {})
             return ran
+        if cfg.sampler.name == "grid" and not waiting(study):
+            if not running:  # the grid is done (or n_trials cut it short)
+                return ran
+            if on_phase is not None:
+                on_phase(-1, f"grid done here; waiting for {running} trial(s) of other "
+                             "workers", {})
+            time.sleep(WAIT_POLL_S)
+            continue
         if done + running >= cfg.n_trials:
             # the rest is running elsewhere; wait, in case one of them dies: its worker's
             # heartbeat stops, the trial is failed as stale and retried (by us)

@@ -3,7 +3,7 @@
     bench     one server, one benchmark                      (cli/bench.py)
     study     study, create-study, worker                    (cli/study.py)
     inspect   trials, pareto, export                         (cli/inspect.py)
-    tools     report, ui, sync, make-tiny-model              (cli/tools.py)
+    tools     report, ui, sync, replay, make-tiny-model      (cli/tools.py)
 """
 
 from __future__ import annotations

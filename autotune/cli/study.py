@@ -49,17 +49,20 @@ def print_tables(st: optuna.Study, cfg: StudyConfig) -> None:
               help="Refresh the Pareto artifacts in MLflow every N trials.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes on this host, one per GPU group (on CPU: per core group).")
+@click.option("--warm-start", "warm_from", metavar="STUDY",
+              help="Enqueue another study's Pareto configs first (NAME in this storage, or "
+                   "NAME@STORAGE-URL), each re-checked against this space and this vLLM.")
 @click.option("--gpus-per-trial", type=click.IntRange(min=0),
               help="GPUs each trial's server gets (default: 1 with GPUs, 0 on CPU); above 1, "
                    "trials run tensor-parallel unless the config sets a parallel size.")
 def study(config_path: Path, study_name: str | None, storage: str | None, n_trials: int | None,
           timeout_s: float | None, sampler: str | None, search_space: str | None,
           seed: int | None, tracking_uri: str | None, no_mlflow: bool, front_every: int,
-          workers: int, gpus_per_trial: int | None) -> None:
+          workers: int, gpus_per_trial: int | None, warm_from: str | None) -> None:
     """Run (or resume) a multi-objective study over vLLM's flags."""
     from autotune.preflight import preflight
     from autotune.search_space import load_search_space
-    from autotune.study import completed, open_study, run_study
+    from autotune.study import completed, open_study, prepare_study, run_study, warm_start
     from autotune.workers import run_pool, running_text, worker_config, worker_envs
 
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials, timeout_s=timeout_s,
@@ -77,6 +80,12 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
     pre = preflight(cfg)
     if pre.dataset:
         console.print(pre.dataset, highlight=False)
+    if warm_from:
+        n, skipped = warm_start(prepare_study(cfg, pre), cfg, pre, warm_from)
+        console.print(f"--warm-start {warm_from}: {n} Pareto config(s) enqueued"
+                      + (f", {len(skipped)} skipped" if skipped else ""), highlight=False)
+        for why in skipped:
+            console.print(f"  skipped: {why}", highlight=False)
     done = len(completed(open_study(cfg)))
     console.print(f"vLLM {pre.vllm.version}; space {pre.space.name!r} "
                   f"({len(pre.space.parameters)} parameters); {done} of {cfg.n_trials} trials "

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.table import Table
 
 from autotune.cli._options import load_cfg, study_options
 from autotune.errors import StudyError
-from autotune.present import console, out
+from autotune.present import console, out, trial_progress
 
 
 @click.command()
@@ -79,4 +80,80 @@ def make_tiny_model_cmd(out_dir: Path) -> None:
     out.print(str(out_dir))
 
 
-COMMANDS = [report, sync, ui, make_tiny_model_cmd]
+@click.command("replay")
+@study_options
+@click.option("--metric", help="The objective to replay (default: the study's first).")
+@click.option("--seeds", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--budget", type=click.IntRange(min=1),
+              help="Trials per run (default: the table's configs).")
+@click.option("--samplers", default=",".join(("tpe", "gp", "nsga2", "random", "grid",
+                                              "one-knob")), show_default=True)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+              help="Folder for summary.json, curves.png and table.json.")
+@click.option("--repeat", type=click.IntRange(min=1),
+              help="Instead: enqueue this many measured configs again (seeded), so the table "
+                   "gets repeats; then run the same `autotune study` again.")
+def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
+               metric: str | None, seeds: int, budget: int | None, samplers: str,
+               out_dir: Path | None, repeat: int | None) -> None:
+    """Replay samplers against a study in which a grid was measured (a table): trials to come
+    within 2% and 5% of the table's best, per sampler, over many seeds."""
+    import json
+    import random
+
+    from autotune.replay import SAMPLERS, plot, replay, table_from_study
+    from autotune.study import open_study
+
+    cfg = load_cfg(config_path, study_name, storage)
+    st = open_study(cfg, create=False)
+    name = metric or cfg.metric_names()[0]
+    table = table_from_study(st, name)
+    if not table.values:
+        raise StudyError(f"study {cfg.name!r} has no measured trial to replay")
+    if repeat is not None:
+        measured = sorted(k for k, v in table.values.items() if v)
+        pick = random.Random(len(st.trials)).sample(measured, min(repeat, len(measured)))
+        for k in pick:
+            st.enqueue_trial(table.params[k], user_attrs={"repeat": True})
+        console.print(f"enqueued {len(pick)} configs again; run `autotune study --config "
+                      f"{config_path} --n-trials {len(st.trials)}` to measure them",
+                      highlight=False)
+        return
+    names = [s.strip() for s in samplers.split(",") if s.strip()]
+    bad = [s for s in names if s not in SAMPLERS]
+    if bad:
+        raise StudyError(f"--samplers: unknown {', '.join(bad)}; known: {', '.join(SAMPLERS)}")
+    n = budget or len(table.values)
+    repeated = sum(len(v) > 1 for v in table.values.values())
+    console.print(f"table: {len(table.values)} configs ({sum(not v for v in table.values.values())}"
+                  f" infeasible, {repeated} measured more than once), best {table.best:,.2f}, "
+                  f"noise {table.noise():.1%}; {seeds} seeds x {n} trials", highlight=False)
+    with trial_progress("replay", len(names) * seeds) as tp:
+        res = replay(table, names, seeds, n, on_done=lambda *_: tp.request_done(None))
+    t = Table(title=f"{cfg.name}: {name}", header_style="bold")
+    for col in ("sampler", "median trials to 2%", "median trials to 5%", "within 2% at 16"):
+        t.add_column(col, justify="right")
+    summary: dict[str, dict[str, float | None]] = {}
+    for s, r in res.items():
+        summary[s] = {"median_trials_to_2pct": r.median_trials_to_2pct,
+                      "median_trials_to_5pct": r.median_trials_to_5pct,
+                      "share_within_2pct_at_16": r.share_within_2pct_at_16}
+        t.add_row(s, *("never" if v is None else f"{v:g}" for v in (
+            r.median_trials_to_2pct, r.median_trials_to_5pct)),
+            f"{r.share_within_2pct_at_16:.0%}")
+    out.print(t)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "summary.json").write_text(json.dumps({
+            "study": cfg.name, "metric": name, "direction": table.direction,
+            "configs": len(table.values), "repeated": repeated, "noise": table.noise(),
+            "best": table.best, "seeds": seeds, "budget": n, "samplers": summary},
+            indent=2) + "\n")
+        (out_dir / "table.json").write_text(json.dumps(
+            [{"params": table.params[k], "values": v} for k, v in table.values.items()],
+            indent=1, default=str) + "\n")
+        plot(res, f"{cfg.name}: {name} ({seeds} seeds)", str(out_dir / "curves.png"))
+        console.print(f"written to {out_dir}", highlight=False)
+
+
+COMMANDS = [report, sync, ui, make_tiny_model_cmd, replay_cmd]

@@ -118,6 +118,16 @@ def test_boot_failures_are_one_clear_error(tiny_model: Path, tmp_path: Path, mod
     assert logs
     assert took < 180
     assert set(servers_of(tiny_model)) <= before  # none of this command's servers is left
+    if "--no-enable-chunked-prefill" in flags:  # a study rejects it without a boot: same verdict
+        from autotune.preboot import refusal
+
+        t1 = time.monotonic()
+        rule = refusal({"max_model_len": 512, "max_num_batched_tokens": 256,
+                        "enable_chunked_prefill": False}, model)
+        fast = time.monotonic() - t1
+        assert rule is not None and rule[0] == "budget_below_model_len"
+        assert rule[1].split(". ")[0].removeprefix("ValueError: ") in " ".join(p.stderr.split())
+        print(f"refused by a real boot in {took:.1f} s, by the pre-boot rule in {fast:.4f} s")
 
 
 @pytest.mark.parametrize("cpu", ["this-cpu", "refusing-cpu"])

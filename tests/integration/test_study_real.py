@@ -93,6 +93,9 @@ def test_study_records_feasible_and_infeasible_trials(study_file: Path,
     bad = [t for t in trials if t.user_attrs.get("failure")]
     assert [t.number for t in bad] == [1, 2]
     assert INFEASIBLE_CAUSE in bad[0].user_attrs["cause"]
+    # refused without a boot: vLLM's own argument check (autotune.preboot; the bench test
+    # compares it with a real boot)
+    assert bad[0].user_attrs["preboot"] == "budget_below_model_len"
     assert bad[1].user_attrs["reused_from"] == 1 and "timings" not in bad[1].user_attrs
     assert all(t.constraints["boot_ok"] == 1.0 for t in bad)
     good = [t for t in trials if not t.user_attrs.get("failure")]

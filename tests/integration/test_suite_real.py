@@ -3,6 +3,7 @@ its per-profile values and changes against the baseline reach MLflow, `trials` a
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,13 @@ def test_two_profile_suite_study(tiny_model: Path, tmp_path: Path) -> None:
     assert other["suite_total_token_throughput"] == pytest.approx(min(ratios))
     # the shared prefixes are reused (prefix caching is vLLM's default)
     assert base["prefixed/server_prefix_cache_hit_rate"] > 0.3
+    t = subprocess.run([sys.executable, "-m", "autotune", "trials", "--config", str(path)],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "COLUMNS": "400"})
+    assert t.returncode == 0, t.stderr
+    rows = [ln for ln in t.stdout.splitlines() if ln.startswith("│ 0 ")]
+    assert "suite total token" in t.stdout and "prefixed/total" in t.stdout  # headers wrap
+    assert rows and rows[0].count("1.00 (+0.0%)") == 2  # the baseline's scores
     e = subprocess.run([sys.executable, "-m", "autotune", "export", "--config", str(path),
                         "--trial", "1"], capture_output=True, text=True, timeout=120)
     assert e.returncode == 0, e.stderr
