@@ -77,8 +77,12 @@ class Objective:
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         baseline = bool(trial.user_attrs.get("baseline"))
-        sampled = {} if baseline else self.space.suggest(trial)
-        flags = {**self.space.fixed, **self.space.to_flags(sampled)}
+        repeat = trial.user_attrs.get("repeat_of")
+        if repeat is not None:  # the confirm phase: the repeated trial's flags, as they were
+            flags = dict(trial.study.trials[int(repeat)].user_attrs["flags"])
+        else:
+            sampled = {} if baseline else self.space.suggest(trial)
+            flags = {**self.space.fixed, **self.space.to_flags(sampled)}
         key = flags_key(flags)
         write_facts(trial, TrialFacts(flags=flags, flags_key=key, worker=self.worker))
         hook = self.on_phase or (lambda *_: None)

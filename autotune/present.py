@@ -133,7 +133,8 @@ def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Tria
             cells.append(_fmt(v) + (f" ({_fmt(d[m], pct=True)})" if m in d else ""))
         tm = r.timings
         cells += [_fmt(tm.get("boot_s")), _fmt(tm.get("bench_s"))]
-        text = escape(params_text(r.params))
+        text = escape(f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
+                      else params_text(r.params))
         if r.cause:
             text += f"\n[red]{escape(r.cause[:200])}[/red]"
         cells.append(text)

@@ -51,6 +51,7 @@ class TrialFacts:
     capacity: dict[str, Any] | None = None  # the capacity search: axis, points, bracket
     error: dict[str, str] | None = None  # an unexpected exception: type, message, log
     preboot: str | None = None  # refused without a boot by this rule (autotune.preboot)
+    repeat_of: int | None = None  # a confirm-phase repeat of this trial's config
 
     def to_attrs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)

@@ -21,7 +21,7 @@ from autotune.datasets import build_requests
 from autotune.errors import ConfigError, StudyError
 from autotune.objective import Objective, PhaseHook
 from autotune.preflight import Preflight, preflight
-from autotune.results import TrialFacts, front
+from autotune.results import TrialFacts, front, records
 from autotune.sampler import make_sampler
 from autotune.storage import make_storage
 from autotune.vllm_info import check_flags
@@ -266,3 +266,33 @@ def run_study(
     return study
 
 
+
+
+def enqueue_confirm(study: optuna.Study, numbers: list[int], repeats: int) -> int:
+    """The confirm phase: `repeats` more boots of each trial in `numbers` (the baseline and the
+    finalists), interleaved (A B C A B C ...), as WAITING trials that repeat their flags
+    (`repeat_of`). Enqueued once per set of trials; returns how many were enqueued."""
+    tag = ",".join(map(str, numbers)) + f"x{repeats}"
+    if study.user_attrs.get("confirm_enqueued") == tag:
+        return 0
+    n = 0
+    for _ in range(repeats):
+        for num in numbers:
+            study.enqueue_trial({}, user_attrs={"repeat_of": num}, skip_if_exists=False)
+            n += 1
+    study.set_user_attr("confirm_enqueued", tag)
+    return n
+
+
+def confirm_samples(study: optuna.Study, metric: str) -> dict[int, list[float]]:
+    """Each repeated trial's measurements of `metric`: its own and its repeats'."""
+    recs = {r.number: r for r in records(study)}
+    out: dict[int, list[float]] = {}
+    for r in recs.values():
+        src = r.facts.repeat_of
+        if src is not None and r.measured and metric in r.metrics:
+            first = recs[src]
+            if src not in out and first.measured and metric in first.metrics:
+                out[src] = [float(first.metrics[metric])]
+            out.setdefault(src, []).append(float(r.metrics[metric]))
+    return out

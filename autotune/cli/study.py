@@ -11,6 +11,7 @@ from typing import Any
 import click
 import optuna
 from optuna.trial import FrozenTrial
+from rich.table import Table
 
 from autotune.cli._options import (
     load_cfg,
@@ -217,4 +218,111 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
                   f"{len(completed(st))} of {cfg.n_trials}", highlight=False)
 
 
-COMMANDS = [study, create_study, worker]
+@click.command()
+@study_options
+@click.option("--top", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Finalists: the front's best configs by the first objective.")
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
+              help="More boots of each finalist and of the baseline, interleaved.")
+@click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlruns/mlflow.db).")
+@click.option("--no-mlflow", is_flag=True, help="Do not log to MLflow.")
+def confirm(config_path: Path, study_name: str | None, storage: str | None, top: int,
+            repeats: int, tracking_uri: str | None, no_mlflow: bool) -> None:
+    """The confirm phase: boot the front's top configs and the baseline again, interleaved, on
+    the same requests; report each gain with its bootstrap interval and the noise floor, and
+    recommend on the lower confidence bound (resumable: the same command goes on)."""
+    import json
+
+    from autotune.preflight import preflight
+    from autotune.results import baseline
+    from autotune.stats import gain_ci, median_ci, pick, rel_sd
+    from autotune.study import (
+        completed,
+        confirm_samples,
+        enqueue_confirm,
+        open_study,
+        run_study,
+        waiting,
+    )
+
+    cfg = load_cfg(config_path, study_name, storage)
+    st = open_study(cfg, create=False)
+    recs = records(st)
+    base = baseline(recs)
+    if base is None or not base.measured:
+        raise ConfigError("confirm: the study has no measured baseline trial to compare with")
+    metric = cfg.metric_names()[0]
+    maximize = cfg.objectives[0].direction == "maximize"
+    seen: set[str] = {str(base.facts.flags_key)}
+    finalists = []
+    for r in sorted(front(st), key=lambda r: r.values.get(metric, 0.0), reverse=maximize):
+        if r.facts.repeat_of is None and str(r.facts.flags_key) not in seen:
+            seen.add(str(r.facts.flags_key))
+            finalists.append(r.number)
+    finalists = finalists[:top]
+    if not finalists:
+        raise ConfigError("confirm: the front holds no config other than the baseline")
+    n = enqueue_confirm(st, [base.number, *finalists], repeats)
+    todo = waiting(st)
+    console.print(f"confirm: baseline (trial {base.number}) and finalists "
+                  f"{', '.join(map(str, finalists))}, {repeats} more boots each, interleaved; "
+                  f"{n} enqueued, {todo} to run", highlight=False)
+    if todo:
+        pre = preflight(cfg)
+        run_cfg = cfg.model_copy(update={"n_trials": len(completed(st)) + todo})
+        tracker = make_tracker(cfg, tracking_uri, no_mlflow)
+        with StudyView(run_cfg.n_trials, len(completed(st)), cfg.metric_names()) as view:
+            def on_trial(s: optuna.Study, trial: FrozenTrial) -> None:
+                view.on_trial(s, trial)
+                if tracker is not None:
+                    tracker.log_trial(s, trial)
+
+            def on_start(s: optuna.Study, requests: list[Any]) -> None:
+                if tracker is not None:
+                    tracker.start(s, study_extra(cfg, pre, requests))
+
+            try:
+                st = run_study(run_cfg, on_phase=view.on_phase, on_trial=on_trial, pre=pre,
+                               on_start=on_start)
+            finally:
+                if tracker is not None and tracker.parent_id is not None:
+                    tracker.log_front(open_study(cfg, create=False))
+                    tracker.finish()
+    samples = confirm_samples(st, metric)
+    base_s = samples.get(base.number, [])
+    floor = rel_sd(base_s)
+    t = Table(title=f"confirm: {metric} (noise floor {floor:.1%}, the baseline's relative sd)",
+              header_style="bold")
+    for col in ("trial", "boots", "median [95% CI]", "gain vs defaults"):
+        t.add_column(col, justify="right")
+    result: dict[str, Any] = {"metric": metric, "noise_floor": floor, "repeats": repeats,
+                              "configs": {}}
+    for num in [base.number, *finalists]:
+        vals = samples.get(num, [])
+        if not vals:
+            continue
+        med, lo, hi = median_ci(vals)
+        g = gain_ci(vals, base_s) if num != base.number else None
+        t.add_row(str(num) + (" (base)" if num == base.number else ""), str(len(vals)),
+                  f"{med:,.2f} [{lo:,.2f}, {hi:,.2f}]", "" if g is None else g.text())
+        result["configs"][str(num)] = {"values": vals, "median": med, "ci_low": lo, "ci_high": hi,
+                                       **({} if g is None else {"gain": g.gain,
+                                                                 "gain_low": g.low,
+                                                                 "gain_high": g.high,
+                                                                 "significant": g.significant})}
+    out.print(t)
+    cands = {str(k): samples[k] for k in finalists if len(samples.get(k, [])) > 1}
+    if cands:
+        best = pick(cands, "lower_bound", maximize)
+        point = pick(cands, "point", maximize)
+        result.update(recommended=int(best), by_point_estimate=int(point))
+        out.print(f"recommended (best lower confidence bound): trial {best}"
+                  + ("" if best == point else f"; the point estimate would pick {point}"),
+                  highlight=False)
+    path = cfg.study_dir() / "confirm.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"written to {path}", highlight=False)
+
+
+COMMANDS = [confirm, study, create_study, worker]

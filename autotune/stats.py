@@ -1,0 +1,93 @@
+"""Honest numbers: medians with bootstrap confidence intervals, a gain with its interval, and
+the choice of a config on its lower confidence bound instead of its luckiest measurement.
+
+A config measured r times gets the median of its r values and a percentile-bootstrap interval
+of that median. A gain of A over a baseline B is the ratio of their medians minus one, with a
+bootstrap interval from resampling both sets. A gain whose interval holds 0, or whose size is
+inside the noise floor (the baseline's relative standard deviation), reads "no significant
+change"; a single measurement is marked as one.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+LEVEL = 0.95
+BOOTSTRAP = 2000
+
+
+def rel_sd(values: Sequence[float]) -> float:
+    """Relative standard deviation (0 for fewer than two values)."""
+    if len(values) < 2 or not statistics.fmean(values):
+        return 0.0
+    return statistics.stdev(values) / abs(statistics.fmean(values))
+
+
+def median_ci(values: Sequence[float], level: float = LEVEL, n: int = BOOTSTRAP,
+              seed: int = 0) -> tuple[float, float, float]:
+    """(median, low, high): the percentile-bootstrap interval of the median."""
+    x = np.asarray(values, dtype=float)
+    med = float(np.median(x))
+    if len(x) < 2:
+        return med, med, med
+    rng = np.random.default_rng(seed)
+    boots = np.median(rng.choice(x, size=(n, len(x)), replace=True), axis=1)
+    a = (1 - level) / 2
+    return med, float(np.quantile(boots, a)), float(np.quantile(boots, 1 - a))
+
+
+@dataclass(frozen=True)
+class Gain:
+    """A's median over the baseline's, minus one, with its interval (maximize: up is good)."""
+
+    gain: float
+    low: float
+    high: float
+    n: int  # A's measurements
+    n_base: int
+    noise_floor: float  # the baseline's relative standard deviation
+
+    @property
+    def significant(self) -> bool:
+        return (self.n > 1 and self.n_base > 1 and not self.low <= 0.0 <= self.high
+                and abs(self.gain) > self.noise_floor)
+
+    def text(self) -> str:
+        if self.n < 2 or self.n_base < 2:
+            return f"{self.gain * 100:+.1f}% (one measurement)"
+        if not self.significant:
+            return (f"no significant change ({self.gain * 100:+.1f}% "
+                    f"[{self.low * 100:+.1f}, {self.high * 100:+.1f}])")
+        return f"{self.gain * 100:+.1f}% [{self.low * 100:+.1f}, {self.high * 100:+.1f}]"
+
+
+def gain_ci(values: Sequence[float], base: Sequence[float], level: float = LEVEL,
+            n: int = BOOTSTRAP, seed: int = 0) -> Gain:
+    """The gain of `values` over `base` (ratio of medians - 1) with a bootstrap interval."""
+    a, b = np.asarray(values, dtype=float), np.asarray(base, dtype=float)
+    g = float(np.median(a) / np.median(b) - 1)
+    if len(a) < 2 or len(b) < 2:
+        return Gain(g, g, g, len(a), len(b), rel_sd(base))
+    rng = np.random.default_rng(seed)
+    ra = np.median(rng.choice(a, size=(n, len(a)), replace=True), axis=1)
+    rb = np.median(rng.choice(b, size=(n, len(b)), replace=True), axis=1)
+    boots = ra / rb - 1
+    q = (1 - level) / 2
+    return Gain(g, float(np.quantile(boots, q)), float(np.quantile(boots, 1 - q)), len(a),
+                len(b), rel_sd(base))
+
+
+def pick(samples: Mapping[str, Sequence[float]], rule: str = "lower_bound",
+         maximize: bool = True) -> str:
+    """The config to recommend: the best lower confidence bound of the median (the best upper
+    bound when minimizing), or with rule "point", the best median."""
+    def score(k: str) -> float:
+        med, lo, hi = median_ci(samples[k])
+        if rule == "point":
+            return med if maximize else -med
+        return lo if maximize else -hi
+    return max(samples, key=score)
