@@ -93,7 +93,8 @@ def test_more_workers_than_devices(tmp_path: Path, tiny_model: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "autotune", "study", "--config", str(p),
                         "--workers", "2", "--gpus-per-trial", "1"], capture_output=True,
                        text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
-    check(r, tmp_path, "--workers 2 --gpus-per-trial 1 needs 2 GPUs; this host has 1 (0)")
+    check(r, tmp_path, "--workers 2 --gpus-per-trial 1 needs 2 GPUs; CUDA_VISIBLE_DEVICES gives 1 "
+                       "(0)")
 
 
 def test_worker_on_a_missing_study(tmp_path: Path) -> None:

@@ -43,7 +43,8 @@ def test_run_stops_before_a_trial_that_would_overrun(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(study_mod, "Objective", FakeObjective)
     monkeypatch.setattr(study_mod.time, "monotonic", lambda: clock[0])
     phases: list[str] = []
-    cfg = SimpleNamespace(n_trials=10, timeout_s=700.0, study_dir=lambda: None)
+    cfg = SimpleNamespace(n_trials=10, timeout_s=700.0, study_dir=lambda: None,
+                          sampler=SimpleNamespace(name="tpe"))
     st = optuna.create_study(directions=["maximize", "minimize"])
     ran = run_trials(st, cfg, SimpleNamespace(space=None), [],  # type: ignore[arg-type]
                      on_phase=lambda i, text, extra: phases.append(text))
