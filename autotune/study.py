@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -268,20 +269,37 @@ def run_study(
 
 
 
-def enqueue_confirm(study: optuna.Study, numbers: list[int], repeats: int) -> int:
-    """The confirm phase: `repeats` more boots of each trial in `numbers` (the baseline and the
-    finalists), interleaved (A B C A B C ...), as WAITING trials that repeat their flags
-    (`repeat_of`). Enqueued once per set of trials; returns how many were enqueued."""
-    tag = ",".join(map(str, numbers)) + f"x{repeats}"
-    if study.user_attrs.get("confirm_enqueued") == tag:
-        return 0
-    n = 0
-    for _ in range(repeats):
-        for num in numbers:
-            study.enqueue_trial({}, user_attrs={"repeat_of": num}, skip_if_exists=False)
-            n += 1
-    study.set_user_attr("confirm_enqueued", tag)
-    return n
+def confirm_plan(study: optuna.Study, numbers: list[int], repeats: int) -> list[int]:
+    """The confirm phase's boots still to run, interleaved (A B C A B C ...): `repeats` more
+    measurements of each trial in `numbers` (the baseline and the finalists), less the repeats
+    already measured (so the same command resumes it)."""
+    done = Counter(r.facts.repeat_of for r in records(study)
+                   if r.facts.repeat_of is not None and r.measured)
+    need = {n: max(repeats - done[n], 0) for n in numbers}
+    return [n for i in range(repeats) for n in numbers if need[n] > i]
+
+
+def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: list[Any],
+                plan: list[int], *, on_phase: PhaseHook | None = None,
+                on_trial: TrialHook | None = None) -> int:
+    """Boot each trial of `plan` again with its own flags, in that order, as new trials of the
+    study (`repeat_of`). They are created directly, not through the queue, so configs still
+    waiting there (starts a study did not reach) cannot slip in between."""
+    objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase)
+    for num in plan:
+        # what Study.ask does, less popping the queue
+        trial_id = study._storage.create_new_trial(study._study_id)
+        trial = optuna.Trial(study, trial_id)
+        trial.set_user_attr("repeat_of", num)
+        try:
+            values = objective(trial)
+        except BaseException:
+            study.tell(trial, state=TrialState.FAIL)
+            raise
+        frozen = study.tell(trial, values)
+        if on_trial is not None:
+            on_trial(study, frozen)
+    return len(plan)
 
 
 def confirm_samples(study: optuna.Study, metric: str) -> dict[int, list[float]]:

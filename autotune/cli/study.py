@@ -233,17 +233,11 @@ def confirm(config_path: Path, study_name: str | None, storage: str | None, top:
     recommend on the lower confidence bound (resumable: the same command goes on)."""
     import json
 
+    from autotune.datasets import build_requests
     from autotune.preflight import preflight
     from autotune.results import baseline
     from autotune.stats import gain_ci, median_ci, pick, rel_sd
-    from autotune.study import (
-        completed,
-        confirm_samples,
-        enqueue_confirm,
-        open_study,
-        run_study,
-        waiting,
-    )
+    from autotune.study import confirm_plan, confirm_samples, open_study, run_repeats
 
     cfg = load_cfg(config_path, study_name, storage)
     st = open_study(cfg, create=False)
@@ -262,28 +256,26 @@ def confirm(config_path: Path, study_name: str | None, storage: str | None, top:
     finalists = finalists[:top]
     if not finalists:
         raise ConfigError("confirm: the front holds no config other than the baseline")
-    n = enqueue_confirm(st, [base.number, *finalists], repeats)
-    todo = waiting(st)
+    plan = confirm_plan(st, [base.number, *finalists], repeats)
     console.print(f"confirm: baseline (trial {base.number}) and finalists "
                   f"{', '.join(map(str, finalists))}, {repeats} more boots each, interleaved; "
-                  f"{n} enqueued, {todo} to run", highlight=False)
-    if todo:
+                  f"{len(plan)} to run", highlight=False)
+    if plan:
         pre = preflight(cfg)
-        run_cfg = cfg.model_copy(update={"n_trials": len(completed(st)) + todo})
+        requests = build_requests(cfg.profile, cfg.server.tokenizer_dir,
+                                  cfg.server.args.get("max_model_len"))
         tracker = make_tracker(cfg, tracking_uri, no_mlflow)
-        with StudyView(run_cfg.n_trials, len(completed(st)), cfg.metric_names()) as view:
+        if tracker is not None:
+            tracker.start(st, study_extra(cfg, pre, requests))
+        with StudyView(len(plan), 0, cfg.metric_names()) as view:
             def on_trial(s: optuna.Study, trial: FrozenTrial) -> None:
                 view.on_trial(s, trial)
                 if tracker is not None:
                     tracker.log_trial(s, trial)
 
-            def on_start(s: optuna.Study, requests: list[Any]) -> None:
-                if tracker is not None:
-                    tracker.start(s, study_extra(cfg, pre, requests))
-
             try:
-                st = run_study(run_cfg, on_phase=view.on_phase, on_trial=on_trial, pre=pre,
-                               on_start=on_start)
+                run_repeats(st, cfg, pre, requests, plan, on_phase=view.on_phase,
+                            on_trial=on_trial)
             finally:
                 if tracker is not None and tracker.parent_id is not None:
                     tracker.log_front(open_study(cfg, create=False))

@@ -59,12 +59,15 @@ def test_pick_respects_the_direction(maximize: bool) -> None:
 
 def test_the_confirm_phase_repeats_flags_interleaved(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Baseline and one finalist, 2 more boots each: the repeats boot the trials' own flags, in
-    the order A B A B, and confirm_samples pools each config's 3 measurements."""
+    the order A B A B, ahead of a config still waiting in the queue (a start the study did not
+    reach); confirm_samples pools each config's 3 measurements; the plan resumes."""
+    from types import SimpleNamespace
+
     import optuna
 
     from autotune import objective as objective_mod
     from autotune.objective import Objective
-    from autotune.study import confirm_samples, enqueue_confirm
+    from autotune.study import confirm_plan, confirm_samples, run_repeats
     from tests.fakes import fake_bench
     from tests.unit.test_objective import SPACE, cfg
 
@@ -74,12 +77,16 @@ def test_the_confirm_phase_repeats_flags_interleaved(tmp_path, monkeypatch) -> N
     st = optuna.create_study(directions=["maximize", "minimize"])
     st.enqueue_trial({}, user_attrs={"baseline": True})
     st.enqueue_trial({"max_num_seqs": 16, "kv_cache_dtype": "auto"})
-    obj = Objective(c, SPACE, [], tmp_path)
-    st.optimize(obj, n_trials=2)
-    assert enqueue_confirm(st, [0, 1], repeats=2) == 4
-    assert enqueue_confirm(st, [0, 1], repeats=2) == 0  # once
-    st.optimize(obj, n_trials=4)
+    st.enqueue_trial({"max_num_seqs": 4, "kv_cache_dtype": "auto"})  # left waiting
+    st.optimize(Objective(c, SPACE, [], tmp_path), n_trials=2)
+    plan = confirm_plan(st, [0, 1], repeats=2)
+    assert plan == [0, 1, 0, 1]
+    pre = SimpleNamespace(space=SPACE)
+    assert run_repeats(st, c, pre, [], plan[:3]) == 3  # type: ignore[arg-type]
+    assert confirm_plan(st, [0, 1], repeats=2) == [1]  # resumes where it stopped
+    run_repeats(st, c, pre, [], [1])  # type: ignore[arg-type]
     assert [f.get("max_num_seqs") for f in calls] == [None, 16, None, 16, None, 16]
+    assert len(st.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 1  # untouched
     st.set_metric_names(["total_token_throughput", "mean_tpot_ms"])
     samples = confirm_samples(st, "total_token_throughput")
     assert sorted(samples) == [0, 1] and all(len(v) == 3 for v in samples.values())
