@@ -59,9 +59,9 @@ def server_config(tiny_model: Path, work_root: Path) -> ServerConfig:
 
 
 @pytest.fixture(scope="module")  # stopped when its module is done: an idle server still costs CPU
-def live_server(server_config: ServerConfig, work_root: Path) -> Iterator[ServerProcess]:
-    workdir = work_root / "shared-server"
-    workdir.mkdir()
+def live_server(server_config: ServerConfig,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    workdir = tmp_path_factory.mktemp("shared-server")  # one per module that uses it
     argv = serve_argv(server_config.executable, server_config.model, server_config.args)
     with ServerProcess(argv, log_path=workdir / "server.log", port=free_port(),
                        env=server_env(server_config, workdir)) as proc:
