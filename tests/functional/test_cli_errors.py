@@ -181,3 +181,12 @@ def test_more_gpus_per_trial_than_cuda_visible_devices(tmp_path: Path, tiny_mode
                        env={**env, "CUDA_VISIBLE_DEVICES": "0"})
     check(r, tmp_path, "--workers 1 --gpus-per-trial 2 needs 2 GPUs; CUDA_VISIBLE_DEVICES "
                        "gives 1 (0)", "list more GPUs in CUDA_VISIBLE_DEVICES")
+
+
+def test_confirm_needs_a_study_with_a_measured_baseline(tmp_path: Path, tiny_model: Path) -> None:
+    p = tmp_path / "study.yaml"
+    p.write_text(yaml.safe_dump(base(tmp_path, tiny_model)))
+    r = subprocess.run([sys.executable, "-m", "autotune", "confirm", "--config", str(p)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("error:") and "'s'" in r.stderr
