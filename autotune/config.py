@@ -3,6 +3,7 @@ objectives, the sampler and where results go; and reading one from YAML with ove
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -43,6 +44,18 @@ def gpus_per_replica(flags: dict[str, Any]) -> int:
     for f in PARALLEL_FLAGS:
         n *= int(flags.get(f) or 1)
     return n
+
+
+def model_max_len(model: str, flags: dict[str, Any] | None = None) -> int | None:
+    """The most tokens a request may hold: max_model_len when the flags set it, else the
+    model's max_position_embeddings (its config.json), else unknown (a hub name)."""
+    if flags and flags.get("max_model_len"):
+        return int(flags["max_model_len"])
+    path = Path(model) / "config.json"
+    if path.is_file():
+        mpe = json.loads(path.read_text()).get("max_position_embeddings")
+        return int(mpe) if mpe else None
+    return None
 
 
 def layout_text(flags: dict[str, Any]) -> str:

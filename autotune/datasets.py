@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from autotune.cache import cache_dir
+from autotune.config import model_max_len
 from autotune.errors import ConfigError
 from autotune.profile import ProfileConfig
 
@@ -274,18 +275,6 @@ def read_dataset(path: str, endpoint: str, tokenizer: Any, tokenizer_dir: str,
         raise ConfigError(f"profile.path: every request of {path} is longer than the model "
                           f"allows ({max_len} tokens)")
     return Dataset(kept, lines, dropped, max_len)
-
-
-def model_max_len(model_dir: str, args: dict[str, Any] | None = None) -> int | None:
-    """The most tokens a request may hold: the server's max_model_len when fixed, else the
-    model's max_position_embeddings (config.json), else unknown."""
-    if args and args.get("max_model_len"):
-        return int(args["max_model_len"])
-    path = Path(model_dir) / "config.json"
-    if path.exists():
-        mpe = json.loads(path.read_text()).get("max_position_embeddings")
-        return int(mpe) if mpe else None
-    return None
 
 
 def sample_dataset(ds: Dataset, n: int, how: str, seed: int) -> list[Request]:

@@ -94,16 +94,17 @@ class Objective:
                 reused_from=prior.number, cause=prior.user_attrs.get("cause", "failed before"),
                 failure=prior.user_attrs.get("failure", "ServerError")))
 
-        gpus = gpus_per_replica(self.cfg.server.serve_flags(flags))
+        served = self.cfg.server.serve_flags(flags)
+        gpus = gpus_per_replica(served)
         have = self.cfg.gpus_per_trial
         if have and gpus > have:  # a layout the trial's GPUs cannot hold: no boot
             hook(trial.number, "rejected", flags)
             return self._fail(trial, TrialFacts(
-                cause=f"layout {layout_text(self.cfg.server.serve_flags(flags))} needs {gpus} "
-                      f"GPUs; the trial has {have} (--gpus-per-trial {have})",
+                cause=f"layout {layout_text(served)} needs {gpus} GPUs; the trial has {have} "
+                      f"(--gpus-per-trial {have})",
                 failure="LayoutError"))
 
-        refused = refusal(self.cfg.server.serve_flags(flags), self.cfg.server.model)
+        refused = refusal(served, self.cfg.server.model)
         if refused is not None:  # vLLM's own argument check, without a boot
             hook(trial.number, "rejected", flags)
             return self._fail(trial, TrialFacts(cause=refused[1], failure="ServerBootError",
@@ -194,10 +195,9 @@ class Objective:
         profiles = self.cfg.workloads()
         run = run_suite(self.cfg.server, profiles, flags, workdir, on_phase=on_phase)
         metrics = run.metrics()
-        for p in profiles:
-            metrics.update({f"{p.key}/{k}": v for k, v in per_gpu(
-                {m: metrics[f"{p.key}/{m}"] for m in ("request_throughput", "output_throughput",
-                                                      "total_token_throughput")}, gpus).items()})
+        for label, pt in run.points.items():
+            metrics.update({f"{label}/{k}": v for k, v in per_gpu(pt.metrics.flat(),
+                                                                  gpus).items()})
         base = None if is_baseline else baseline_record(records(trial.study))
         if not is_baseline and (base is None or not base.metrics):
             raise RuntimeError("a suite scores each config against the baseline trial, which "

@@ -10,22 +10,12 @@ model's config.json for max_model_len); otherwise the boot decides.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from autotune.config import model_max_len
+
 Rule = Callable[[dict[str, Any], str], str | None]
-
-
-def _model_len(flags: dict[str, Any], model: str) -> int | None:
-    if flags.get("max_model_len"):
-        return int(flags["max_model_len"])
-    path = Path(model) / "config.json"
-    if path.is_file():
-        mpe = json.loads(path.read_text()).get("max_position_embeddings")
-        return int(mpe) if mpe else None
-    return None
 
 
 def budget_below_model_len(flags: dict[str, Any], model: str) -> str | None:
@@ -34,7 +24,7 @@ def budget_below_model_len(flags: dict[str, Any], model: str) -> str | None:
     if flags.get("enable_chunked_prefill") is not False or not flags.get(
             "max_num_batched_tokens"):
         return None
-    budget, mml = int(flags["max_num_batched_tokens"]), _model_len(flags, model)
+    budget, mml = int(flags["max_num_batched_tokens"]), model_max_len(model, flags)
     if mml is None or budget >= mml:
         return None
     return (f"ValueError: max_num_batched_tokens ({budget}) is smaller than max_model_len "

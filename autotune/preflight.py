@@ -8,12 +8,17 @@ failure is one ConfigError naming the field and the fix, and nothing is written.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.config import PARALLEL_FLAGS, StudyConfig, gpus_per_replica, layout_text
+from autotune.config import (
+    PARALLEL_FLAGS,
+    StudyConfig,
+    gpus_per_replica,
+    layout_text,
+    model_max_len,
+)
 from autotune.errors import ConfigError
 from autotune.profile import ProfileConfig
 from autotune.search_space import CategoricalParam, IntParam, SearchSpace, load_search_space
@@ -176,12 +181,10 @@ def _check_model_len(cfg: StudyConfig, space: SearchSpace, profile: ProfileConfi
         if nums:
             where, low = f"parameters.max_model_len.choices ({space.name})", min(nums)
     if low is None:
-        cfg_path = Path(cfg.server.model) / "config.json"
-        if cfg_path.exists():
-            mpe = json.loads(cfg_path.read_text()).get("max_position_embeddings")
-            if mpe is not None and int(mpe) < need:
-                raise ConfigError(f"profile: {profile.key} needs {need} tokens per request "
-                                  f"but the model allows {mpe} (max_position_embeddings)")
+        mpe = model_max_len(cfg.server.model)
+        if mpe is not None and mpe < need:
+            raise ConfigError(f"profile: {profile.key} needs {need} tokens per request "
+                              f"but the model allows {mpe} (max_position_embeddings)")
         return
     if low < need:
         raise ConfigError(f"{where}: {low} is shorter than the profile needs ({need} tokens: "

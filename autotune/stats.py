@@ -27,6 +27,11 @@ def rel_sd(values: Sequence[float]) -> float:
     return statistics.stdev(values) / abs(statistics.fmean(values))
 
 
+def _boot_medians(x: np.ndarray, rng: np.random.Generator, n: int) -> np.ndarray:
+    """The medians of `n` resamples of `x` (with replacement)."""
+    return np.asarray(np.median(rng.choice(x, size=(n, len(x)), replace=True), axis=1))
+
+
 def median_ci(values: Sequence[float], level: float = LEVEL, n: int = BOOTSTRAP,
               seed: int = 0) -> tuple[float, float, float]:
     """(median, low, high): the percentile-bootstrap interval of the median."""
@@ -34,8 +39,7 @@ def median_ci(values: Sequence[float], level: float = LEVEL, n: int = BOOTSTRAP,
     med = float(np.median(x))
     if len(x) < 2:
         return med, med, med
-    rng = np.random.default_rng(seed)
-    boots = np.median(rng.choice(x, size=(n, len(x)), replace=True), axis=1)
+    boots = _boot_medians(x, np.random.default_rng(seed), n)
     a = (1 - level) / 2
     return med, float(np.quantile(boots, a)), float(np.quantile(boots, 1 - a))
 
@@ -73,9 +77,7 @@ def gain_ci(values: Sequence[float], base: Sequence[float], level: float = LEVEL
     if len(a) < 2 or len(b) < 2:
         return Gain(g, g, g, len(a), len(b), rel_sd(base))
     rng = np.random.default_rng(seed)
-    ra = np.median(rng.choice(a, size=(n, len(a)), replace=True), axis=1)
-    rb = np.median(rng.choice(b, size=(n, len(b)), replace=True), axis=1)
-    boots = ra / rb - 1
+    boots = _boot_medians(a, rng, n) / _boot_medians(b, rng, n) - 1
     q = (1 - level) / 2
     return Gain(g, float(np.quantile(boots, q)), float(np.quantile(boots, 1 - q)), len(a),
                 len(b), rel_sd(base))

@@ -120,7 +120,7 @@ def enqueue_grid(study: optuna.Study, grid: list[dict[str, Any]], seed: int | No
     order = list(range(len(grid)))
     random.Random(seed).shuffle(order)
     for i in order:
-        study.enqueue_trial(grid[i], user_attrs={"grid": i}, skip_if_exists=False)
+        study.enqueue_trial(grid[i], user_attrs={"grid": i})
     study.set_user_attr("grid_enqueued", len(grid))
     return len(grid)
 

@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.bench import server_env
-from autotune.command import serve_argv
 from autotune.config import ServerConfig, default_executable
-from autotune.process import free_port
 from autotune.server import ServerProcess
 from tests.cpu import CPU_ARGS
+from tests.servers import serving
 
 
 def _have_vllm() -> bool:
@@ -61,9 +59,6 @@ def server_config(tiny_model: Path, work_root: Path) -> ServerConfig:
 @pytest.fixture(scope="module")  # stopped when its module is done: an idle server still costs CPU
 def live_server(server_config: ServerConfig,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    workdir = tmp_path_factory.mktemp("shared-server")  # one per module that uses it
-    argv = serve_argv(server_config.executable, server_config.model, server_config.args)
-    with ServerProcess(argv, log_path=workdir / "server.log", port=free_port(),
-                       env=server_env(server_config, workdir)) as proc:
-        proc.wait_healthy(server_config.boot_timeout_s)
+    # one folder per module that uses it
+    with serving(server_config, tmp_path_factory.mktemp("shared-server")) as proc:
         yield proc

@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.bench import capacity_on, server_env
-from autotune.command import serve_argv
+from autotune.bench import capacity_on
 from autotune.config import ServerConfig
-from autotune.process import free_port
 from autotune.profile import CapacityConfig, ProfileConfig, SLOConfig
 from autotune.server import ServerProcess
 from tests.cpu import CPU_BASE
+from tests.servers import serving
 
 pytestmark = pytest.mark.integration
 
@@ -32,11 +31,7 @@ def one_seq_server(server_config: ServerConfig, work_root: Path) -> Iterator[Ser
     time). The knee of an SLO on it is set by the queue, not by how fast this CPU is."""
     workdir = work_root / "one-seq-server"
     workdir.mkdir()
-    args = {**server_config.args, "max_num_seqs": 1}
-    with ServerProcess(serve_argv(server_config.executable, server_config.model, args),
-                       log_path=workdir / "server.log", port=free_port(),
-                       env=server_env(server_config, workdir)) as proc:
-        proc.wait_healthy(server_config.boot_timeout_s)
+    with serving(server_config, workdir, max_num_seqs=1) as proc:
         yield proc
 
 

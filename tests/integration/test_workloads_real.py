@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from autotune.bench import measure, server_env
-from autotune.command import serve_argv
+from autotune.bench import measure
 from autotune.config import ServerConfig
 from autotune.datasets import build_requests
-from autotune.process import free_port
 from autotune.profile import ProfileConfig
 from autotune.server import ServerProcess
+from tests.servers import serving
 
 pytestmark = pytest.mark.integration
 
@@ -54,11 +53,7 @@ def test_shared_prefixes_hit_the_prefix_cache_only_when_it_is_on(
                    server_config.tokenizer_dir)
     workdir = work_root / "no-prefix-cache"
     workdir.mkdir()
-    args = {**server_config.args, "enable_prefix_caching": False}
-    with ServerProcess(serve_argv(server_config.executable, server_config.model, args),
-                       log_path=workdir / "server.log", port=free_port(),
-                       env=server_env(server_config, workdir)) as off_server:
-        off_server.wait_healthy(server_config.boot_timeout_s)
+    with serving(server_config, workdir, enable_prefix_caching=False) as off_server:
         off = _hit_rate(off_server.base_url, server_config.model, profile,
                         server_config.tokenizer_dir)
     print(f"prefix-cache hit rate: on {on:.3f}, off {off:.3f}")
