@@ -23,7 +23,7 @@ from autotune.config import ServerConfig
 from autotune.datasets import Request, build_requests, load_tokenizer, sample_requests
 from autotune.errors import AutotuneError, LoadError, ServerBootError
 from autotune.load import LoadSettings, resolve_processes, run_load
-from autotune.metrics import BenchMetrics, RequestRecord, compute_metrics
+from autotune.metrics import BenchMetrics, RequestRecord, compute_metrics, steady_share
 from autotune.process import free_port
 from autotune.profile import CapacityConfig, ProfileConfig, SLOConfig
 from autotune.server import ServerProcess
@@ -87,6 +87,30 @@ def server_env(server: ServerConfig, workdir: Path) -> dict[str, str]:
 
 PORT_ATTEMPTS = 3
 CLIENT_BUSY = 0.9  # client CPU fraction over which a measurement is suspect
+# "Too short to measure" (docs/noise.md says how these were set): a closed-loop benchmark that
+# gives each concurrency slot fewer than MIN_PER_SLOT requests is one wave of requests, and one
+# that spends less than MIN_STEADY of its time with every slot busy measures its ramp and drain
+MIN_PER_SLOT = 2.0
+MIN_STEADY = 0.5
+
+
+def too_short(records: list[RequestRecord], concurrency: int | None, duration_s: float
+              ) -> str | None:
+    """Why a closed-loop measurement is too short to trust, or None."""
+    if not concurrency or not records:
+        return None
+    per_slot = len(records) / concurrency
+    steady = steady_share(records, concurrency, duration_s)
+    why = []
+    if per_slot < MIN_PER_SLOT:
+        why.append(f"{per_slot:.1f} requests per concurrency slot (< {MIN_PER_SLOT:g})")
+    if steady < MIN_STEADY:
+        why.append(f"all {concurrency} slots busy for only {steady:.0%} of its "
+                   f"{duration_s:.1f} s (< {MIN_STEADY:.0%})")
+    if not why:
+        return None
+    return (f"benchmark too short to measure: {' and '.join(why)}; raise profile.num_prompts "
+            f"to at least {int(MIN_PER_SLOT * concurrency)} (docs/noise.md)")
 
 
 @contextmanager
@@ -137,9 +161,10 @@ class Point:
 def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Request], *,
             max_concurrency: int | None = None, request_rate: float | None = None,
             on_request: OnRequest | None = None, alive: Callable[[], bool] | None = None,
-            warm: list[Request] | None = None) -> Point:
+            warm: list[Request] | None = None, check_length: bool = True) -> Point:
     """Run `requests` (after the warm-up) against a running server at the profile's load, or at
-    the given concurrency / rate."""
+    the given concurrency / rate; warn when it is too short to measure (`too_short`; a
+    capacity search's points have their own rule, `docs/capacity.md`)."""
     conc = profile.max_concurrency if max_concurrency is None else max_concurrency
     settings = LoadSettings(
         max_concurrency=conc,
@@ -160,6 +185,10 @@ def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Re
         warnings.warn(f"the load generator used {busy:.0%} of a CPU core: it may have limited "
                       "the server, and its latencies lag (profile.client_processes was "
                       f"{settings.processes}: raise it)", stacklevel=2)
+    short = too_short(result.records, None if settings.request_rate not in (None, float("inf"))
+                      else conc, result.duration_s) if check_length else None
+    if short:
+        warnings.warn(short, stacklevel=2)
     return Point(metrics, result.records, result.server_stats, settings)
 
 
@@ -326,7 +355,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         conc = int(load) if cap.axis == "concurrency" else profile.max_concurrency
         rate = load if cap.axis == "rate" else profile.request_rate
         pt = measure(base_url, model, at_point, reqs[:n], max_concurrency=conc,
-                     request_rate=rate, alive=alive, warm=reqs[n:])
+                     request_rate=rate, alive=alive, warm=reqs[n:], check_length=False)
         check()  # the server died: its cause, not a failing verdict
         flat = pt.metrics.flat()
         passed, misses = verdict(flat, slos)

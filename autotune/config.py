@@ -143,6 +143,20 @@ DEFAULT_OBJECTIVES = [
 SUITE_PREFIX = "suite_"
 
 
+class ConfirmConfig(StrictModel):
+    """The confirm phase at the end of a study (`docs/noise.md`)."""
+
+    when: Literal["auto", "always", "never"] = Field(
+        "auto", description="auto: when the median trial took at least auto_min_trial_s; "
+        "`autotune study --confirm/--no-confirm` overrides it.")
+    top: int = Field(2, ge=1, description="Finalists: the front's best configs by the first "
+                     "objective.")
+    repeats: int = Field(3, ge=1, description="More boots of each finalist and of the baseline, "
+                         "interleaved.")
+    auto_min_trial_s: float = Field(120.0, gt=0, description="With when: auto, confirm when the "
+                                    "median trial took at least this long.")
+
+
 class StudyConfig(StrictModel):
     """A study file: what to tune, on what workload, toward what."""
 
@@ -169,6 +183,7 @@ class StudyConfig(StrictModel):
         None, description="Search each trial's capacity under the SLOs (one boot, many load "
         "points) instead of measuring one fixed load.")
     sampler: SamplerConfig = Field(default_factory=lambda: SamplerConfig.model_validate({}))
+    confirm: ConfirmConfig = Field(default_factory=lambda: ConfirmConfig.model_validate({}))
     n_trials: int = Field(10, ge=1, description="Trials in the study, in all (resume included).")
     timeout_s: float | None = Field(None, gt=0, description="Seconds this run may take: a "
                                     "trial starts only if the longest so far would end in time.")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -14,13 +13,15 @@ import numpy as np
 import optuna
 import yaml
 
-from autotune.bench import OnRequest, Phase, run_bench, run_capacity
-from autotune.capacity import CapacityResult
 from autotune.command import flag_name, serve_argv, shell_join
 from autotune.config import StudyConfig, default_executable
+from autotune.confirm import TrialHook, boots, config_gains, run_repeats
 from autotune.errors import StudyError
+from autotune.objective import PhaseHook
+from autotune.preflight import Preflight
 from autotune.profile import ProfileConfig
-from autotune.results import TrialRecord, front, records
+from autotune.results import TrialRecord, baseline, front, records
+from autotune.stats import Gain, gain_ci
 
 Preference = Literal["throughput", "latency", "knee", "capacity"]
 
@@ -162,40 +163,52 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
 
 
 @dataclass(frozen=True)
-class CapacityValidation:
-    """A chosen trial's capacity searched again on a fresh boot."""
-
-    trial: int
-    study_capacity: float
-    rerun: CapacityResult
-    run_dir: Path
-
-
-def validate_capacity(cfg: StudyConfig, trial: TrialRecord, *,
-                      on_phase: Phase | None = None) -> CapacityValidation:
-    """Boot the trial's flags again and search its capacity anew, starting at the study's."""
-    assert cfg.capacity is not None
-    run_dir = cfg.study_dir() / f"validate-{trial.number:04d}-{time.strftime('%H%M%S')}"
-    was = trial.metrics["capacity"]
-    run = run_capacity(cfg.server, cfg.profile, cfg.capacity, cfg.slos, trial.flags, run_dir,
-                       start=was, on_phase=on_phase)
-    return CapacityValidation(trial.number, was, run.result, run_dir)
-
-
-@dataclass(frozen=True)
 class Validation:
-    """A chosen trial measured again on a fresh boot: (metric, study value, re-run value)."""
+    """A chosen config and the baseline booted again, interleaved: each objective's study value
+    and the median of the re-runs, the gain of the first objective measured by the re-runs
+    alone (with its interval from two re-runs each), and the gain the study had printed."""
 
     trial: int
-    rows: list[tuple[str, float, float]]
-    run_dir: Path
+    base: int
+    metric: str
+    rows: list[tuple[str, float, float]]  # objective, study value, median of the re-runs
+    gain: Gain  # the re-runs only
+    study_gain: Gain  # every boot before the validation
+    study_boots: int  # the chosen config's boots before the validation
+    boots: list[int]  # the validation's trials
+
+    @property
+    def inside(self) -> bool | None:
+        """Whether the study's gain lies inside the re-runs' interval (None without one)."""
+        if self.gain.n < 2 or self.gain.n_base < 2:
+            return None
+        return self.gain.low <= self.study_gain.gain <= self.gain.high
 
 
-def validate(cfg: StudyConfig, trial: TrialRecord, *, on_phase: Phase | None = None,
-             on_request: OnRequest | None = None) -> Validation:
-    """Boot the trial's flags again and re-measure the study's objectives."""
-    run_dir = cfg.study_dir() / f"validate-{trial.number:04d}-{time.strftime('%H%M%S')}"
-    res = run_bench(cfg.server, cfg.profile, trial.flags, run_dir, on_phase=on_phase,
-                    on_request=on_request)
-    now = res.metrics.flat()
-    return Validation(trial.number, [(m, v, now[m]) for m, v in trial.values.items()], run_dir)
+def validate(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: list[Any],
+             trial: TrialRecord, repeats: int, *, on_phase: PhaseHook | None = None,
+             on_trial: TrialHook | None = None) -> Validation:
+    """Boot the baseline and the trial's config again, interleaved (base A base A ...),
+    `repeats` times each, as repeat trials of the study (so nothing measured is lost and every
+    view pools them); a capacity study searches each boot's capacity anew."""
+    recs = records(study)
+    base = baseline(recs)
+    if base is None:
+        raise StudyError("--validate: the study has no measured baseline trial to compare with")
+    metrics = cfg.metric_names()
+    before = config_gains(recs, metrics).get(trial.number, {})
+    n_before = boots(recs).get(trial.number, 1)
+    first = len(study.get_trials(deepcopy=False))
+    run_repeats(study, cfg, pre, requests, [base.number, trial.number] * repeats,
+                on_phase=on_phase, on_trial=on_trial)
+    new = [r for r in records(study)[first:] if r.measured]
+    mine = [r for r in new if r.facts.repeat_of == trial.number]
+    theirs = [r for r in new if r.facts.repeat_of == base.number]
+    if not mine or not theirs:
+        raise StudyError("--validate: a re-run was not measured (see `autotune trials`)")
+    rows = [(m, v, float(np.median([r.values[m] for r in mine]))) for m, v in
+            trial.values.items()]
+    m0 = metrics[0]
+    gain = gain_ci([r.values[m0] for r in mine], [r.values[m0] for r in theirs])
+    return Validation(trial.number, base.number, m0, rows, gain, before[m0], n_before,
+                      [r.number for r in new])

@@ -133,3 +133,20 @@ def compute_metrics(records: Sequence[RequestRecord], duration_s: float) -> Benc
         e2el_ms=Summary.of([r.e2el for r in ok]),
         errors=errors,
     )
+
+
+def steady_share(records: Sequence[RequestRecord], concurrency: int, duration_s: float) -> float:
+    """The share of the benchmark's duration during which `concurrency` requests were in flight
+    (a closed loop's steady state; the rest is the ramp-up and the drain after the last send)."""
+    if concurrency <= 0 or duration_s <= 0:
+        return 0.0
+    events = sorted([(r.send_time, 1) for r in records]
+                    + [(r.end_time if r.end_time is not None else r.send_time, -1)
+                       for r in records])
+    full, level, last = 0.0, 0, 0.0
+    for t, step in events:
+        if level >= concurrency:
+            full += max(min(t, duration_s) - last, 0.0)
+        level += step
+        last = max(t, 0.0)
+    return min(full / duration_s, 1.0)

@@ -13,6 +13,7 @@ import numpy as np
 import optuna
 import pandas as pd
 
+from autotune.confirm import ConfirmResult
 from autotune.present import params_text, short_metric
 from autotune.profile import SLOConfig
 from autotune.results import TrialRecord, records
@@ -218,4 +219,36 @@ def capacity_overlay_png(recs: list[TrialRecord], slos: list[SLOConfig], axis: s
     fig.suptitle("load curves of every trial (hollow: the SLOs missed)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def confirm_png(res: ConfirmResult, path: Path) -> None:
+    """The confirm phase: every boot of each config as a dot, its median with the 95% bootstrap
+    interval as an error bar, and the baseline's median and noise floor as a band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    labels = []
+    for i, (num, row) in enumerate(res.configs.items()):
+        vals = row["values"]
+        ax.scatter([i] * len(vals), vals, s=18, c="grey", alpha=0.7, zorder=2)
+        ax.errorbar([i], [row["median"]], yerr=[[row["median"] - row["ci_low"]],
+                                                [row["ci_high"] - row["median"]]],
+                    fmt="o", capsize=6, c="black" if num == res.base else "tab:blue", zorder=3)
+        labels.append(f"trial {num}" + (" (base)" if num == res.base else "")
+                      + ("" if "text" not in row else "\n" + row["text"].replace(" (", "\n(")))
+    if res.base in res.configs:
+        med = res.configs[res.base]["median"]
+        ax.axhspan(med * (1 - res.noise_floor), med * (1 + res.noise_floor), color="grey",
+                   alpha=0.15, label=f"baseline median ± noise floor ({res.noise_floor:.1%})")
+        ax.legend(fontsize=8)
+    ax.set_xticks(range(len(labels)), labels, fontsize=7)
+    ax.set_ylabel(short_metric(res.metric))
+    ax.set_title(f"confirm phase: {res.repeats} more boots each, interleaved "
+                 "(median, 95% bootstrap interval)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -21,8 +21,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from autotune.confirm import ConfirmResult, boots, config_gains
 from autotune.metrics import BenchMetrics
-from autotune.results import Status, TrialRecord, baseline, deltas, metric_deltas, records
+from autotune.results import Status, TrialRecord, records
+from autotune.stats import Gain
 
 console = Console(stderr=True)
 # tables are wide: when stdout is not a terminal (CI logs, pipes) give them room
@@ -107,14 +109,36 @@ def params_text(params: dict[str, Any]) -> str:
                     for k, v in params.items()) or "(vLLM defaults)"
 
 
+def gain_text(g: Gain, n_boots: int) -> str:
+    """A gain as every view prints it: "+75.1%, one measurement" until the config and the
+    baseline were both measured more than once, then "+12.4% [+9.8, +15.1], 3 boots" or
+    "no significant change (+3.1% [-2.0, +8.3]), 3 boots"."""
+    if g.n < 2 or g.n_base < 2:
+        return f"{g.gain * 100:+.1f}%, one measurement"
+    return f"{g.text()}, {n_boots} boots"
+
+
+def is_base(r: TrialRecord, recs: list[TrialRecord]) -> bool:
+    """The baseline trial, or a repeat of it (no gain to print against itself)."""
+    return r.baseline or (r.facts.repeat_of is not None and any(
+        b.number == r.facts.repeat_of and b.baseline for b in recs))
+
+
+GAIN_CAPTION = ("change vs the baseline: the median of every boot of a config against the "
+                "baseline's; [95% bootstrap interval] once both were measured more than once")
+
+
 def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Trials",
-                 extra: list[str] | None = None) -> Table:
+                 extra: list[str] | None = None, all_recs: list[TrialRecord] | None = None
+                 ) -> Table:
     """Every trial: status, objectives with their change against the baseline (and `extra`
     measured metrics, such as a suite's per-profile values), boot and benchmark seconds,
-    flags, and the cause of a failure."""
-    base = baseline(recs)
+    flags, and the cause of a failure. A change pools every boot of the same flags in
+    `all_recs` (default `recs`): one measurement, or a median with its interval."""
     extra = extra or []
-    t = Table(title=title, header_style="bold")
+    pool = all_recs if all_recs is not None else recs
+    gains, n_boots = config_gains(pool, metrics + extra), boots(pool)
+    t = Table(title=title, header_style="bold", caption=GAIN_CAPTION)
     t.add_column("#", justify="right")
     t.add_column("state")
     for m in metrics + extra:
@@ -127,10 +151,11 @@ def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Tria
         if r.baseline:
             state += " (base)"
         cells = [str(r.number), state]
-        d = deltas(r, base) | metric_deltas(r, base, extra)
+        g = gains.get(r.number, {})
         for m in metrics + extra:
             v = r.values.get(m, r.metrics.get(m) if m in extra else None)
-            cells.append(_fmt(v) + (f" ({_fmt(d[m], pct=True)})" if m in d else ""))
+            cells.append(_fmt(v) + (f" ({gain_text(g[m], n_boots[r.number])})"
+                                    if m in g and not is_base(r, pool) else ""))
         tm = r.timings
         cells += [_fmt(tm.get("boot_s")), _fmt(tm.get("bench_s"))]
         text = escape(f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
@@ -176,8 +201,10 @@ class StudyView:
         recs = records(study)
         rec = next(r for r in recs if r.number == trial.number)
         if rec.measured:
-            d = deltas(rec, baseline(recs))
-            parts = [f"{m} {v:,.2f}" + (f" ({d[m] * 100:+.1f}%)" if m in d else "")
+            g = config_gains(recs, list(rec.values)).get(rec.number, {})
+            n = boots(recs)[rec.number]
+            parts = [f"{m} {v:,.2f}" + (f" ({gain_text(g[m], n)})"
+                                        if m in g and not is_base(rec, recs) else "")
                      for m, v in rec.values.items()]
             msg = ", ".join(parts)
             if rec.status == Status.SLO_MISS:
@@ -186,5 +213,38 @@ class StudyView:
             msg = f"[red]{rec.label()}[/red]: {escape(rec.cause[:150])}"
         else:
             msg = rec.label()
-        console.print(f"trial {trial.number}: {msg}  [dim]{escape(params_text(trial.params))}"
-                      "[/dim]", highlight=False)
+        what = f"repeat of trial {rec.facts.repeat_of}" if rec.facts.repeat_of is not None \
+            else params_text(trial.params)
+        console.print(f"trial {trial.number}: {msg}  [dim]{escape(what)}[/dim]", highlight=False)
+
+
+def confirm_table(res: ConfirmResult) -> Table:
+    """The confirm phase: each config's boots, median and interval, and gain."""
+    t = Table(title=f"confirm: {res.metric} (noise floor {res.noise_floor:.1%}, the "
+              "baseline's relative sd across its boots)", header_style="bold")
+    for col in ("trial", "boots", "median [95% CI]", "gain vs defaults"):
+        t.add_column(col, justify="right")
+    for num, row in res.configs.items():
+        t.add_row(str(num) + (" (base)" if num == res.base else ""), str(len(row["values"])),
+                  f"{row['median']:,.2f} [{row['ci_low']:,.2f}, {row['ci_high']:,.2f}]",
+                  row.get("text", ""))
+    return t
+
+
+def confirm_lines(res: ConfirmResult) -> list[str]:
+    """Which first-pass winners survived, and the recommendation."""
+    lines = []
+    for num, row in res.configs.items():
+        if num == res.base or "gain" not in row:
+            continue
+        first = row["values"][0] / res.configs[res.base]["values"][0] - 1 \
+            if res.base in res.configs else None
+        verdict = "survives" if row["survives"] else "does not survive"
+        lines.append(f"trial {num}: first pass {first * 100:+.1f}% (one measurement each); "
+                     f"after {len(row['values'])} boots {row['text']}: {verdict}"
+                     if first is not None else f"trial {num}: {row['text']}")
+    if res.recommended is not None:
+        lines.append(f"recommended (best lower confidence bound): trial {res.recommended}"
+                     + ("" if res.recommended == res.by_point_estimate else
+                        f"; the point estimate would pick {res.by_point_estimate}"))
+    return lines

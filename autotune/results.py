@@ -190,10 +190,16 @@ def metric_deltas(rec: TrialRecord, base: TrialRecord | None,
 
 
 def front_numbers(study: optuna.Study) -> set[int]:
-    """The trials on the feasible Pareto front (Optuna's best_trials honour constraints, and
-    infeasible trials carry violated constraints)."""
-    return {t.number for t in study.best_trials
-            if not TrialFacts.from_attrs(t.user_attrs).failure}
+    """The trials on the feasible Pareto front, as Optuna's best_trials finds it (constraints
+    honoured: infeasible trials carry violated constraints) among the first-pass trials: a
+    confirm phase's repeats measure a config again, they are not configs of their own."""
+    from optuna.study._multi_objective import _get_pareto_front_trials_by_trials
+
+    first = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+             if "repeat_of" not in t.user_attrs]
+    return {t.number for t in _get_pareto_front_trials_by_trials(
+        first, study.directions, consider_constraint=True)
+        if not TrialFacts.from_attrs(t.user_attrs).failure}
 
 
 def front(study: optuna.Study) -> list[TrialRecord]:

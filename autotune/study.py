@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +21,7 @@ from autotune.datasets import build_requests
 from autotune.errors import ConfigError, StudyError
 from autotune.objective import Objective, PhaseHook
 from autotune.preflight import Preflight, preflight
-from autotune.results import TrialFacts, front, records
+from autotune.results import TrialFacts, front
 from autotune.sampler import make_sampler
 from autotune.storage import make_storage
 from autotune.vllm_info import check_flags
@@ -266,51 +265,3 @@ def run_study(
     run_trials(study, cfg, pre, requests, on_phase=on_phase, on_trial=on_trial)
     return study
 
-
-
-
-def confirm_plan(study: optuna.Study, numbers: list[int], repeats: int) -> list[int]:
-    """The confirm phase's boots still to run, interleaved (A B C A B C ...): `repeats` more
-    measurements of each trial in `numbers` (the baseline and the finalists), less the repeats
-    already measured (so the same command resumes it)."""
-    done = Counter(r.facts.repeat_of for r in records(study)
-                   if r.facts.repeat_of is not None and r.measured)
-    need = {n: max(repeats - done[n], 0) for n in numbers}
-    return [n for i in range(repeats) for n in numbers if need[n] > i]
-
-
-def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: list[Any],
-                plan: list[int], *, on_phase: PhaseHook | None = None,
-                on_trial: TrialHook | None = None) -> int:
-    """Boot each trial of `plan` again with its own flags, in that order, as new trials of the
-    study (`repeat_of`). They are created directly, not through the queue, so configs still
-    waiting there (starts a study did not reach) cannot slip in between."""
-    objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase)
-    for num in plan:
-        # what Study.ask does, less popping the queue
-        trial_id = study._storage.create_new_trial(study._study_id)
-        trial = optuna.Trial(study, trial_id)
-        trial.set_user_attr("repeat_of", num)
-        try:
-            values = objective(trial)
-        except BaseException:
-            study.tell(trial, state=TrialState.FAIL)
-            raise
-        frozen = study.tell(trial, values)
-        if on_trial is not None:
-            on_trial(study, frozen)
-    return len(plan)
-
-
-def confirm_samples(study: optuna.Study, metric: str) -> dict[int, list[float]]:
-    """Each repeated trial's measurements of `metric`: its own and its repeats'."""
-    recs = {r.number: r for r in records(study)}
-    out: dict[int, list[float]] = {}
-    for r in recs.values():
-        src = r.facts.repeat_of
-        if src is not None and r.measured and metric in r.metrics:
-            first = recs[src]
-            if src not in out and first.measured and metric in first.metrics:
-                out[src] = [float(first.metrics[metric])]
-            out.setdefault(src, []).append(float(r.metrics[metric]))
-    return out

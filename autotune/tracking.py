@@ -25,6 +25,7 @@ from optuna.trial import FrozenTrial
 
 from autotune import __version__
 from autotune.config import StudyConfig
+from autotune.confirm import ConfirmResult
 from autotune.results import baseline, deltas, front_numbers, metric_deltas, records
 
 # the per-point quantities of a capacity curve logged as metric histories
@@ -172,6 +173,8 @@ class Tracker:
             tags["autotune.cause"] = rec.cause[:5000]
         if facts.reused_from is not None:
             tags["autotune.reused_from"] = str(facts.reused_from)
+        if facts.repeat_of is not None:
+            tags["autotune.repeat_of"] = str(facts.repeat_of)
         run = self.client.create_run(self.experiment_id, run_name=f"trial-{trial.number:04d}",
                                      tags=tags, start_time=_ms(rec.started))
         rid = run.info.run_id
@@ -265,6 +268,32 @@ class Tracker:
             Metric("pareto_size", float(len(front)), ts, n),
             Metric("infeasible_trials", float(sum(not r.measured for r in recs)), ts, n),
         ])
+
+    # -- the confirm phase ----------------------------------------------------------------------
+    def log_confirm(self, res: ConfirmResult) -> None:
+        self._guard("log the confirm phase", self._log_confirm, res)
+
+    def _log_confirm(self, res: ConfirmResult) -> None:
+        from mlflow.entities import Metric, RunTag
+
+        from autotune import plots
+
+        if self.parent_id is None:
+            raise RuntimeError("the study's parent run was not created")
+        ts = int(time.time() * 1000)
+        metrics = [Metric("confirm_noise_floor", res.noise_floor, ts, 0)]
+        for num, row in res.configs.items():
+            for k in ("median", "ci_low", "ci_high", "gain", "gain_low", "gain_high"):
+                if k in row:
+                    metrics.append(Metric(f"confirm_trial_{num}_{k}", float(row[k]), ts, 0))
+        tags = [RunTag("autotune.recommended", str(res.recommended))] \
+            if res.recommended is not None else []
+        self.client.log_batch(self.parent_id, metrics=metrics, tags=tags)
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp)
+            (d / "confirm.json").write_text(json.dumps(res.to_json(), indent=2) + "\n")
+            plots.confirm_png(res, d / "confirm.png")
+            self.client.log_artifacts(self.parent_id, str(d), artifact_path="confirm")
 
     def finish(self) -> None:
         if self.parent_id is not None:

@@ -6,13 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import optuna
 from rich.table import Table
 
 from autotune.cli._options import choice, load_cfg, study_options
 from autotune.cli.study import print_tables
+from autotune.config import StudyConfig
 from autotune.errors import StudyError
 from autotune.export import Preference
-from autotune.present import console, out, trial_progress, trials_table
+from autotune.present import console, out, trials_table
+from autotune.results import TrialRecord
 
 
 @click.command()
@@ -32,13 +35,13 @@ def trials(config_path: Path, study_name: str | None, storage: str | None) -> No
 @study_options
 def pareto(config_path: Path, study_name: str | None, storage: str | None) -> None:
     """Table of the feasible Pareto front."""
-    from autotune.results import front
+    from autotune.results import front, records
     from autotune.study import open_study
 
     cfg = load_cfg(config_path, study_name, storage)
     st = open_study(cfg, create=False)
     out.print(trials_table(front(st), cfg.metric_names(), title="Pareto front (feasible)",
-                           extra=cfg.profile_metrics()))
+                           extra=cfg.profile_metrics(), all_recs=records(st)))
 
 
 @click.command("export")
@@ -49,8 +52,11 @@ def pareto(config_path: Path, study_name: str | None, storage: str | None) -> No
 @click.option("--trial", "trial_number", type=int, help="Export this trial instead.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Where to write vllm-config.yaml (default: the study's folder).")
-@click.option("--validate", is_flag=True, help="Boot the chosen config again and re-measure "
-              "(a capacity study searches its capacity again).")
+@click.option("--validate", is_flag=True, help="Boot the baseline and the chosen config again, "
+              "interleaved, and re-measure (a capacity study searches each capacity again).")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --validate: boots of each, interleaved; from 2 the gain gets an "
+                   "interval and the study's figure is checked against it.")
 @click.option("--target-load", type=click.FloatRange(min=0, min_open=True),
               help="Requests/s to serve in all: prints the replicas and GPUs it takes "
                    "(capacity studies).")
@@ -61,12 +67,11 @@ def pareto(config_path: Path, study_name: str | None, storage: str | None) -> No
               help="Container image of the Deployment.")
 def export_cmd(config_path: Path, study_name: str | None, storage: str | None, prefer: str,
                max_tpot_ms: float | None, trial_number: int | None, out_dir: Path | None,
-               validate: bool, target_load: float | None, k8s_path: Path | None,
-               image: str) -> None:
+               validate: bool, repeats: int, target_load: float | None,
+               k8s_path: Path | None, image: str) -> None:
     """Print the chosen configuration's `vllm serve` command, config file and bench command;
     for a capacity study, what one replica sustains and what a target load takes."""
     from autotune.export import choose, export, find_trial
-    from autotune.export import validate as do_validate
     from autotune.study import open_study
 
     cfg = load_cfg(config_path, study_name, storage)
@@ -76,6 +81,16 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
     res = export(cfg, trial, out_dir or cfg.study_dir() / "export")
     vals = ", ".join(f"{k} {v:,.2f}" for k, v in res["values"].items())
     console.print(f"trial {trial.number} ({vals})", highlight=False)
+    from autotune.confirm import boots, config_gains
+    from autotune.present import gain_text
+    from autotune.results import records as all_records
+
+    recs = all_records(st)
+    gains = config_gains(recs, cfg.metric_names()).get(trial.number, {})
+    if gains and not trial.baseline:
+        n = boots(recs).get(trial.number, 1)
+        console.print("vs vLLM's defaults: " + "; ".join(
+            f"{m} {gain_text(g, n)}" for m, g in gains.items()), highlight=False)
     if cfg.profiles:  # a suite: each profile's values and change against the baseline
         from autotune.results import baseline, metric_deltas, records
 
@@ -108,28 +123,55 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
         k8s_path.write_text(k8s_deployment(cfg, trial, (size.replicas if size else None) or 1,
                                            image))
         console.print(f"Kubernetes Deployment: {k8s_path}", highlight=False)
-    if validate and cfg.capacity is not None:
-        from autotune.export import validate_capacity
+    if validate:
+        print_validation(cfg, st, trial, repeats)
 
-        with trial_progress("validate", 0) as tp:
-            cv = validate_capacity(cfg, trial, on_phase=tp.phase)
-        rerun = cv.rerun.capacity
-        change = (rerun - cv.study_capacity) / cv.study_capacity * 100 if cv.study_capacity \
-            else 0.0
-        out.print(f"capacity: study {cv.study_capacity:g}, re-run {rerun:g} ({change:+.1f}%; "
-                  f"{len(cv.rerun.points)} load points, tolerance "
-                  f"{cfg.capacity.tolerance:.0%}); files in {cv.run_dir}", highlight=False)
-    elif validate:
-        with trial_progress("validate", cfg.profile.num_prompts) as tp:
-            v = do_validate(cfg, trial, on_phase=tp.phase, on_request=tp.request_done)
-        t = Table(title="validation", header_style="bold")
-        for col, justify in (("metric", "left"), ("study", "right"), ("re-run", "right"),
-                             ("change", "right")):
-            t.add_column(col, justify=justify)  # type: ignore[arg-type]
-        for metric, before, after in v.rows:
-            t.add_row(metric, f"{before:,.2f}", f"{after:,.2f}",
-                      f"{(after - before) / before * 100:+.1f}%" if before else "-")
-        out.print(t)
+
+def print_validation(cfg: StudyConfig, st: optuna.Study, trial: TrialRecord,
+                     repeats: int) -> None:
+    """`export --validate`: the baseline and the chosen config booted again, interleaved."""
+    from autotune.cli._options import make_tracker
+    from autotune.cli.study import tracked
+    from autotune.datasets import build_requests
+    from autotune.export import validate
+    from autotune.preflight import preflight
+    from autotune.present import gain_text
+    from autotune.study import completed
+
+    pre = preflight(cfg)
+    requests = build_requests(cfg.profile, cfg.server.tokenizer_dir,
+                              cfg.server.args.get("max_model_len"))
+    tracker = make_tracker(cfg, None, False)
+    if tracker is not None:
+        from autotune.cli._options import study_extra
+
+        tracker.start(st, study_extra(cfg, pre, requests))
+    done = len(completed(st))
+    console.print(f"validate: the baseline and trial {trial.number}, {repeats} boot(s) each, "
+                  "interleaved", highlight=False)
+    with tracked(cfg, tracker, done + 2 * repeats, done) as (view, on_trial):
+        v = validate(st, cfg, pre, requests, trial, repeats, on_phase=view.on_phase,
+                     on_trial=on_trial)
+    t = Table(title=f"validation (trials {', '.join(map(str, v.boots))})", header_style="bold")
+    for col, justify in (("metric", "left"), ("study", "right"), ("re-run median", "right"),
+                         ("change", "right")):
+        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for metric, before, after in v.rows:
+        t.add_row(metric, f"{before:,.2f}", f"{after:,.2f}",
+                  f"{(after - before) / before * 100:+.1f}%" if before else "-")
+    out.print(t)
+    said = gain_text(v.study_gain, v.study_boots)
+    out.print(f"{v.metric} vs defaults: the study said {said}; the re-runs say "
+              f"{gain_text(v.gain, repeats)}", highlight=False, soft_wrap=True)
+    if v.inside is None:
+        out.print("(one re-run each: --repeats 2 or more gives the re-runs' gain an interval "
+                  "and checks the study's figure against it)", highlight=False)
+    else:
+        out.print("the study's gain lies " + ("inside" if v.inside else "OUTSIDE")
+                  + " the re-runs' 95% interval", highlight=False)
+    if cfg.capacity is not None:
+        console.print(f"each re-run searched its capacity anew (tolerance "
+                      f"{cfg.capacity.tolerance:.0%})", highlight=False)
 
 
 COMMANDS = [trials, pareto, export_cmd]

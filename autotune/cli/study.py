@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import optuna
 from optuna.trial import FrozenTrial
-from rich.table import Table
 
 from autotune.cli._options import (
     load_cfg,
@@ -25,14 +26,82 @@ from autotune.errors import ConfigError
 from autotune.present import StudyView, console, out, trials_table
 from autotune.results import front, records
 
+if TYPE_CHECKING:
+    from autotune.confirm import ConfirmResult
+    from autotune.tracking import Tracker
+
+TrialHook = Callable[[optuna.Study, FrozenTrial], None]
+
 
 def print_tables(st: optuna.Study, cfg: StudyConfig) -> None:
     """Every trial, then the feasible Pareto front."""
     metrics = cfg.metric_names()
-    out.print(trials_table(records(st), metrics, title=f"study {cfg.name}",
+    recs = records(st)
+    out.print(trials_table(recs, metrics, title=f"study {cfg.name}",
                            extra=cfg.profile_metrics()))
     out.print(trials_table(front(st), metrics, title="Pareto front (feasible)",
-                           extra=cfg.profile_metrics()))
+                           extra=cfg.profile_metrics(), all_recs=recs))
+
+
+@contextmanager
+def tracked(cfg: StudyConfig, tracker: Tracker | None, total: int, done: int, *,
+            log_trials: bool = True, front_every: int = 0, backfill: bool = False
+            ) -> Iterator[tuple[StudyView, TrialHook]]:
+    """The progress view and the trial hook every study command shares: each finished trial
+    is printed and logged to MLflow (unless workers log their own), the front refreshed every
+    `front_every` trials; on the way out (success or not) the front is logged and the study's
+    run closed, after logging whatever workers could not (`backfill`)."""
+    with StudyView(total, done, cfg.metric_names()) as view:
+
+        def on_trial(st: optuna.Study, trial: FrozenTrial) -> None:
+            view.on_trial(st, trial)
+            if tracker is not None:
+                if log_trials:
+                    tracker.log_trial(st, trial)
+                if front_every and trial.number % front_every == front_every - 1:
+                    tracker.log_front(st)
+
+        try:
+            yield view, on_trial
+        finally:
+            if tracker is not None and tracker.parent_id is not None:
+                from autotune.study import open_study
+
+                final = open_study(cfg, create=False)
+                if backfill:
+                    for t in final.get_trials(deepcopy=False):
+                        if t.state.is_finished():
+                            tracker.log_trial(final, t)
+                tracker.log_front(final)
+                tracker.finish()
+
+
+def confirm_phase(st: optuna.Study, cfg: StudyConfig, pre: Any, requests: list[Any],
+                  top: int, repeats: int, on_trial: TrialHook, view: StudyView,
+                  tracker: Tracker | None) -> ConfirmResult:
+    """Run (or resume) the confirm phase in `view`; log its result to the study's run."""
+    from autotune.confirm import run_confirm
+
+    def on_plan(base: int, numbers: list[int], plan: list[int]) -> None:
+        view.progress.update(view.task, total=view.progress.tasks[0].completed + len(plan))
+        console.print(f"confirm: baseline (trial {base}) and finalists "
+                      f"{', '.join(map(str, numbers))}, {repeats} more boots each, "
+                      f"interleaved; {len(plan)} to run", highlight=False)
+
+    res = run_confirm(st, cfg, pre, requests, top, repeats, on_phase=view.on_phase,
+                      on_trial=on_trial, on_plan=on_plan)
+    if tracker is not None:
+        tracker.log_confirm(res)
+    return res
+
+
+def print_confirm(res: ConfirmResult, cfg: StudyConfig) -> None:
+    from autotune.present import confirm_lines, confirm_table
+
+    out.print(confirm_table(res))
+    for line in confirm_lines(res):
+        out.print(line, highlight=False)
+    console.print(f"written to {cfg.study_dir() / 'confirm.json'}", highlight=False)
 
 
 @click.command()
@@ -56,10 +125,15 @@ def print_tables(st: optuna.Study, cfg: StudyConfig) -> None:
 @click.option("--gpus-per-trial", type=click.IntRange(min=0),
               help="GPUs each trial's server gets (default: 1 with GPUs, 0 on CPU); above 1, "
                    "trials run tensor-parallel unless the config sets a parallel size.")
+@click.option("--confirm/--no-confirm", "confirm_flag", default=None,
+              help="End with the confirm phase (the front's top configs and the baseline "
+                   "booted again, interleaved) or not; default: confirm.when in the config "
+                   "(auto: when trials take minutes).")
 def study(config_path: Path, study_name: str | None, storage: str | None, n_trials: int | None,
           timeout_s: float | None, sampler: str | None, search_space: str | None,
           seed: int | None, tracking_uri: str | None, no_mlflow: bool, front_every: int,
-          workers: int, gpus_per_trial: int | None, warm_from: str | None) -> None:
+          workers: int, gpus_per_trial: int | None, warm_from: str | None,
+          confirm_flag: bool | None) -> None:
     """Run (or resume) a multi-objective study over vLLM's flags."""
     from autotune.preflight import preflight
     from autotune.search_space import load_search_space
@@ -93,46 +167,37 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
                   f"done; storage {cfg.storage_url()}", highlight=False)
     tracker = make_tracker(cfg, tracking_uri, no_mlflow)
 
+    got: list[Any] = []
+
     def on_start(st: optuna.Study, requests: list[Any]) -> None:
+        got.append(requests)
         if tracker is not None:
             tracker.start(st, study_extra(cfg, pre, requests))
 
-    with StudyView(cfg.n_trials, done, cfg.metric_names()) as view:
-
-        def on_trial(st: optuna.Study, trial: FrozenTrial) -> None:
-            view.on_trial(st, trial)
-            if tracker is not None:
-                if envs is None:  # workers log their own trials
-                    tracker.log_trial(st, trial)
-                if front_every and trial.number % front_every == front_every - 1:
-                    tracker.log_front(st)
-
-        try:
-            if envs is None:
-                st = run_study(cfg, on_phase=view.on_phase, on_trial=on_trial, pre=pre,
-                               on_start=on_start)
-            else:
-                st = run_pool(
-                    cfg, pre, envs, gpus_per_trial or 0,
-                    tracker.uri if tracker is not None else None, on_start=on_start,
-                    on_trial=on_trial,
-                    on_running=lambda running: view.on_running(running_text(running)),
-                    on_pool=lambda pool: console.print(
-                        f"{len(envs)} workers: " + "; ".join(
-                            f"{i}: {' '.join(f'{k}={v}' for k, v in e.items())}"
-                            for i, e in enumerate(envs)) + f"; logs in {pool.log_dir}",
-                        highlight=False))
-        finally:
-            if tracker is not None and tracker.parent_id is not None:
-                final = open_study(cfg, create=False)
-                if envs is not None:  # whatever a worker could not log
-                    for t in final.get_trials(deepcopy=False):
-                        if t.state.is_finished():
-                            tracker.log_trial(final, t)
-                tracker.log_front(final)
-                tracker.finish()
+    with tracked(cfg, tracker, cfg.n_trials, done, log_trials=envs is None,
+                 front_every=front_every, backfill=envs is not None) as (view, on_trial):
+        if envs is None:
+            st = run_study(cfg, on_phase=view.on_phase, on_trial=on_trial, pre=pre,
+                           on_start=on_start)
+        else:
+            st = run_pool(
+                cfg, pre, envs, gpus_per_trial or 0,
+                tracker.uri if tracker is not None else None, on_start=on_start,
+                on_trial=on_trial,
+                on_running=lambda running: view.on_running(running_text(running)),
+                on_pool=lambda pool: console.print(
+                    f"{len(envs)} workers: " + "; ".join(
+                        f"{i}: {' '.join(f'{k}={v}' for k, v in e.items())}"
+                        for i, e in enumerate(envs)) + f"; logs in {pool.log_dir}",
+                    highlight=False))
+        held = len(completed(st))
+        res, note = confirm_or_say(st, cfg, pre, got, confirm_flag, held, envs is not None,
+                                   view, on_trial, tracker, config_path)
     print_tables(st, cfg)
-    held = len(completed(st))
+    if res is not None:
+        print_confirm(res, cfg)
+    if note:
+        console.print(note, highlight=False)
     if cfg.timeout_s and held < cfg.n_trials:
         console.print(f"stopped for --timeout {cfg.timeout_s:g} s: the next trial would have "
                       f"ended after it. {held} of {cfg.n_trials} trials done; the same command "
@@ -218,103 +283,66 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
                   f"{len(completed(st))} of {cfg.n_trials}", highlight=False)
 
 
+def confirm_or_say(st: optuna.Study, cfg: StudyConfig, pre: Any, got: list[Any],
+                   flag: bool | None, held: int, pooled: bool, view: StudyView,
+                   on_trial: TrialHook, tracker: Tracker | None, config_path: Path
+                   ) -> tuple[ConfirmResult | None, str]:
+    """The study's confirm phase when it is wanted and the study is complete; otherwise a note
+    saying plainly that every gain printed is one measurement."""
+    from autotune.confirm import wanted
+
+    on, why = wanted(cfg, st, flag)
+    if on and held >= cfg.n_trials and not pooled and got:
+        console.print(f"confirm phase ({why})", highlight=False)
+        try:
+            return confirm_phase(st, cfg, pre, got[0], cfg.confirm.top, cfg.confirm.repeats,
+                                 on_trial, view, tracker), ""
+        except ConfigError as e:  # nothing to confirm: no baseline, or a front of defaults
+            return None, f"no confirm phase: {e}"
+    how = f"`autotune confirm --config {config_path}`"
+    if on and pooled:
+        how += " (its boots run one at a time, not in the workers)"
+    if on:
+        why += "; the study is not complete" if held < cfg.n_trials else "; workers ran it"
+    return None, (f"No confirm phase ({why}): "
+                  "every gain above is one measurement of each config, and a difference "
+                  "smaller than the boot-to-boot noise means nothing (docs/noise.md). "
+                  f"{how} boots the best configs and the baseline again and gives each gain "
+                  "an interval.")
+
+
 @click.command()
 @study_options
-@click.option("--top", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Finalists: the front's best configs by the first objective.")
-@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
-              help="More boots of each finalist and of the baseline, interleaved.")
+@click.option("--top", type=click.IntRange(min=1), help="Finalists: the front's best configs "
+              "by the first objective (default: confirm.top, 2).")
+@click.option("--repeats", type=click.IntRange(min=1), help="More boots of each finalist and "
+              "of the baseline, interleaved (default: confirm.repeats, 3).")
 @click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlruns/mlflow.db).")
 @click.option("--no-mlflow", is_flag=True, help="Do not log to MLflow.")
-def confirm(config_path: Path, study_name: str | None, storage: str | None, top: int,
-            repeats: int, tracking_uri: str | None, no_mlflow: bool) -> None:
+def confirm(config_path: Path, study_name: str | None, storage: str | None, top: int | None,
+            repeats: int | None, tracking_uri: str | None, no_mlflow: bool) -> None:
     """The confirm phase: boot the front's top configs and the baseline again, interleaved, on
     the same requests; report each gain with its bootstrap interval and the noise floor, and
     recommend on the lower confidence bound (resumable: the same command goes on)."""
-    import json
-
+    from autotune.confirm import finalists
     from autotune.datasets import build_requests
     from autotune.preflight import preflight
-    from autotune.results import baseline
-    from autotune.stats import gain_ci, median_ci, pick, rel_sd
-    from autotune.study import confirm_plan, confirm_samples, open_study, run_repeats
+    from autotune.study import completed, open_study
 
     cfg = load_cfg(config_path, study_name, storage)
     st = open_study(cfg, create=False)
-    recs = records(st)
-    base = baseline(recs)
-    if base is None or not base.measured:
-        raise ConfigError("confirm: the study has no measured baseline trial to compare with")
-    metric = cfg.metric_names()[0]
-    maximize = cfg.objectives[0].direction == "maximize"
-    seen: set[str] = {str(base.facts.flags_key)}
-    finalists = []
-    for r in sorted(front(st), key=lambda r: r.values.get(metric, 0.0), reverse=maximize):
-        if r.facts.repeat_of is None and str(r.facts.flags_key) not in seen:
-            seen.add(str(r.facts.flags_key))
-            finalists.append(r.number)
-    finalists = finalists[:top]
-    if not finalists:
-        raise ConfigError("confirm: the front holds no config other than the baseline")
-    plan = confirm_plan(st, [base.number, *finalists], repeats)
-    console.print(f"confirm: baseline (trial {base.number}) and finalists "
-                  f"{', '.join(map(str, finalists))}, {repeats} more boots each, interleaved; "
-                  f"{len(plan)} to run", highlight=False)
-    if plan:
-        pre = preflight(cfg)
-        requests = build_requests(cfg.profile, cfg.server.tokenizer_dir,
-                                  cfg.server.args.get("max_model_len"))
-        tracker = make_tracker(cfg, tracking_uri, no_mlflow)
-        if tracker is not None:
-            tracker.start(st, study_extra(cfg, pre, requests))
-        with StudyView(len(plan), 0, cfg.metric_names()) as view:
-            def on_trial(s: optuna.Study, trial: FrozenTrial) -> None:
-                view.on_trial(s, trial)
-                if tracker is not None:
-                    tracker.log_trial(s, trial)
-
-            try:
-                run_repeats(st, cfg, pre, requests, plan, on_phase=view.on_phase,
-                            on_trial=on_trial)
-            finally:
-                if tracker is not None and tracker.parent_id is not None:
-                    tracker.log_front(open_study(cfg, create=False))
-                    tracker.finish()
-    samples = confirm_samples(st, metric)
-    base_s = samples.get(base.number, [])
-    floor = rel_sd(base_s)
-    t = Table(title=f"confirm: {metric} (noise floor {floor:.1%}, the baseline's relative sd)",
-              header_style="bold")
-    for col in ("trial", "boots", "median [95% CI]", "gain vs defaults"):
-        t.add_column(col, justify="right")
-    result: dict[str, Any] = {"metric": metric, "noise_floor": floor, "repeats": repeats,
-                              "configs": {}}
-    for num in [base.number, *finalists]:
-        vals = samples.get(num, [])
-        if not vals:
-            continue
-        med, lo, hi = median_ci(vals)
-        g = gain_ci(vals, base_s) if num != base.number else None
-        t.add_row(str(num) + (" (base)" if num == base.number else ""), str(len(vals)),
-                  f"{med:,.2f} [{lo:,.2f}, {hi:,.2f}]", "" if g is None else g.text())
-        result["configs"][str(num)] = {"values": vals, "median": med, "ci_low": lo, "ci_high": hi,
-                                       **({} if g is None else {"gain": g.gain,
-                                                                 "gain_low": g.low,
-                                                                 "gain_high": g.high,
-                                                                 "significant": g.significant})}
-    out.print(t)
-    cands = {str(k): samples[k] for k in finalists if len(samples.get(k, [])) > 1}
-    if cands:
-        best = pick(cands, "lower_bound", maximize)
-        point = pick(cands, "point", maximize)
-        result.update(recommended=int(best), by_point_estimate=int(point))
-        out.print(f"recommended (best lower confidence bound): trial {best}"
-                  + ("" if best == point else f"; the point estimate would pick {point}"),
-                  highlight=False)
-    path = cfg.study_dir() / "confirm.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    console.print(f"written to {path}", highlight=False)
+    finalists(st, cfg, 1)  # one clear error before any boot: no baseline, nothing to confirm
+    pre = preflight(cfg)
+    requests = build_requests(cfg.profile, cfg.server.tokenizer_dir,
+                              cfg.server.args.get("max_model_len"))
+    tracker = make_tracker(cfg, tracking_uri, no_mlflow)
+    if tracker is not None:
+        tracker.start(st, study_extra(cfg, pre, requests))
+    done = len(completed(st))
+    with tracked(cfg, tracker, done, done) as (view, on_trial):
+        res = confirm_phase(st, cfg, pre, requests, top or cfg.confirm.top,
+                            repeats or cfg.confirm.repeats, on_trial, view, tracker)
+    print_confirm(res, cfg)
 
 
 COMMANDS = [confirm, study, create_study, worker]

@@ -51,6 +51,7 @@ def study_file(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
         "sampler": {"name": "random", "seed": 3},
         "slos": [{"metric": "p99_ttft_ms", "max": 60000}],
         "n_trials": 5,
+        "confirm": {"top": 1, "repeats": 1},
         "workdir": str(d / "mlruns"),
     }
     path = d / "study.yaml"
@@ -274,3 +275,39 @@ def test_baseline_that_cannot_boot_stops_the_study(tiny_model: Path, tmp_path: P
                            storage=load_study_config(tmp_path / "s.yaml").storage_url())
     (t,) = st.get_trials()
     assert t.user_attrs["baseline"] and t.user_attrs["fatal"] and t.user_attrs["failure"]
+
+
+def test_confirm_phase_and_validate_boot_interleaved_repeats(
+        study_file: Path, first_run: subprocess.CompletedProcess[str]) -> None:
+    """`study --confirm` on a complete study runs only its confirm phase: the baseline and the
+    best config booted again, in that order, as repeat trials; every view then pools each
+    config's boots into a median with an interval. `export --validate` boots the baseline and
+    the chosen config again, interleaved, and compares the re-runs' gain with the study's."""
+    import json
+
+    assert first_run.returncode == 0
+    before = len(load(study_file).get_trials())
+    p = autotune("study", "--config", str(study_file), "--confirm")
+    assert p.returncode == 0, p.stderr[-3000:]
+    st = load(study_file)
+    new = st.get_trials()[before:]
+    assert len(new) == 2 and new[0].user_attrs["repeat_of"] == 0
+    best = new[1].user_attrs["repeat_of"]
+    assert best != 0 and new[1].user_attrs["flags"] == st.trials[best].user_attrs["flags"]
+    assert "confirm phase (--confirm)" in p.stderr.replace("\n", " ")
+    c = load_study_config(study_file)
+    res = json.loads((c.study_dir() / "confirm.json").read_text())
+    assert res["baseline"] == 0 and sorted(res["configs"]) == sorted(["0", str(best)])
+    assert all(len(v["values"]) == 2 for v in res["configs"].values())
+    assert res["configs"][str(best)]["ci_low"] <= res["configs"][str(best)]["median"]
+    text = " ".join(p.stdout.split())
+    assert "noise floor" in text and "2 boots" in text and "%, one measurement" in text
+    assert f"trial {best}: first pass" in text
+
+    v = autotune("export", "--config", str(study_file), "--trial", str(best), "--validate")
+    assert v.returncode == 0, v.stderr[-3000:]
+    after = load(study_file).get_trials()[before + 2:]
+    assert [t.user_attrs["repeat_of"] for t in after] == [0, best]
+    out = " ".join(v.stdout.split())
+    assert "the study said" in out and "2 boots; the re-runs say" in out
+    assert "%, one measurement" in out and "--repeats 2 or more" in out

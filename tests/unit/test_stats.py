@@ -66,8 +66,8 @@ def test_the_confirm_phase_repeats_flags_interleaved(tmp_path, monkeypatch) -> N
     import optuna
 
     from autotune import objective as objective_mod
+    from autotune.confirm import confirm_plan, confirm_samples, run_repeats
     from autotune.objective import Objective
-    from autotune.study import confirm_plan, confirm_samples, run_repeats
     from tests.fakes import fake_bench
     from tests.unit.test_objective import SPACE, cfg
 

@@ -1,0 +1,100 @@
+"""The confirm phase's readers: gains pooled over every boot of a config, when the study
+confirms by itself, and the "too short to measure" rule."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from autotune.bench import MIN_PER_SLOT, too_short
+from autotune.confirm import boots, config_gains, wanted
+from autotune.metrics import RequestRecord, steady_share
+from autotune.present import gain_text
+from autotune.results import Status, TrialFacts, TrialRecord
+
+
+def rec(number: int, value: float, key: str, base: bool = False,
+        repeat_of: int | None = None) -> TrialRecord:
+    facts = TrialFacts(flags_key=key, baseline=base or None, repeat_of=repeat_of,
+                       metrics={"total_token_throughput": value},
+                       timings={"total_s": 30.0})
+    return TrialRecord(number, Status.OK, facts, {}, {"total_token_throughput": value})
+
+
+M = ["total_token_throughput"]
+
+
+def test_a_gain_is_one_measurement_until_repeats_exist() -> None:
+    recs = [rec(0, 100.0, "base", base=True), rec(1, 150.0, "a")]
+    g = config_gains(recs, M)[1]["total_token_throughput"]
+    assert g.gain == pytest.approx(0.5) and g.n == 1
+    assert gain_text(g, boots(recs)[1]) == "+50.0%, one measurement"
+
+
+def test_repeats_pool_by_served_flags_into_an_interval() -> None:
+    recs = [rec(0, 100.0, "base", base=True), rec(1, 150.0, "a"), rec(2, 90.0, "b"),
+            rec(3, 102.0, "base", repeat_of=0), rec(4, 148.0, "a", repeat_of=1),
+            rec(5, 98.0, "base", repeat_of=0), rec(6, 152.0, "a", repeat_of=1)]
+    gains = config_gains(recs, M)
+    g = gains[1]["total_token_throughput"]
+    assert g is gains[4]["total_token_throughput"]  # the repeat reads the same pooled gain
+    assert g.n == 3 and g.n_base == 3 and g.gain == pytest.approx(0.5)
+    assert g.low <= 0.5 <= g.high and g.significant
+    assert gain_text(g, boots(recs)[1]) == f"{g.text()}, 3 boots"
+    assert gain_text(gains[2]["total_token_throughput"], 1).endswith("one measurement")
+
+
+def test_a_gain_inside_the_noise_reads_no_significant_change() -> None:
+    recs = [rec(0, 100.0, "base", base=True), rec(1, 104.0, "a"),
+            rec(2, 80.0, "base", repeat_of=0), rec(3, 96.0, "a", repeat_of=1),
+            rec(4, 120.0, "base", repeat_of=0), rec(5, 112.0, "a", repeat_of=1)]
+    g = config_gains(recs, M)[1]["total_token_throughput"]
+    assert not g.significant and gain_text(g, 3).startswith("no significant change (")
+
+
+def _cfg(when: str = "auto", min_s: float = 120.0) -> Any:
+    return SimpleNamespace(confirm=SimpleNamespace(when=when, auto_min_trial_s=min_s))
+
+
+@pytest.mark.parametrize(("flag", "when", "min_s", "on"), [
+    (None, "auto", 120.0, False),  # trials of 30 s: the demo confirms only with --confirm
+    (None, "auto", 20.0, True),  # trials that take longer than the threshold confirm
+    (True, "never", 120.0, True),  # --confirm wins
+    (False, "always", 120.0, False),  # --no-confirm wins
+    (None, "always", 120.0, True),
+])
+def test_when_a_study_confirms(monkeypatch: pytest.MonkeyPatch, flag: bool | None, when: str,
+                               min_s: float, on: bool) -> None:
+    from autotune import confirm
+
+    monkeypatch.setattr(confirm, "records", lambda _st: [rec(0, 1.0, "b", base=True),
+                                                          rec(1, 2.0, "a")])
+    got, why = wanted(_cfg(when, min_s), None, flag)  # type: ignore[arg-type]
+    assert got is on and why
+
+
+def closed_loop(n: int, conc: int, each: float = 1.0) -> list[RequestRecord]:
+    """`n` requests at concurrency `conc`, each taking `each` seconds: waves of `conc`."""
+    return [RequestRecord(i, (i // conc) * each, 8, 8, (i // conc) * each + 0.1,
+                          (i // conc + 1) * each) for i in range(n)]
+
+
+def test_steady_share_of_a_closed_loop() -> None:
+    assert steady_share(closed_loop(64, 16), 16, 4.0) == pytest.approx(1.0)
+    # half the slots idle for the last second of four
+    recs = closed_loop(48, 16) + [RequestRecord(100 + i, 3.0, 8, 8, 3.1, 4.0) for i in range(8)]
+    assert steady_share(recs, 16, 4.0) == pytest.approx(0.75)
+
+
+def test_too_short_names_the_reason_and_the_fix() -> None:
+    assert too_short(closed_loop(64, 16), 16, 4.0) is None
+    one_wave = too_short(closed_loop(16, 16), 16, 1.0)
+    assert one_wave is not None and "1.0 requests per concurrency slot" in one_wave
+    assert f"num_prompts to at least {int(MIN_PER_SLOT * 16)}" in one_wave
+    assert too_short(closed_loop(16, 16), None, 1.0) is None  # open loop: no slots
+    # a long drain: every slot busy for two seconds of eight (one request runs on alone)
+    drain = closed_loop(32, 16) + [RequestRecord(100, 2.0, 8, 8, 2.1, 8.0)]
+    why = too_short(drain, 16, 8.0)
+    assert why is not None and "busy for only" in why
