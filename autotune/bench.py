@@ -21,7 +21,7 @@ from autotune.capacity import CURVE_METRICS, CapacityResult, LoadPoint, point_se
 from autotune.command import serve_argv
 from autotune.config import ServerConfig
 from autotune.datasets import Request, build_requests, load_tokenizer, sample_requests
-from autotune.errors import AutotuneError, LoadError, ServerBootError
+from autotune.errors import AutotuneError, LoadError, MeasurementWarning, ServerBootError
 from autotune.load import LoadSettings, resolve_processes, run_load
 from autotune.metrics import BenchMetrics, RequestRecord, compute_metrics, steady_share
 from autotune.process import free_port
@@ -184,11 +184,11 @@ def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Re
     if busy > CLIENT_BUSY:
         warnings.warn(f"the load generator used {busy:.0%} of a CPU core: it may have limited "
                       "the server, and its latencies lag (profile.client_processes was "
-                      f"{settings.processes}: raise it)", stacklevel=2)
+                      f"{settings.processes}: raise it)", MeasurementWarning, stacklevel=2)
     short = too_short(result.records, None if settings.request_rate not in (None, float("inf"))
                       else conc, result.duration_s) if check_length else None
     if short:
-        warnings.warn(short, stacklevel=2)
+        warnings.warn(short, MeasurementWarning, stacklevel=2)
     return Point(metrics, result.records, result.server_stats, settings)
 
 

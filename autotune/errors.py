@@ -97,3 +97,8 @@ class TrialError(StudyError):
                          "(--debug shows the traceback)")
         self.number = number
         self.log_path = log_path
+
+
+class MeasurementWarning(UserWarning):
+    """A measurement to read with care (too short, a saturated load generator): shown, and kept
+    with the trial that gave it."""

@@ -11,6 +11,7 @@ else raised inside a trial is recorded on it and stops the study (TrialError).
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,7 +23,13 @@ from optuna.trial import TrialState
 from autotune.bench import run_bench, run_capacity, run_suite
 from autotune.config import SUITE_PREFIX, StudyConfig, gpus_per_replica, layout_text
 from autotune.datasets import Request
-from autotune.errors import LoadError, ServerBootError, ServerError, TrialError
+from autotune.errors import (
+    LoadError,
+    MeasurementWarning,
+    ServerBootError,
+    ServerError,
+    TrialError,
+)
 from autotune.preboot import refusal
 from autotune.profile import PER_GPU, per_gpu
 from autotune.results import TrialFacts, records, write_facts
@@ -30,6 +37,7 @@ from autotune.results import baseline as baseline_record
 from autotune.search_space import SearchSpace
 from autotune.suite import combine, ratio
 
+_SHOWN: dict[Any, Any] = {}  # the warnings a trial's measurement gave, shown once a process
 BOOT_OK = "boot_ok"
 REQUESTS_OK = "requests_ok"
 CAPACITY_OK = "capacity_ok"  # some load met the SLOs
@@ -123,8 +131,14 @@ class Objective:
                 return self._capacity(trial, flags, gpus, workdir, on_phase)
             if self.cfg.profiles:
                 return self._suite(trial, flags, gpus, workdir, on_phase, baseline)
-            result = run_bench(self.cfg.server, self.cfg.profile, flags, workdir,
-                               requests=self.requests, on_phase=on_phase)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = run_bench(self.cfg.server, self.cfg.profile, flags, workdir,
+                                   requests=self.requests, on_phase=on_phase)
+            caught = [w for w in caught if issubclass(w.category, MeasurementWarning)]
+            for w in caught:  # kept with the trial, and shown once each as they would have been
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
+                                       registry=_SHOWN)
         except KeyboardInterrupt:
             # Optuna marks the trial FAIL and re-raises; the server was stopped on the way out.
             # The next `autotune study` re-enqueues these params (study.requeue_interrupted).
@@ -152,7 +166,8 @@ class Objective:
         write_facts(trial, TrialFacts(
             metrics=metrics, timings=asdict(result.timings), argv=result.argv,
             server_stats=result.server_stats or None, log_path=result.log_path,
-            request_errors=result.metrics.errors or None, cause=cause))
+            request_errors=result.metrics.errors or None, cause=cause,
+            warnings=[str(w.message) for w in caught] or None))
         trial.set_constraint(BOOT_OK, 0.0)
         trial.set_constraint(REQUESTS_OK, float(result.metrics.failed))
         for slo in self.cfg.slos:

@@ -52,6 +52,7 @@ class TrialFacts:
     error: dict[str, str] | None = None  # an unexpected exception: type, message, log
     preboot: str | None = None  # refused without a boot by this rule (autotune.preboot)
     repeat_of: int | None = None  # a confirm-phase repeat of this trial's config
+    warnings: list[str] | None = None  # what the measurement warned (too short, a busy client)
 
     def to_attrs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)

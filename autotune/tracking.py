@@ -175,6 +175,8 @@ class Tracker:
             tags["autotune.reused_from"] = str(facts.reused_from)
         if facts.repeat_of is not None:
             tags["autotune.repeat_of"] = str(facts.repeat_of)
+        if facts.warnings:
+            tags["autotune.warnings"] = " | ".join(facts.warnings)[:5000]
         run = self.client.create_run(self.experiment_id, run_name=f"trial-{trial.number:04d}",
                                      tags=tags, start_time=_ms(rec.started))
         rid = run.info.run_id

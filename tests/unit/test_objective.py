@@ -96,3 +96,26 @@ def test_resumed_study_does_not_replay_random_draws(tmp_path: Path) -> None:
     fresh = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=c.sampler.seed))
     assert a == [SPACE.suggest(fresh.ask()) for _ in range(2)]  # first run: the plain seed
     assert a != b
+
+
+def test_a_measurement_warning_is_kept_with_its_trial(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import warnings
+
+    from autotune.errors import MeasurementWarning
+
+    inner = fake_bench([])
+
+    def warned(*a: Any, **kw: Any) -> Any:
+        warnings.warn("benchmark too short to measure: 1.0 requests per concurrency slot",
+                      MeasurementWarning, stacklevel=2)
+        warnings.warn("some library's own warning", UserWarning, stacklevel=2)
+        return inner(*a, **kw)
+
+    monkeypatch.setattr(objective_mod, "run_bench", warned)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.enqueue_trial({}, user_attrs={"baseline": True})  # booted: no pre-boot refusal
+    with pytest.warns(MeasurementWarning, match="too short"):
+        study.optimize(Objective(cfg(tmp_path), SPACE, [], tmp_path), n_trials=1)
+    assert study.trials[0].user_attrs["warnings"] == [
+        "benchmark too short to measure: 1.0 requests per concurrency slot"]
