@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from autotune.objective import Objective, PhaseHook
 from autotune.preflight import Preflight
 from autotune.results import TrialRecord, baseline, front, records
 from autotune.stats import Gain, gain_ci, median_ci, pick, rel_sd
+from autotune.study import fits_before
 
 TrialHook = Callable[[optuna.Study, FrozenTrial], None]
 
@@ -59,14 +61,28 @@ def confirm_plan(study: optuna.Study, numbers: list[int], repeats: int) -> list[
     return [n for i in range(repeats) for n in numbers if need[n] > i]
 
 
+def boot_estimate(study: optuna.Study) -> list[float]:
+    """The seconds the study's measured trials took (the first left out once there are others:
+    it boots cold), for judging whether another boot fits before a deadline."""
+    took = [r.timings["total_s"] for r in records(study)
+            if r.measured and "total_s" in r.timings]
+    return took[1:] if len(took) > 1 else took
+
+
 def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: list[Any],
                 plan: list[int], *, on_phase: PhaseHook | None = None,
-                on_trial: TrialHook | None = None) -> int:
+                on_trial: TrialHook | None = None, deadline: float | None = None) -> int:
     """Boot each trial of `plan` again with its own flags, in that order, as new trials of the
     study (`repeat_of`). They are created directly, not through the queue, so configs still
-    waiting there (starts a study did not reach) cannot slip in between."""
+    waiting there (starts a study did not reach) cannot slip in between. With a `deadline`
+    (time.monotonic()), no boot starts that the study's longest trial says would end after
+    it; returns the boots run."""
     objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase)
-    for num in plan:
+    took = [max(boot_estimate(study), default=0.0)]
+    for i, num in enumerate(plan):
+        if deadline is not None and not fits_before(deadline, time.monotonic(), took):
+            return i
+        started = time.monotonic()
         # what Study.ask does, less popping the queue
         trial_id = study._storage.create_new_trial(study._study_id)
         trial = optuna.Trial(study, trial_id)
@@ -77,6 +93,7 @@ def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
             study.tell(trial, state=TrialState.FAIL)
             raise
         frozen = study.tell(trial, values)
+        took.append(time.monotonic() - started)
         if on_trial is not None:
             on_trial(study, frozen)
     return len(plan)
@@ -149,12 +166,14 @@ class ConfirmResult:
     configs: dict[int, dict[str, Any]] = field(default_factory=dict)
     recommended: int | None = None
     by_point_estimate: int | None = None
+    left: int = 0  # boots of the plan not run (stopped for a deadline; the same command resumes)
 
     def to_json(self) -> dict[str, Any]:
         return {"metric": self.metric, "repeats": self.repeats, "baseline": self.base,
                 "noise_floor": self.noise_floor, "maximize": self.maximize,
                 "configs": {str(k): v for k, v in self.configs.items()},
-                "recommended": self.recommended, "by_point_estimate": self.by_point_estimate}
+                "recommended": self.recommended, "by_point_estimate": self.by_point_estimate,
+                "boots_left": self.left}
 
 
 def summarize(study: optuna.Study, cfg: StudyConfig, base: int, numbers: list[int],
@@ -187,15 +206,16 @@ def run_confirm(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
                 top: int, repeats: int, *, on_phase: PhaseHook | None = None,
                 on_trial: TrialHook | None = None,
                 on_plan: Callable[[int, list[int], list[int]], None] | None = None,
-                ) -> ConfirmResult:
+                deadline: float | None = None) -> ConfirmResult:
     """Plan, run (or resume) and summarize the confirm phase; writes `confirm.json`."""
     base, numbers = finalists(study, cfg, top)
     plan = confirm_plan(study, [base, *numbers], repeats)
     if on_plan is not None:
         on_plan(base, numbers, plan)
-    if plan:
-        run_repeats(study, cfg, pre, requests, plan, on_phase=on_phase, on_trial=on_trial)
+    ran = run_repeats(study, cfg, pre, requests, plan, on_phase=on_phase, on_trial=on_trial,
+                      deadline=deadline) if plan else 0
     res = summarize(study, cfg, base, numbers, repeats)
+    res.left = len(plan) - ran
     path = cfg.study_dir() / "confirm.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res.to_json(), indent=2) + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,7 +79,7 @@ def tracked(cfg: StudyConfig, tracker: Tracker | None, total: int, done: int, *,
 
 def confirm_phase(st: optuna.Study, cfg: StudyConfig, pre: Any, requests: list[Any],
                   top: int, repeats: int, on_trial: TrialHook, view: StudyView,
-                  tracker: Tracker | None) -> ConfirmResult:
+                  tracker: Tracker | None, deadline: float | None = None) -> ConfirmResult:
     """Run (or resume) the confirm phase in `view`; log its result to the study's run."""
     from autotune.confirm import run_confirm
 
@@ -89,7 +90,7 @@ def confirm_phase(st: optuna.Study, cfg: StudyConfig, pre: Any, requests: list[A
                       f"interleaved; {len(plan)} to run", highlight=False)
 
     res = run_confirm(st, cfg, pre, requests, top, repeats, on_phase=view.on_phase,
-                      on_trial=on_trial, on_plan=on_plan)
+                      on_trial=on_trial, on_plan=on_plan, deadline=deadline)
     if tracker is not None:
         tracker.log_confirm(res)
     return res
@@ -101,6 +102,10 @@ def print_confirm(res: ConfirmResult, cfg: StudyConfig) -> None:
     out.print(confirm_table(res))
     for line in confirm_lines(res):
         out.print(line, highlight=False)
+    if res.left:
+        console.print(f"confirm phase stopped for --timeout: {res.left} boot(s) of its plan not "
+                      "run (the next would have ended after it); the same command resumes it",
+                      highlight=False)
     console.print(f"written to {cfg.study_dir() / 'confirm.json'}", highlight=False)
 
 
@@ -140,6 +145,7 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
     from autotune.study import completed, open_study, prepare_study, run_study, warm_start
     from autotune.workers import run_pool, running_text, worker_config, worker_envs
 
+    began = time.monotonic()
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials, timeout_s=timeout_s,
                    search_space=search_space, **{"sampler.name": sampler, "sampler.seed": seed})
     envs = None
@@ -192,7 +198,8 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
                     highlight=False))
         held = len(completed(st))
         res, note = confirm_or_say(st, cfg, pre, got, confirm_flag, held, envs is not None,
-                                   view, on_trial, tracker, config_path)
+                                   view, on_trial, tracker, config_path,
+                                   began + cfg.timeout_s if cfg.timeout_s else None)
     print_tables(st, cfg)
     if res is not None:
         print_confirm(res, cfg)
@@ -285,8 +292,8 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
 
 def confirm_or_say(st: optuna.Study, cfg: StudyConfig, pre: Any, got: list[Any],
                    flag: bool | None, held: int, pooled: bool, view: StudyView,
-                   on_trial: TrialHook, tracker: Tracker | None, config_path: Path
-                   ) -> tuple[ConfirmResult | None, str]:
+                   on_trial: TrialHook, tracker: Tracker | None, config_path: Path,
+                   deadline: float | None) -> tuple[ConfirmResult | None, str]:
     """The study's confirm phase when it is wanted and the study is complete; otherwise a note
     saying plainly that every gain printed is one measurement."""
     from autotune.confirm import wanted
@@ -296,7 +303,7 @@ def confirm_or_say(st: optuna.Study, cfg: StudyConfig, pre: Any, got: list[Any],
         console.print(f"confirm phase ({why})", highlight=False)
         try:
             return confirm_phase(st, cfg, pre, got[0], cfg.confirm.top, cfg.confirm.repeats,
-                                 on_trial, view, tracker), ""
+                                 on_trial, view, tracker, deadline), ""
         except ConfigError as e:  # nothing to confirm: no baseline, or a front of defaults
             return None, f"no confirm phase: {e}"
     how = f"`autotune confirm --config {config_path}`"
@@ -317,10 +324,14 @@ def confirm_or_say(st: optuna.Study, cfg: StudyConfig, pre: Any, got: list[Any],
               "by the first objective (default: confirm.top, 2).")
 @click.option("--repeats", type=click.IntRange(min=1), help="More boots of each finalist and "
               "of the baseline, interleaved (default: confirm.repeats, 3).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds this run may take: no boot starts that the study's longest trial "
+                   "says would end after it (the same command resumes).")
 @click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlruns/mlflow.db).")
 @click.option("--no-mlflow", is_flag=True, help="Do not log to MLflow.")
 def confirm(config_path: Path, study_name: str | None, storage: str | None, top: int | None,
-            repeats: int | None, tracking_uri: str | None, no_mlflow: bool) -> None:
+            repeats: int | None, timeout_s: float | None, tracking_uri: str | None,
+            no_mlflow: bool) -> None:
     """The confirm phase: boot the front's top configs and the baseline again, interleaved, on
     the same requests; report each gain with its bootstrap interval and the noise floor, and
     recommend on the lower confidence bound (resumable: the same command goes on)."""
@@ -329,6 +340,7 @@ def confirm(config_path: Path, study_name: str | None, storage: str | None, top:
     from autotune.preflight import preflight
     from autotune.study import completed, open_study
 
+    deadline = time.monotonic() + timeout_s if timeout_s else None
     cfg = load_cfg(config_path, study_name, storage)
     st = open_study(cfg, create=False)
     finalists(st, cfg, 1)  # one clear error before any boot: no baseline, nothing to confirm
@@ -341,7 +353,7 @@ def confirm(config_path: Path, study_name: str | None, storage: str | None, top:
     done = len(completed(st))
     with tracked(cfg, tracker, done, done) as (view, on_trial):
         res = confirm_phase(st, cfg, pre, requests, top or cfg.confirm.top,
-                            repeats or cfg.confirm.repeats, on_trial, view, tracker)
+                            repeats or cfg.confirm.repeats, on_trial, view, tracker, deadline)
     print_confirm(res, cfg)
 
 

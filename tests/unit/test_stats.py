@@ -1,5 +1,7 @@
 """The statistics behind every gain the tool reports, on synthetic data with known noise."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -84,7 +86,11 @@ def test_the_confirm_phase_repeats_flags_interleaved(tmp_path, monkeypatch) -> N
     pre = SimpleNamespace(space=SPACE)
     assert run_repeats(st, c, pre, [], plan[:3]) == 3  # type: ignore[arg-type]
     assert confirm_plan(st, [0, 1], repeats=2) == [1]  # resumes where it stopped
-    run_repeats(st, c, pre, [], [1])  # type: ignore[arg-type]
+    # a deadline no boot fits before: nothing runs, and the plan still says what is left
+    now = time.monotonic()
+    assert run_repeats(st, c, pre, [], [1], deadline=now) == 0  # type: ignore[arg-type]
+    assert confirm_plan(st, [0, 1], repeats=2) == [1]
+    run_repeats(st, c, pre, [], [1], deadline=time.monotonic() + 3600)  # type: ignore[arg-type]
     assert [f.get("max_num_seqs") for f in calls] == [None, 16, None, 16, None, 16]
     assert len(st.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 1  # untouched
     st.set_metric_names(["total_token_throughput", "mean_tpot_ms"])
