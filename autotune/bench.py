@@ -192,6 +192,21 @@ def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Re
     return Point(metrics, result.records, result.server_stats, settings)
 
 
+def measure_profile(proc: ServerProcess, model: str, profile: ProfileConfig,
+                    reqs: list[Request], *, label: str = "",
+                    on_request: OnRequest | None = None) -> Point:
+    """The profile's requests, after its warm-up (the requests past `num_prompts`), on a running
+    server. A server that died raises its cause; a run in which every request failed raises
+    with the first error."""
+    pt = measure(proc.base_url, model, profile, reqs[:profile.num_prompts],
+                 on_request=on_request, alive=proc.alive, warm=reqs[profile.num_prompts:])
+    proc.check_alive()
+    if pt.metrics.completed == 0:
+        first = next(iter(pt.metrics.errors), "no request succeeded")
+        raise LoadError(f"{label + ': ' if label else ''}every request failed: {first}")
+    return pt
+
+
 def run_bench(
     server: ServerConfig,
     profile: ProfileConfig,
@@ -227,18 +242,11 @@ def run_bench(
             raise pending[0]
         phase("benchmarking")
         t_bench = time.monotonic()
-        reqs = have[0]
-        point = measure(proc.base_url, server.model, profile, reqs[: profile.num_prompts],
-                        on_request=on_request, alive=proc.alive,
-                        warm=reqs[profile.num_prompts:])
+        point = measure_profile(proc, server.model, profile, have[0], on_request=on_request)
         bench_s = time.monotonic() - t_bench
-        proc.check_alive()
         phase("stopping")
         t_stop = time.monotonic()
     stop_s = time.monotonic() - t_stop
-    if point.metrics.completed == 0:
-        first = next(iter(point.metrics.errors), "no request succeeded")
-        raise LoadError(f"every request failed: {first}")
     i_len, o_len = profile.lengths()
     out = BenchResult(
         argv=proc.argv,
@@ -296,13 +304,7 @@ def run_suite(server: ServerConfig, profiles: list[ProfileConfig], params: Mappi
         t_bench = time.monotonic()
         for p in profiles:
             phase(f"benchmarking {p.key}")
-            r = reqs[p.key]
-            pt = measure(proc.base_url, server.model, p, r[:p.num_prompts], alive=proc.alive,
-                         warm=r[p.num_prompts:])
-            proc.check_alive()
-            if pt.metrics.completed == 0:
-                first = next(iter(pt.metrics.errors), "no request succeeded")
-                raise LoadError(f"{p.key}: every request failed: {first}")
+            pt = measure_profile(proc, server.model, p, reqs[p.key], label=p.key)
             write_records(pt.records, workdir / f"requests-{p.key}.csv")
             points[p.key] = pt
         bench_s = time.monotonic() - t_bench
