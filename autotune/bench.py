@@ -374,26 +374,73 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
     return result
 
 
+@dataclass(frozen=True)
+class CapacitySuiteRun:
+    """A capacity search per profile, one after another, on one booted server."""
+
+    results: dict[str, CapacityResult]  # by profile label
+    timings: Timings
+    argv: list[str]
+    log_path: str
+
+    def metrics(self) -> dict[str, float]:
+        """Every profile's capacity summary as `<label>/<metric>`."""
+        return {f"{k}/{m}": v for k, r in self.results.items() for m, v in r.summary().items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"argv": self.argv, "timings": asdict(self.timings), "log_path": self.log_path,
+                "profiles": {k: {"summary": r.summary(), **r.to_json()}
+                             for k, r in self.results.items()}}
+
+
+def _labelled(phase: Phase, label: str) -> Phase:
+    return lambda x: phase(f"{label}: {x}")
+
+
+def run_capacities(server: ServerConfig, profiles: list[ProfileConfig], cap: CapacityConfig,
+                   slos: list[SLOConfig], params: Mapping[str, Any], workdir: Path, *,
+                   starts: Mapping[str, float] | None = None, stop_below: float | None = None,
+                   on_phase: Phase | None = None, on_point: OnPoint | None = None
+                   ) -> CapacitySuiteRun:
+    """Boot `vllm serve` with the fixed args plus `params`, search each profile's capacity in
+    turn (from `starts[label]` when given; files under `<workdir>/<label>/` when there are
+    several), stop it."""
+    t_start = time.monotonic()
+    phase = on_phase or (lambda _p: None)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, CapacityResult] = {}
+    with booted(server, params, workdir, phase) as proc:
+        assert proc.started_at is not None and proc.healthy_at is not None
+        boot_s = proc.healthy_at - proc.started_at
+        t_bench = time.monotonic()
+        for p in profiles:
+            many = len(profiles) > 1
+            where = workdir / p.key if many else workdir
+            where.mkdir(parents=True, exist_ok=True)
+            results[p.key] = capacity_on(
+                proc.base_url, server.model, server.tokenizer_dir, p, cap, slos, where,
+                start=(starts or {}).get(p.key), stop_below=stop_below,
+                on_phase=_labelled(phase, p.key) if many else phase,
+                on_point=on_point, alive=proc.alive, check=proc.check_alive)
+        bench_s = time.monotonic() - t_bench
+        phase("stopping")
+        t_stop = time.monotonic()
+    run = CapacitySuiteRun(results, Timings(boot_s, bench_s, time.monotonic() - t_stop,
+                                            time.monotonic() - t_start),
+                           proc.argv, str(proc.log_path))
+    (workdir / "result.json").write_text(json.dumps(run.to_json(), indent=2) + "\n")
+    return run
+
+
 def run_capacity(server: ServerConfig, profile: ProfileConfig, cap: CapacityConfig,
                  slos: list[SLOConfig], params: Mapping[str, Any], workdir: Path, *,
                  start: float | None = None, stop_below: float | None = None,
                  on_phase: Phase | None = None, on_point: OnPoint | None = None) -> CapacityRun:
     """Boot `vllm serve` with the fixed args plus `params`, search its capacity, stop it."""
-    t_start = time.monotonic()
-    phase = on_phase or (lambda _p: None)
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    with booted(server, params, workdir, phase) as proc:
-        assert proc.started_at is not None and proc.healthy_at is not None
-        boot_s = proc.healthy_at - proc.started_at
-        t_bench = time.monotonic()
-        result = capacity_on(proc.base_url, server.model, server.tokenizer_dir, profile, cap,
-                             slos, workdir, start=start, stop_below=stop_below, on_phase=phase,
-                             on_point=on_point, alive=proc.alive, check=proc.check_alive)
-        bench_s = time.monotonic() - t_bench
-        phase("stopping")
-        t_stop = time.monotonic()
-    run = CapacityRun(result, Timings(boot_s, bench_s, time.monotonic() - t_stop,
-                                      time.monotonic() - t_start), proc.argv, str(proc.log_path))
-    (workdir / "result.json").write_text(json.dumps(run.to_json(), indent=2) + "\n")
+    suite = run_capacities(server, [profile], cap, slos, params, workdir,
+                           starts=None if start is None else {profile.key: start},
+                           stop_below=stop_below, on_phase=on_phase, on_point=on_point)
+    run = CapacityRun(suite.results[profile.key], suite.timings, suite.argv, suite.log_path)
+    (Path(workdir) / "result.json").write_text(json.dumps(run.to_json(), indent=2) + "\n")
     return run

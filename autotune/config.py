@@ -205,8 +205,14 @@ class StudyConfig(StrictModel):
     @classmethod
     def _builtin_suite(cls, data: Any) -> Any:
         if isinstance(data, dict) and isinstance(data.get("profiles"), str):
-            data = {**data, "profiles": builtin_suite(data["profiles"],
-                                                      float(data.get("suite_scale", 1.0)))}
+            suite = builtin_suite(data["profiles"], float(data.get("suite_scale", 1.0)))
+            capacity = data.get("capacity")
+            axis = capacity.get("axis", "concurrency") if isinstance(capacity, dict) else None
+            # in capacity mode the axis sets each profile's load: a built-in profile's own
+            # rate (or concurrency) gives way to it
+            drop = {"rate": "request_rate", "concurrency": "max_concurrency"}.get(axis or "")
+            data = {**data, "profiles": [{k: v for k, v in p.items() if k != drop}
+                                         for p in suite]}
         return data
 
     @model_validator(mode="after")
@@ -225,15 +231,16 @@ class StudyConfig(StrictModel):
         if not self.baseline:
             raise ValueError("baseline: a suite scores each config against the baseline trial "
                              "(vLLM's defaults); keep baseline: true")
-        if self.capacity is not None:
-            raise ValueError("profiles with capacity: a suite in capacity mode is not built yet "
-                             "(run one capacity study per profile)")
         return self
 
     @model_validator(mode="after")
     def _capacity(self) -> StudyConfig:
         if self.capacity is not None:
-            self.capacity.check(self.profile, self.slos)
+            if self.profiles:
+                for i, p in enumerate(self.profiles):
+                    self.capacity.check(p, self.slos, f"capacity (profiles.{i}, {p.key})")
+            else:
+                self.capacity.check(self.profile, self.slos)
         else:
             for i, o in enumerate(self.objectives):
                 if base_metric(o.metric) in CAPACITY_METRICS:

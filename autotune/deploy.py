@@ -20,6 +20,7 @@ class Sizing:
     per_replica_req_s: float  # requests/s one replica sustains within the SLOs
     gpus_per_replica: int
     target_req_s: float | None = None
+    binding: str | None = None  # a suite: the profile whose capacity sizes the replica
 
     @property
     def replicas(self) -> int | None:
@@ -32,8 +33,9 @@ class Sizing:
         return None if self.replicas is None else self.replicas * self.gpus_per_replica
 
     def text(self, slos: str) -> str:
-        line = (f"{self.per_replica_req_s:,.2f} req/s per replica within the SLOs ({slos}); "
-                f"{self.gpus_per_replica} GPU(s) per replica")
+        line = (f"{self.per_replica_req_s:,.2f} req/s per replica within the SLOs ({slos})"
+                + (f" on every profile of the suite (the lowest: {self.binding})"
+                   if self.binding else "") + f"; {self.gpus_per_replica} GPU(s) per replica")
         if self.target_req_s is not None:
             line += (f"; for {self.target_req_s:g} req/s: {self.replicas} replicas, "
                      f"{self.gpus} GPUs")
@@ -43,12 +45,19 @@ class Sizing:
 def sizing(cfg: StudyConfig, trial: TrialRecord, target_req_s: float | None = None) -> Sizing:
     """What the trial's capacity search says one replica sustains (requests/s: the rate axis's
     capacity, or the request throughput at capacity on the concurrency axis)."""
-    if cfg.capacity is None or "capacity" not in trial.metrics:
+    gpus = gpus_per_replica(cfg.server.serve_flags(trial.flags))
+    key = "capacity" if cfg.capacity is not None and cfg.capacity.axis == "rate" else \
+        "capacity_req_s"
+    if cfg.capacity is not None and cfg.profiles:  # a suite: the profile that sustains least
+        per = {p.key: trial.metrics[f"{p.key}/{key}"] for p in cfg.profiles
+               if f"{p.key}/{key}" in trial.metrics}
+        if per:
+            low = min(per, key=lambda k: per[k])
+            return Sizing(per[low], gpus, target_req_s, binding=low)
+    if cfg.capacity is None or key not in trial.metrics:
         raise StudyError(f"trial {trial.number} has no capacity measurement: sizing needs a "
                          "study with a capacity: section")
-    per = trial.metrics["capacity"] if cfg.capacity.axis == "rate" else \
-        trial.metrics["capacity_req_s"]
-    return Sizing(per, gpus_per_replica(cfg.server.serve_flags(trial.flags)), target_req_s)
+    return Sizing(trial.metrics[key], gpus, target_req_s)
 
 
 def k8s_deployment(cfg: StudyConfig, trial: TrialRecord, replicas: int,

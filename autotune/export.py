@@ -53,6 +53,8 @@ def choose(study: optuna.Study, cfg: StudyConfig, prefer: Preference = "knee",
         if cfg.capacity is None:
             raise StudyError("--prefer capacity: this study measured no capacity (its config "
                              "has no capacity: section); prefer throughput, latency or knee")
+        if cfg.profiles:
+            return max(front_, key=lambda t: suite_rank(t, cfg, baseline(records(study))))
         return max(front_, key=lambda t: _metric(t, "capacity"))
     thr = next((o for o in cfg.objectives if o.direction == "maximize"), cfg.objectives[0])
     lat = next((o for o in cfg.objectives if o.direction == "minimize"), cfg.objectives[-1])
@@ -68,6 +70,17 @@ def choose(study: optuna.Study, cfg: StudyConfig, prefer: Preference = "knee",
     if prefer == "latency":
         return min(front_, key=lambda t: _metric(t, lat.metric) * _sign(lat.direction, -1))
     return knee(front_, cfg.metric_names(), [o.direction for o in cfg.objectives])
+
+
+def suite_rank(t: TrialRecord, cfg: StudyConfig, base: TrialRecord | None
+               ) -> tuple[float, float]:
+    """A suite's capacity ranking: its score (the worst or weighted ratio to the defaults),
+    then, to break a tie (the worst profile unchanged), the mean ratio over its profiles."""
+    o = cfg.objectives[0].metric
+    ratios = [t.metrics[f"{p.key}/{o}"] / base.metrics[f"{p.key}/{o}"]
+              for p in cfg.workloads() if base is not None
+              and base.metrics.get(f"{p.key}/{o}") and f"{p.key}/{o}" in t.metrics]
+    return _metric(t, cfg.metric_names()[0]), sum(ratios) / len(ratios) if ratios else 0.0
 
 
 def _sign(direction: str, flip: int = 1) -> float:

@@ -20,7 +20,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.bench import run_bench, run_capacity, run_suite
+from autotune.bench import run_bench, run_capacities, run_capacity, run_suite
 from autotune.config import SUITE_PREFIX, StudyConfig, gpus_per_replica, layout_text
 from autotune.datasets import Request
 from autotune.errors import (
@@ -52,11 +52,12 @@ def flags_key(flags: dict[str, Any]) -> str:
     return json.dumps(flags, sort_keys=True, separators=(",", ":"))
 
 
-def incumbent(study: optuna.Study, per_gpu: bool = False) -> float | None:
-    """The highest capacity a feasible trial of the study has reached so far (per GPU its
-    server used, with `per_gpu`)."""
-    caps = [r.metrics["capacity"] / (r.metrics.get("gpus", 1.0) if per_gpu else 1.0)
-            for r in records(study) if r.feasible and "capacity" in r.metrics]
+def incumbent(study: optuna.Study, per_gpu: bool = False, key: str = "capacity"
+              ) -> float | None:
+    """The highest capacity (`key`: a suite's `<label>/capacity`) a feasible trial of the study
+    has reached so far (per GPU its server used, with `per_gpu`)."""
+    caps = [r.metrics[key] / (r.metrics.get("gpus", 1.0) if per_gpu else 1.0)
+            for r in records(study) if r.feasible and key in r.metrics]
     return max(caps) if caps else None
 
 
@@ -182,6 +183,8 @@ class Objective:
         cap = self.cfg.capacity
         assert cap is not None
         by_gpu = any(o.metric.endswith(PER_GPU) for o in self.cfg.objectives)
+        if self.cfg.profiles:
+            return self._capacity_suite(trial, flags, gpus, workdir, on_phase, by_gpu)
         best = incumbent(trial.study, per_gpu=by_gpu)
         if best is not None and by_gpu:
             best *= gpus
@@ -213,6 +216,23 @@ class Objective:
         for label, pt in run.points.items():
             metrics.update({f"{label}/{k}": v for k, v in per_gpu(pt.metrics.flat(),
                                                                   gpus).items()})
+        self._score_suite(trial, metrics, is_baseline)
+        failed = sum(pt.metrics.failed for pt in run.points.values())
+        write_facts(trial, TrialFacts(
+            metrics=metrics, timings=asdict(run.timings), argv=run.argv, log_path=run.log_path,
+            cause=f"{failed} requests failed" if failed else None))
+        trial.set_constraint(BOOT_OK, 0.0)
+        trial.set_constraint(REQUESTS_OK, float(failed))
+        for slo in self.cfg.slos:  # an SLO holds on every profile
+            trial.set_constraint(slo.key, max(slo.violation(pt.metrics.flat()[slo.metric])
+                                              for pt in run.points.values()))
+        return [float(metrics[SUITE_PREFIX + o.metric]) for o in self.cfg.objectives]
+
+    def _score_suite(self, trial: optuna.Trial, metrics: dict[str, float],
+                     is_baseline: bool) -> None:
+        """Each objective's suite score (`suite_<metric>`): its per-profile ratios to the
+        baseline trial's values, combined by `suite_score` (autotune.suite)."""
+        profiles = self.cfg.workloads()
         base = None if is_baseline else baseline_record(records(trial.study))
         if not is_baseline and (base is None or not base.metrics):
             raise RuntimeError("a suite scores each config against the baseline trial, which "
@@ -224,15 +244,41 @@ class Objective:
                 for p in profiles}
             metrics[SUITE_PREFIX + o.metric] = combine(ratios, weights, o.direction,
                                                        self.cfg.suite_score)
-        failed = sum(pt.metrics.failed for pt in run.points.values())
+
+    def _capacity_suite(self, trial: optuna.Trial, flags: dict[str, Any], gpus: int,
+                        workdir: Path, on_phase: Callable[[str], None], by_gpu: bool
+                        ) -> list[float]:
+        """A suite in capacity mode: each profile's capacity searched in turn on one boot
+        (from the incumbent's capacity on that profile; no early stop, since the score weighs
+        every profile), scored per profile against the baseline like any suite. A profile
+        whose lowest load misses the SLOs makes the config infeasible, with its reason."""
+        cap = self.cfg.capacity
+        assert cap is not None
+        profiles = self.cfg.workloads()
+        starts = {}
+        for p in profiles:
+            best = incumbent(trial.study, per_gpu=by_gpu, key=f"{p.key}/capacity")
+            if best is not None:
+                starts[p.key] = best * gpus if by_gpu else best
+        run = run_capacities(self.cfg.server, profiles, cap, self.cfg.slos, flags, workdir,
+                             starts=starts, on_phase=on_phase)
+        metrics = run.metrics()
+        for label, res in run.results.items():
+            metrics.update({f"{label}/{k}": v for k, v in per_gpu(res.summary(), gpus).items()})
+        metrics["gpus"] = float(gpus)
+        is_baseline = bool(trial.user_attrs.get("baseline"))
+        self._score_suite(trial, metrics, is_baseline)
+        missed = {k: r for k, r in run.results.items() if r.at is None}
+        cause = "; ".join(
+            f"{k}: {r.stopped}: {'; '.join(min(r.points, key=lambda p: p.load).misses)}"
+            for k, r in missed.items()) or None
         write_facts(trial, TrialFacts(
-            metrics=metrics, timings=asdict(run.timings), argv=run.argv, log_path=run.log_path,
-            cause=f"{failed} requests failed" if failed else None))
+            metrics=metrics, capacity={"profiles": {k: r.to_json()
+                                                    for k, r in run.results.items()}},
+            timings=asdict(run.timings), argv=run.argv, log_path=run.log_path, cause=cause))
         trial.set_constraint(BOOT_OK, 0.0)
-        trial.set_constraint(REQUESTS_OK, float(failed))
-        for slo in self.cfg.slos:  # an SLO holds on every profile
-            trial.set_constraint(slo.key, max(slo.violation(pt.metrics.flat()[slo.metric])
-                                              for pt in run.points.values()))
+        trial.set_constraint(REQUESTS_OK, 0.0)
+        trial.set_constraint(CAPACITY_OK, 1.0 if missed else 0.0)
         return [float(metrics[SUITE_PREFIX + o.metric]) for o in self.cfg.objectives]
 
     def _fail(self, trial: optuna.Trial, facts: TrialFacts) -> list[float]:

@@ -286,7 +286,7 @@ SUITES: dict[str, list[dict[str, Any]]] = {
     "cpu-small": [
         {"label": "short", "name": "random", "input_len": 64, "output_len": 32,
          "num_prompts": 40},
-        {"label": "long-prompt", "name": "random", "input_len": 768, "output_len": 8,
+        {"label": "long-prompt", "name": "random", "input_len": 480, "output_len": 8,
          "num_prompts": 20},
     ],
 }

@@ -46,3 +46,20 @@ def test_bad_study_files(tmp_path: Path, extra: str, expect: str) -> None:
     with pytest.raises(ConfigError) as ei:
         load_study_config(p)
     assert expect in str(ei.value) and str(p) in str(ei.value)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("cpu-*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_cpu_example_fits_its_space(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each CPU example loads, and every profile it runs fits the max_model_len its space
+    gives (the built-in cpu-small suite once asked 776 tokens of a 512-token space)."""
+    from autotune.config import load_study_config
+    from autotune.preflight import check_model_len
+    from autotune.search_space import load_search_space
+
+    monkeypatch.chdir(ROOT)  # spaces given as paths are relative to the repository
+    cfg = load_study_config(path)
+    check_model_len(cfg, load_search_space(cfg.search_space))

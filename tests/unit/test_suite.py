@@ -71,3 +71,94 @@ def test_cli_refuses_a_suite_with_workers(tmp_path: Path) -> None:
                         "--workers", "2"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "--workers: a suite scores every trial against the baseline trial" in r.stderr
+
+
+CAP = {"axis": "rate", "low": 1, "high": 256, "tolerance": 0.05, "requests_per_point": 100}
+SLOS = [{"metric": "p99_ttft_ms", "max": 2000}]
+
+
+def test_a_suite_composes_with_capacity() -> None:
+    c = StudyConfig.model_validate(cfg(profiles=TWO, capacity=CAP, slos=SLOS,
+                                       objectives=[{"metric": "capacity",
+                                                    "direction": "maximize"}]))
+    assert c.metric_names() == ["suite_capacity"]
+    assert c.profile_metrics() == ["random/capacity", "long/capacity"]
+    # the built-in field suite: the rate axis sets each profile's load, its own rate gives way
+    field = StudyConfig.model_validate(cfg(profiles="field", suite_scale=0.1, capacity=CAP,
+                                           slos=SLOS, objectives=[{"metric": "capacity",
+                                                                   "direction": "maximize"}]))
+    assert all(math.isinf(p.request_rate) for p in field.workloads())
+    # a profile of the user's own that sets the axis's quantity: one error naming it
+    bad = [TWO[0], {**TWO[1], "request_rate": 2.0}]
+    with pytest.raises(ValidationError, match=r"profiles\.1, long.*request_rate"):
+        StudyConfig.model_validate(cfg(profiles=bad, capacity=CAP, slos=SLOS,
+                                       objectives=[{"metric": "capacity",
+                                                    "direction": "maximize"}]))
+
+
+def test_a_capacity_suite_scores_the_worst_profile_and_names_a_miss(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against a synthetic server (autotune.capacity.search on a known knee per profile): the
+    baseline scores 1.0, a config that doubles one profile's knee and halves the other's
+    scores the worse ratio, and one that misses the SLOs at the lowest load on a profile is
+    infeasible with that profile named."""
+    import optuna
+
+    from autotune import objective as objective_mod
+    from autotune.bench import CapacitySuiteRun, Timings
+    from autotune.capacity import search
+    from autotune.objective import Objective
+    from autotune.search_space import SearchSpace
+    from tests.unit.test_capacity import server
+
+    knees = {8: {"random": 40.0, "long": 20.0}, 16: {"random": 80.0, "long": 10.0},
+             4: {"random": 40.0, "long": -10.0}}
+    starts: list[dict[str, float]] = []
+
+    def fake(server_cfg: Any, profiles: Any, cap: Any, slos: Any, flags: dict[str, Any],
+             workdir: Path, **kw: Any) -> CapacitySuiteRun:
+        starts.append(dict(kw.get("starts") or {}))
+        seqs = flags.get("max_num_seqs", 8)
+        results = {p.key: search(server(knees[seqs][p.key])[0], axis="rate", low=cap.low,
+                                 high=cap.high, tolerance=cap.tolerance,
+                                 start=(kw.get("starts") or {}).get(p.key))
+                   for p in profiles}
+        return CapacitySuiteRun(results, Timings(1, 1, 0, 2), ["vllm"], "x")
+
+    monkeypatch.setattr(objective_mod, "run_capacities", fake)
+    c = StudyConfig.model_validate(cfg(profiles=TWO, capacity=CAP, slos=SLOS,
+                                       objectives=[{"metric": "capacity",
+                                                    "direction": "maximize"}],
+                                       workdir=str(tmp_path)))
+    space = SearchSpace.model_validate({"name": "s", "parameters": {
+        "max_num_seqs": {"type": "categorical", "choices": [4, 8, 16]}}})
+    st = optuna.create_study(directions=["maximize"])
+    st.set_metric_names(c.metric_names())
+    st.enqueue_trial({}, user_attrs={"baseline": True})
+    st.enqueue_trial({"max_num_seqs": 16})
+    st.enqueue_trial({"max_num_seqs": 4})
+    st.optimize(Objective(c, space, [], tmp_path), n_trials=3)
+    base, mixed, miss = st.get_trials()
+    assert base.values == [1.0]
+    r, lo = base.user_attrs["metrics"]["random/capacity"], base.user_attrs["metrics"]["long/capacity"]
+    m = mixed.user_attrs["metrics"]
+    assert m["random/capacity"] > 1.5 * r and m["long/capacity"] < lo
+    assert mixed.values[0] == pytest.approx(m["long/capacity"] / lo)  # the worst profile
+    assert starts[1] == {"random": r, "long": lo}  # each profile starts at its incumbent
+    assert miss.constraints["capacity_ok"] == 1.0 and miss.user_attrs["cause"].startswith("long:")
+    assert set(miss.user_attrs["capacity"]["profiles"]) == {"random", "long"}
+
+
+def test_a_capacity_suite_sizes_a_replica_by_its_lowest_profile() -> None:
+    from autotune.deploy import sizing
+    from autotune.results import Status, TrialFacts, TrialRecord
+
+    c = StudyConfig.model_validate(cfg(profiles=TWO, capacity=CAP, slos=SLOS,
+                                       objectives=[{"metric": "capacity",
+                                                    "direction": "maximize"}]))
+    rec = TrialRecord(3, Status.OK, TrialFacts(flags={}, metrics={
+        "random/capacity": 12.0, "long/capacity": 5.0, "suite_capacity": 1.1}),
+        {}, {"suite_capacity": 1.1})
+    s = sizing(c, rec, 21.0)
+    assert (s.per_replica_req_s, s.binding, s.replicas) == (5.0, "long", 5)
+    assert "the lowest: long" in s.text("p99_ttft_ms <= 2000")
