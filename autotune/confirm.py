@@ -117,6 +117,30 @@ def _key(r: TrialRecord) -> str:
     return str(r.facts.flags_key if r.facts.flags_key is not None else r.number)
 
 
+def _pool(recs: list[TrialRecord], metrics: list[str]) -> dict[str, dict[str, list[float]]]:
+    """Each config's (served flags') measured values of each metric, over all its boots."""
+    pooled: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in recs:
+        for m in metrics:
+            v = r.value(m)
+            if r.measured and v is not None:
+                pooled[_key(r)][m].append(float(v))
+    return pooled
+
+
+def config_boots(recs: list[TrialRecord], metrics: list[str]) -> dict[int, dict[str, list[float]]]:
+    """For each config measured more than once, keyed by its first trial: every boot's values
+    of each metric (for error bars)."""
+    pooled = _pool(recs, metrics)
+    out: dict[int, dict[str, list[float]]] = {}
+    for r in recs:
+        k = _key(r)
+        if r.measured and r.facts.repeat_of is None and k in pooled and \
+                max(len(v) for v in pooled[k].values()) > 1:
+            out.setdefault(r.number, dict(pooled[k]))
+    return out
+
+
 def config_gains(recs: list[TrialRecord], metrics: list[str]) -> dict[int, dict[str, Gain]]:
     """For each measured trial, each metric's gain of its config over the baseline's config,
     both pooled over every boot of the same served flags (the first pass, repeats, a config
@@ -124,12 +148,7 @@ def config_gains(recs: list[TrialRecord], metrics: list[str]) -> dict[int, dict[
     base = baseline(recs)
     if base is None:
         return {}
-    pooled: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in recs:
-        for m in metrics:
-            v = r.value(m)
-            if r.measured and v is not None:
-                pooled[_key(r)][m].append(float(v))
+    pooled = _pool(recs, metrics)
     out: dict[int, dict[str, Gain]] = {}
     memo: dict[tuple[str, str], Gain] = {}
     base_vals = pooled[_key(base)]

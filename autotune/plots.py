@@ -12,23 +12,40 @@ from typing import Any
 import numpy as np
 import optuna
 import pandas as pd
+from optuna.trial import FrozenTrial
 
-from autotune.confirm import ConfirmResult
+from autotune.confirm import ConfirmResult, config_boots
 from autotune.present import params_text, short_metric
 from autotune.profile import SLOConfig
 from autotune.results import TrialRecord, records
+from autotune.stats import median_ci
 
 
 def measured_study(study: optuna.Study, with_params: bool = False) -> optuna.Study:
-    """An in-memory copy of the study holding only its measured trials (constraints kept);
-    `with_params`: only those that sampled parameters (not the baseline)."""
-    recs = {r.number: r for r in records(study)}
+    """An in-memory copy of the study holding only its measured first-pass trials (constraints
+    kept; a confirm phase's repeats are drawn as error bars instead); `with_params`: only those
+    that sampled parameters (not the baseline)."""
     copy = optuna.create_study(directions=study.directions)
     if study.metric_names:
         copy.set_metric_names(list(study.metric_names))
-    copy.add_trials([t for t in study.get_trials(deepcopy=False) if recs[t.number].measured
-                     and (t.params or not with_params)])
+    copy.add_trials(first_pass(study, with_params))
     return copy
+
+
+def trial_counts(recs: list[TrialRecord]) -> str:
+    """"12 trials, 2 without a measurement, 6 repeats" for a plot's title."""
+    repeats = sum(r.facts.repeat_of is not None for r in recs)
+    first = [r for r in recs if r.facts.repeat_of is None]
+    return (f"{len(first)} trials, {sum(not r.measured for r in first)} without a measurement"
+            + (f", {repeats} repeats (error bars)" if repeats else ""))
+
+
+def first_pass(study: optuna.Study, with_params: bool = False) -> list[FrozenTrial]:
+    """The measured trials that are not a confirm phase's repeats (the copy's trials, in its
+    order: the copy numbers them anew)."""
+    recs = {r.number: r for r in records(study)}
+    return [t for t in study.get_trials(deepcopy=False) if recs[t.number].measured
+            and recs[t.number].facts.repeat_of is None and (t.params or not with_params)]
 
 
 def trials_frame(recs: list[TrialRecord], metrics: list[str], front: set[int]) -> pd.DataFrame:
@@ -61,11 +78,24 @@ def pareto_html(study: optuna.Study, path: Path, title: str) -> None:
         fig.add_trace(go.Scatter(x=[base[0]], y=[base[1]], mode="markers",
                                  name="baseline (vLLM defaults)",
                                  marker={"symbol": "star", "size": 16, "color": "black"}))
-    unmeasured = len(study.trials) - len(copy.trials)
-    fig.update_layout(title=f"{title}: {len(study.trials)} trials, {unmeasured} without a "
-                      "measurement (no boot, no service, or interrupted)",
+    fig.update_layout(title=f"{title}: {trial_counts(records(study))} (no boot, no service, "
+                      "or interrupted)",
                       template="plotly_white")
     fig.write_html(path, include_plotlyjs="cdn")
+
+
+def _error_bars(ax: Any, recs: list[TrialRecord], metrics: list[str]) -> None:
+    """Each config booted more than once: its median over the boots with the 95% bootstrap
+    interval of both objectives, as error bars."""
+    if len(metrics) < 2:
+        return
+    first = True
+    for _num, vals in config_boots(recs, metrics[:2]).items():
+        (mx, lx, hx), (my, ly, hy) = (median_ci(vals[m]) for m in metrics[:2])
+        ax.errorbar([mx], [my], xerr=[[mx - lx], [hx - mx]], yerr=[[my - ly], [hy - my]],
+                    fmt="D", ms=5, c="tab:red", capsize=4, zorder=6,
+                    label="median of repeated boots, 95% CI" if first else None)
+        first = False
 
 
 def pareto_png(study: optuna.Study, path: Path, title: str) -> None:
@@ -85,13 +115,14 @@ def pareto_png(study: optuna.Study, path: Path, title: str) -> None:
     if base is not None:
         ax.scatter([base[0]], [base[1]], marker="*", s=220, c="black",
                    label="baseline (defaults)", zorder=5)
-    for t in copy.trials:
+    for t in first_pass(study):  # annotated with the study's own trial numbers
         if t.values and len(t.values) >= 2:
             ax.annotate(str(t.number), (t.values[0], t.values[1]), textcoords="offset points",
                         xytext=(4, 4), fontsize=7)
+    recs = records(study)
+    _error_bars(ax, recs, list(study.metric_names or []))
     ax.legend(fontsize=8)
-    ax.set_title(f"{title}: {len(study.trials)} trials, "
-                 f"{len(study.trials) - len(copy.trials)} without a measurement")
+    ax.set_title(f"{title}: {trial_counts(recs)}")
     fig = ax.get_figure(root=True)
     assert fig is not None
     fig.set_size_inches(8, 5.5)

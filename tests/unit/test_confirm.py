@@ -98,3 +98,14 @@ def test_too_short_names_the_reason_and_the_fix() -> None:
     drain = closed_loop(32, 16) + [RequestRecord(100, 2.0, 8, 8, 2.1, 8.0)]
     why = too_short(drain, 16, 8.0)
     assert why is not None and "busy for only" in why
+
+
+def test_error_bars_come_from_configs_booted_more_than_once() -> None:
+    from autotune.confirm import config_boots
+    from autotune.plots import trial_counts
+
+    recs = [rec(0, 100.0, "base", base=True), rec(1, 150.0, "a"), rec(2, 90.0, "b"),
+            rec(3, 102.0, "base", repeat_of=0), rec(4, 148.0, "a", repeat_of=1)]
+    got = config_boots(recs, M)
+    assert got == {0: {M[0]: [100.0, 102.0]}, 1: {M[0]: [150.0, 148.0]}}  # not 2: one boot
+    assert trial_counts(recs) == "3 trials, 0 without a measurement, 2 repeats (error bars)"
