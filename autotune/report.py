@@ -11,8 +11,9 @@ from pathlib import Path
 import optuna
 
 from autotune.config import StudyConfig
-from autotune.present import params_text, short_metric
-from autotune.results import TrialRecord, baseline, deltas, front_numbers, records
+from autotune.confirm import boots, config_gains
+from autotune.present import confirm_lines, gain_text, is_base, params_text, short_metric
+from autotune.results import TrialRecord, front_numbers, records
 
 
 @dataclass(frozen=True)
@@ -56,19 +57,26 @@ def _f(v: float | None, pct: bool = False) -> str:
     return f"{v * 100:+.1f}%" if pct else f"{v:,.1f}"
 
 
-def trials_markdown(recs: list[TrialRecord], metrics: list[str], front: set[int]) -> list[str]:
-    base = baseline(recs)
+def trials_markdown(recs: list[TrialRecord], metrics: list[str], front: set[int],
+                    all_recs: list[TrialRecord] | None = None) -> list[str]:
+    """A Markdown table of `recs`; a change against the baseline pools every boot of a config
+    in `all_recs` (default `recs`), with its interval once repeats exist."""
     head = ["#", "state"]
     for m in metrics:
         head += [short_metric(m), "vs base"]
     head += ["boot s", "bench s", "front", "params / cause"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    pool = all_recs if all_recs is not None else recs
+    gains, n_boots = config_gains(pool, metrics), boots(pool)
     for r in recs:
-        d = deltas(r, base)
+        g = gains.get(r.number, {})
         cells = [str(r.number), r.label() + (" (base)" if r.baseline else "")]
         for m in metrics:
-            cells += [_f(r.values.get(m)), _f(d.get(m), pct=True)]
-        what = "vLLM defaults" if r.baseline else params_text(r.params)
+            cells += [_f(r.values.get(m)), gain_text(g[m], n_boots[r.number])
+                      if m in g and not is_base(r, pool) else ""]
+        what = "vLLM defaults" if r.baseline else (
+            f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
+            else params_text(r.params))
         if r.cause:
             what += f" -- {r.cause[:160]}"
         cells += [_f(r.timings.get("boot_s")), _f(r.timings.get("bench_s")),
@@ -90,6 +98,29 @@ def curves_markdown(recs: list[TrialRecord], axis: str) -> list[str]:
                 f"{m['request_throughput']:,.1f} | {m['total_token_throughput']:,.0f} | "
                 f"{m['p99_ttft_ms']:,.0f} | {m['p99_tpot_ms']:,.1f} | {m['mean_tpot_ms']:,.1f} | "
                 f"{m['completed']:.0f} | {p['seconds']:.1f} | {'; '.join(p['misses'])} |")
+    return lines
+
+
+def confirm_markdown(path: Path, out_dir: Path) -> list[str]:
+    """The confirm phase's table from its `confirm.json`, with its plot."""
+    import json
+
+    from autotune import plots
+    from autotune.confirm import ConfirmResult
+
+    d = json.loads(path.read_text())
+    res = ConfirmResult(d["metric"], d["repeats"], d["baseline"], d["noise_floor"],
+                        d.get("maximize", True), {int(k): v for k, v in d["configs"].items()},
+                        d.get("recommended"), d.get("by_point_estimate"))
+    plots.confirm_png(res, out_dir / "confirm.png")
+    lines = [f"{res.metric}; noise floor {res.noise_floor:.1%} (the baseline's relative sd "
+             "across its boots).", "", "![confirm phase](confirm.png)", "",
+             "| trial | boots | median [95% CI] | gain vs defaults |", "|---|---|---|---|"]
+    for num, row in res.configs.items():
+        lines.append(f"| {num}{' (base)' if num == res.base else ''} | {len(row['values'])} | "
+                     f"{row['median']:,.2f} [{row['ci_low']:,.2f}, {row['ci_high']:,.2f}] | "
+                     f"{row.get('text', '')} |")
+    lines += ["", *confirm_lines(res)]
     return lines
 
 
@@ -130,7 +161,10 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
     if len(metrics) >= 2 and any(r.measured for r in recs):
         plots.pareto_png(study, out_dir / "pareto.png", cfg.name)
         lines += ["", "## Pareto front", "", "![Pareto front](pareto.png)", ""]
-        lines += trials_markdown([r for r in recs if r.number in front], metrics, front)
+        lines += trials_markdown([r for r in recs if r.number in front], metrics, front, recs)
+    confirmed = cfg.study_dir() / "confirm.json"
+    if confirmed.is_file():
+        lines += ["", "## Confirm phase", ""] + confirm_markdown(confirmed, out_dir)
     if cfg.capacity is not None and any(r.curve() for r in recs):
         plots.capacity_overlay_png(recs, cfg.slos, cfg.capacity.axis,
                                    out_dir / "capacity_curves.png")
