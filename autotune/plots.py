@@ -203,8 +203,9 @@ def _curve_axes(slos: list[SLOConfig], axis: str) -> tuple[Any, list[Any]]:
     return fig, list(axes)
 
 
-def _draw(axes: list[Any], rec: TrialRecord, label: str, **kw: Any) -> None:
-    pts = rec.curve()
+def _draw(axes: list[Any], rec: TrialRecord, label: str, profile: str | None = None,
+          **kw: Any) -> None:
+    pts = rec.curve(profile)
     x = [p["load"] for p in pts]
     color = None
     for ax, (metric, _) in zip(axes, PANELS, strict=True):
@@ -215,14 +216,19 @@ def _draw(axes: list[Any], rec: TrialRecord, label: str, **kw: Any) -> None:
                    facecolors=[color if p["passed"] else "white" for p in pts])
 
 
-def capacity_png(rec: TrialRecord, slos: list[SLOConfig], axis: str, path: Path) -> None:
-    """One trial's load curve: throughput, p99 TTFT and p99 TPOT against load, SLO lines
-    dashed, failing points hollow, the capacity marked."""
+def _cap_key(profile: str | None) -> str:
+    return f"{profile}/capacity" if profile else "capacity"
+
+
+def capacity_png(rec: TrialRecord, slos: list[SLOConfig], axis: str, path: Path,
+                 profile: str | None = None) -> None:
+    """One trial's load curve (of `profile`, in a capacity suite): throughput, p99 TTFT and
+    p99 TPOT against load, SLO lines dashed, failing points hollow, the capacity marked."""
     import matplotlib.pyplot as plt
 
     fig, axes = _curve_axes(slos, axis)
-    _draw(axes, rec, f"trial {rec.number}")
-    cap = rec.metrics.get("capacity", 0.0)
+    _draw(axes, rec, f"trial {rec.number}" + (f" ({profile})" if profile else ""), profile)
+    cap = rec.metrics.get(_cap_key(profile), 0.0)
     for ax in axes:
         if cap:
             ax.axvline(cap, color="green", lw=1, label=f"capacity {cap:g}")
@@ -235,19 +241,20 @@ def capacity_png(rec: TrialRecord, slos: list[SLOConfig], axis: str, path: Path)
 
 
 def capacity_overlay_png(recs: list[TrialRecord], slos: list[SLOConfig], axis: str,
-                         path: Path) -> None:
-    """Every trial's load curve on one figure (the study's parent run): failing points
-    hollow, each trial labelled with its capacity."""
+                         path: Path, profile: str | None = None) -> None:
+    """Every trial's load curve (of `profile`, in a capacity suite) on one figure (the study's
+    parent run): failing points hollow, each trial labelled with its capacity."""
     import matplotlib.pyplot as plt
 
     fig, axes = _curve_axes(slos, axis)
     for r in recs:
-        if r.curve():
+        if r.curve(profile):
             label = f"{r.number}{' (base)' if r.baseline else ''}: " \
-                    f"{r.metrics.get('capacity', 0):g}"
-            _draw(axes, r, label, lw=1.8 if r.baseline else 1.0)
+                    f"{r.metrics.get(_cap_key(profile), 0):g}"
+            _draw(axes, r, label, profile, lw=1.8 if r.baseline else 1.0)
     axes[0].legend(fontsize=6, title="trial: capacity", title_fontsize=7, ncol=2)
-    fig.suptitle("load curves of every trial (hollow: the SLOs missed)", fontsize=9)
+    fig.suptitle("load curves of every trial" + (f", profile {profile}" if profile else "")
+                 + " (hollow: the SLOs missed)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

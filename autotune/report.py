@@ -13,7 +13,7 @@ import optuna
 from autotune.config import StudyConfig
 from autotune.confirm import boots, config_gains
 from autotune.present import confirm_lines, gain_text, is_base, params_text, short_metric
-from autotune.results import TrialRecord, front_numbers, records
+from autotune.results import TrialRecord, curve_profiles, front_numbers, records
 
 
 @dataclass(frozen=True)
@@ -85,13 +85,16 @@ def trials_markdown(recs: list[TrialRecord], metrics: list[str], front: set[int]
     return lines
 
 
-def curves_markdown(recs: list[TrialRecord], axis: str) -> list[str]:
-    """Every load point of every capacity search, in the order measured."""
+def curves_markdown(recs: list[TrialRecord], axis: str, profile: str | None = None
+                    ) -> list[str]:
+    """Every load point of every capacity search (of `profile`, in a capacity suite), in the
+    order measured."""
     lines = [f"| trial | load ({axis}) | verdict | req/s | total tok/s | p99 TTFT ms | "
              "p99 TPOT ms | mean TPOT ms | requests | s | missed |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in recs:
-        for p in (r.facts.capacity or {}).get("points", []):
+        cap = r.facts.capacity or {}
+        for p in (cap.get("profiles", {}).get(profile, {}) if profile else cap).get("points", []):
             m = p["metrics"]
             lines.append(
                 f"| {r.number} | {p['load']:g} | {'met' if p['passed'] else 'missed'} | "
@@ -165,11 +168,14 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
     confirmed = cfg.study_dir() / "confirm.json"
     if confirmed.is_file():
         lines += ["", "## Confirm phase", ""] + confirm_markdown(confirmed, out_dir)
-    if cfg.capacity is not None and any(r.curve() for r in recs):
-        plots.capacity_overlay_png(recs, cfg.slos, cfg.capacity.axis,
-                                   out_dir / "capacity_curves.png")
-        lines += ["", "## Load curves", "", "![load curves](capacity_curves.png)", ""]
-        lines += curves_markdown(recs, cfg.capacity.axis)
+    axis = cfg.capacity.axis if cfg.capacity is not None else None
+    for prof in curve_profiles(recs) if axis is not None else []:
+        assert axis is not None
+        name = f"capacity_curves{'-' + prof if prof else ''}.png"
+        plots.capacity_overlay_png(recs, cfg.slos, axis, out_dir / name, prof)
+        lines += ["", "## Load curves" + (f": {prof}" if prof else ""), "",
+                  f"![load curves]({name})", ""]
+        lines += curves_markdown(recs, axis, prof)
     lines += ["", "## Where the time went", ""] + time_markdown(time_split(recs))
     trial_dirs = sorted(cfg.study_dir().glob("trial-*"))
     if trial_dirs:

@@ -132,10 +132,21 @@ class TrialRecord:
     def timings(self) -> dict[str, float]:
         return self.facts.timings or {}
 
-    def curve(self) -> list[dict[str, Any]]:
-        """The capacity search's load points by load (empty without a capacity search)."""
-        points = (self.facts.capacity or {}).get("points", [])
-        return sorted(points, key=lambda p: float(p["load"]))
+    def curve(self, profile: str | None = None) -> list[dict[str, Any]]:
+        """The capacity search's load points by load (empty without a capacity search); in a
+        capacity suite, those of `profile`."""
+        cap = self.facts.capacity or {}
+        if profile is not None:
+            cap = cap.get("profiles", {}).get(profile, {})
+        return sorted(cap.get("points", []), key=lambda p: float(p["load"]))
+
+    def curve_profiles(self) -> list[str | None]:
+        """Whose load curves the trial has: a capacity suite's profiles, else [None] (one
+        search) or [] (none)."""
+        cap = self.facts.capacity or {}
+        if "profiles" in cap:
+            return list(cap["profiles"])
+        return [None] if cap.get("points") else []
 
     def value(self, metric: str) -> float | None:
         """An objective's value, else a recorded metric; None when not measured."""
@@ -188,6 +199,14 @@ def metric_deltas(rec: TrialRecord, base: TrialRecord | None,
         return {}
     return {k: delta(rec.metrics[k], base.metrics[k]) for k in keys
             if k in rec.metrics and k in base.metrics}
+
+
+def curve_profiles(recs: list[TrialRecord]) -> list[str | None]:
+    """Whose load curves a study's trials have (in order, once each)."""
+    out: list[str | None] = []
+    for r in recs:
+        out += [p for p in r.curve_profiles() if p not in out]
+    return out
 
 
 def front_numbers(study: optuna.Study) -> set[int]:

@@ -26,7 +26,14 @@ from optuna.trial import FrozenTrial
 from autotune import __version__
 from autotune.config import StudyConfig
 from autotune.confirm import ConfirmResult
-from autotune.results import baseline, deltas, front_numbers, metric_deltas, records
+from autotune.results import (
+    baseline,
+    curve_profiles,
+    deltas,
+    front_numbers,
+    metric_deltas,
+    records,
+)
 
 # the per-point quantities of a capacity curve logged as metric histories
 CURVE_KEYS = ("request_throughput", "total_token_throughput", "p99_ttft_ms", "p99_tpot_ms",
@@ -198,8 +205,10 @@ class Tracker:
         metrics.update({f"constraint_{k}": v for k, v in rec.constraints.items()})
         # a capacity search's curve: a metric history per quantity, step = the point's rank by
         # load (so MLflow's charts draw each trial's curve)
-        curve = [Metric(f"curve_{k}", float(v), ts, i)
-                 for i, pt in enumerate(rec.curve())
+        # (a capacity suite: one history per profile, `curve_<label>/<quantity>`)
+        curve = [Metric(f"curve_{prof + '/' if prof else ''}{k}", float(v), ts, i)
+                 for prof in rec.curve_profiles()
+                 for i, pt in enumerate(rec.curve(prof))
                  for k, v in {"load": pt["load"], "passed": float(pt["passed"]),
                               **{m: pt["metrics"][m] for m in CURVE_KEYS}}.items()]
         self.client.log_batch(
@@ -220,11 +229,12 @@ class Tracker:
             reqs = log.parent / "requests.csv" if log is not None else None
             if reqs is not None and reqs.is_file():
                 shutil.copy(reqs, d / "requests.csv")
-            if rec.curve() and self.cfg.capacity is not None:
+            if rec.curve_profiles() and self.cfg.capacity is not None:
                 from autotune import plots
 
-                plots.capacity_png(rec, self.cfg.slos, self.cfg.capacity.axis,
-                                   d / "capacity.png")
+                for prof in rec.curve_profiles():
+                    plots.capacity_png(rec, self.cfg.slos, self.cfg.capacity.axis,
+                                       d / f"capacity{'-' + prof if prof else ''}.png", prof)
                 (d / "capacity.json").write_text(json.dumps(facts.capacity, indent=2))
             if any(d.iterdir()):
                 self.client.log_artifacts(rid, str(d))
@@ -256,9 +266,11 @@ class Tracker:
                 hv = plots.hypervolume_history(study)
                 if hv is not None:
                     hv.to_csv(d / "hypervolume.csv", index=False)
-            if self.cfg.capacity is not None and any(r.curve() for r in recs):
-                plots.capacity_overlay_png(recs, self.cfg.slos, self.cfg.capacity.axis,
-                                           d / "capacity_curves.png")
+            if self.cfg.capacity is not None:
+                for prof in curve_profiles(recs):
+                    plots.capacity_overlay_png(
+                        recs, self.cfg.slos, self.cfg.capacity.axis,
+                        d / f"capacity_curves{'-' + prof if prof else ''}.png", prof)
             imp = plots.importances(study, metrics)
             if imp:
                 (d / "importances.json").write_text(json.dumps(imp, indent=2))

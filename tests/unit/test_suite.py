@@ -147,6 +147,13 @@ def test_a_capacity_suite_scores_the_worst_profile_and_names_a_miss(
     assert starts[1] == {"random": r, "long": lo}  # each profile starts at its incumbent
     assert miss.constraints["capacity_ok"] == 1.0 and miss.user_attrs["cause"].startswith("long:")
     assert set(miss.user_attrs["capacity"]["profiles"]) == {"random", "long"}
+    # each profile's load curve, for MLflow's histories and plots and the report
+    from autotune.results import TrialRecord, curve_profiles
+
+    recs = [TrialRecord.of(t, c.metric_names()) for t in st.get_trials()]
+    assert curve_profiles(recs) == ["random", "long"] and recs[1].curve() == []
+    pts = recs[1].curve("long")
+    assert pts and [p["load"] for p in pts] == sorted(p["load"] for p in pts)
 
 
 def test_a_capacity_suite_sizes_a_replica_by_its_lowest_profile() -> None:
