@@ -303,6 +303,17 @@ class Tracker:
         tags = [RunTag("autotune.recommended", str(res.recommended))] \
             if res.recommended is not None else []
         self.client.log_batch(self.parent_id, metrics=metrics, tags=tags)
+        # on each finalist's own run too, so the runs view shows the interval beside the trial
+        for num, row in res.configs.items():
+            rid = self._find(f"tags.`{TRIAL_TAG}` = '{num}'")
+            if rid is None:
+                continue
+            mine = [Metric("confirm_boots", float(len(row["values"])), ts, 0),
+                    Metric("confirm_median", float(row["median"]), ts, 0)]
+            mine += [Metric(f"confirm_{k}", float(row[k]), ts, 0)
+                     for k in ("gain", "gain_low", "gain_high") if k in row]
+            self.client.log_batch(rid, metrics=mine, tags=[RunTag(
+                "autotune.confirm", row.get("text", "baseline"))])
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
             (d / "confirm.json").write_text(json.dumps(res.to_json(), indent=2) + "\n")
