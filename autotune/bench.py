@@ -403,8 +403,8 @@ def run_capacities(server: ServerConfig, profiles: list[ProfileConfig], cap: Cap
                    on_phase: Phase | None = None, on_point: OnPoint | None = None
                    ) -> CapacitySuiteRun:
     """Boot `vllm serve` with the fixed args plus `params`, search each profile's capacity in
-    turn (from `starts[label]` when given; files under `<workdir>/<label>/` when there are
-    several), stop it."""
+    turn (from `starts[label]` when given; files under `<workdir>/<label>/` and the suite's
+    `result.json` when there are several), stop it."""
     t_start = time.monotonic()
     phase = on_phase or (lambda _p: None)
     workdir = Path(workdir)
@@ -429,7 +429,8 @@ def run_capacities(server: ServerConfig, profiles: list[ProfileConfig], cap: Cap
     run = CapacitySuiteRun(results, Timings(boot_s, bench_s, time.monotonic() - t_stop,
                                             time.monotonic() - t_start),
                            proc.argv, str(proc.log_path))
-    (workdir / "result.json").write_text(json.dumps(run.to_json(), indent=2) + "\n")
+    if len(profiles) > 1:  # one profile: run_capacity writes its own record
+        (workdir / "result.json").write_text(json.dumps(run.to_json(), indent=2) + "\n")
     return run
 
 

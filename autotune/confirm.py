@@ -166,12 +166,6 @@ def config_gains(recs: list[TrialRecord], metrics: list[str]) -> dict[int, dict[
     return out
 
 
-def boots(recs: list[TrialRecord]) -> dict[int, int]:
-    """For each measured trial, how many measured boots its served flags have in the study."""
-    n = Counter(_key(r) for r in recs if r.measured)
-    return {r.number: n[_key(r)] for r in recs if r.measured}
-
-
 @dataclass
 class ConfirmResult:
     """What `confirm.json` holds: each config's boots, median and interval, its gain over the

@@ -15,7 +15,7 @@ import yaml
 
 from autotune.command import flag_name, serve_argv, shell_join
 from autotune.config import StudyConfig, default_executable
-from autotune.confirm import TrialHook, boots, config_gains, run_repeats
+from autotune.confirm import TrialHook, config_gains, run_repeats
 from autotune.errors import StudyError
 from autotune.objective import PhaseHook
 from autotune.preflight import Preflight
@@ -186,8 +186,7 @@ class Validation:
     metric: str
     rows: list[tuple[str, float, float]]  # objective, study value, median of the re-runs
     gain: Gain  # the re-runs only
-    study_gain: Gain  # every boot before the validation
-    study_boots: int  # the chosen config's boots before the validation
+    study_gain: Gain  # every boot before the validation (`n`: the chosen config's boots)
     boots: list[int]  # the validation's trials
 
     @property
@@ -210,7 +209,6 @@ def validate(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: li
         raise StudyError("--validate: the study has no measured baseline trial to compare with")
     metrics = cfg.metric_names()
     before = config_gains(recs, metrics).get(trial.number, {})
-    n_before = boots(recs).get(trial.number, 1)
     first = len(study.get_trials(deepcopy=False))
     run_repeats(study, cfg, pre, requests, [base.number, trial.number] * repeats,
                 on_phase=on_phase, on_trial=on_trial)
@@ -223,5 +221,5 @@ def validate(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: li
             trial.values.items()]
     m0 = metrics[0]
     gain = gain_ci([r.values[m0] for r in mine], [r.values[m0] for r in theirs])
-    return Validation(trial.number, base.number, m0, rows, gain, before[m0], n_before,
+    return Validation(trial.number, base.number, m0, rows, gain, before[m0],
                       [r.number for r in new])

@@ -21,7 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from autotune.confirm import ConfirmResult, boots, config_gains
+from autotune.confirm import ConfirmResult, config_gains
 from autotune.metrics import BenchMetrics
 from autotune.results import Status, TrialRecord, records
 from autotune.stats import Gain
@@ -109,13 +109,13 @@ def params_text(params: dict[str, Any]) -> str:
                     for k, v in params.items()) or "(vLLM defaults)"
 
 
-def gain_text(g: Gain, n_boots: int) -> str:
+def gain_text(g: Gain) -> str:
     """A gain as every view prints it: "+75.1%, one measurement" until the config and the
     baseline were both measured more than once, then "+12.4% [+9.8, +15.1], 3 boots" or
-    "no significant change (+3.1% [-2.0, +8.3]), 3 boots"."""
+    "no significant change (+3.1% [-2.0, +8.3]), 3 boots" (the config's boots, `Gain.n`)."""
     if g.n < 2 or g.n_base < 2:
         return f"{g.gain * 100:+.1f}%, one measurement"
-    return f"{g.text()}, {n_boots} boots"
+    return f"{g.text()}, {g.n} boots"
 
 
 def is_base(r: TrialRecord, recs: list[TrialRecord]) -> bool:
@@ -137,7 +137,7 @@ def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Tria
     `all_recs` (default `recs`): one measurement, or a median with its interval."""
     extra = extra or []
     pool = all_recs if all_recs is not None else recs
-    gains, n_boots = config_gains(pool, metrics + extra), boots(pool)
+    gains = config_gains(pool, metrics + extra)
     t = Table(title=title, header_style="bold", caption=GAIN_CAPTION)
     t.add_column("#", justify="right")
     t.add_column("state")
@@ -154,7 +154,7 @@ def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Tria
         g = gains.get(r.number, {})
         for m in metrics + extra:
             v = r.values.get(m, r.metrics.get(m) if m in extra else None)
-            cells.append(_fmt(v) + (f" ({gain_text(g[m], n_boots[r.number])})"
+            cells.append(_fmt(v) + (f" ({gain_text(g[m])})"
                                     if m in g and not is_base(r, pool) else ""))
         tm = r.timings
         cells += [_fmt(tm.get("boot_s")), _fmt(tm.get("bench_s"))]
@@ -202,8 +202,7 @@ class StudyView:
         rec = next(r for r in recs if r.number == trial.number)
         if rec.measured:
             g = config_gains(recs, list(rec.values)).get(rec.number, {})
-            n = boots(recs)[rec.number]
-            parts = [f"{m} {v:,.2f}" + (f" ({gain_text(g[m], n)})"
+            parts = [f"{m} {v:,.2f}" + (f" ({gain_text(g[m])})"
                                         if m in g and not is_base(rec, recs) else "")
                      for m, v in rec.values.items()]
             msg = ", ".join(parts)

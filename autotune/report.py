@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 
 from autotune.config import StudyConfig
-from autotune.confirm import boots, config_gains
+from autotune.confirm import config_gains
 from autotune.present import confirm_lines, gain_text, is_base, params_text, short_metric
 from autotune.results import TrialRecord, curve_profiles, front_numbers, records
 
@@ -67,12 +67,12 @@ def trials_markdown(recs: list[TrialRecord], metrics: list[str], front: set[int]
     head += ["boot s", "bench s", "front", "params / cause"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     pool = all_recs if all_recs is not None else recs
-    gains, n_boots = config_gains(pool, metrics), boots(pool)
+    gains = config_gains(pool, metrics)
     for r in recs:
         g = gains.get(r.number, {})
         cells = [str(r.number), r.label() + (" (base)" if r.baseline else "")]
         for m in metrics:
-            cells += [_f(r.values.get(m)), gain_text(g[m], n_boots[r.number])
+            cells += [_f(r.values.get(m)), gain_text(g[m])
                       if m in g and not is_base(r, pool) else ""]
         what = "vLLM defaults" if r.baseline else (
             f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None

@@ -81,16 +81,15 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
     res = export(cfg, trial, out_dir or cfg.study_dir() / "export")
     vals = ", ".join(f"{k} {v:,.2f}" for k, v in res["values"].items())
     console.print(f"trial {trial.number} ({vals})", highlight=False)
-    from autotune.confirm import boots, config_gains
+    from autotune.confirm import config_gains
     from autotune.present import gain_text
     from autotune.results import records as all_records
 
     recs = all_records(st)
     gains = config_gains(recs, cfg.metric_names()).get(trial.number, {})
     if gains and not trial.baseline:
-        n = boots(recs).get(trial.number, 1)
         console.print("vs vLLM's defaults: " + "; ".join(
-            f"{m} {gain_text(g, n)}" for m, g in gains.items()), highlight=False)
+            f"{m} {gain_text(g)}" for m, g in gains.items()), highlight=False)
     if cfg.profiles:  # a suite: each profile's values and change against the baseline
         from autotune.results import baseline, metric_deltas, records
 
@@ -160,9 +159,9 @@ def print_validation(cfg: StudyConfig, st: optuna.Study, trial: TrialRecord,
         t.add_row(metric, f"{before:,.2f}", f"{after:,.2f}",
                   f"{(after - before) / before * 100:+.1f}%" if before else "-")
     out.print(t)
-    said = gain_text(v.study_gain, v.study_boots)
+    said = gain_text(v.study_gain)
     out.print(f"{v.metric} vs defaults: the study said {said}; the re-runs say "
-              f"{gain_text(v.gain, repeats)}", highlight=False, soft_wrap=True)
+              f"{gain_text(v.gain)}", highlight=False, soft_wrap=True)
     if v.inside is None:
         out.print("(one re-run each: --repeats 2 or more gives the re-runs' gain an interval "
                   "and checks the study's figure against it)", highlight=False)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from autotune.bench import MIN_PER_SLOT, too_short
-from autotune.confirm import boots, config_gains, wanted
+from autotune.confirm import config_gains, wanted
 from autotune.metrics import RequestRecord, steady_share
 from autotune.present import gain_text
 from autotune.results import Status, TrialFacts, TrialRecord
@@ -30,7 +30,7 @@ def test_a_gain_is_one_measurement_until_repeats_exist() -> None:
     recs = [rec(0, 100.0, "base", base=True), rec(1, 150.0, "a")]
     g = config_gains(recs, M)[1]["total_token_throughput"]
     assert g.gain == pytest.approx(0.5) and g.n == 1
-    assert gain_text(g, boots(recs)[1]) == "+50.0%, one measurement"
+    assert gain_text(g) == "+50.0%, one measurement"
 
 
 def test_repeats_pool_by_served_flags_into_an_interval() -> None:
@@ -42,8 +42,8 @@ def test_repeats_pool_by_served_flags_into_an_interval() -> None:
     assert g is gains[4]["total_token_throughput"]  # the repeat reads the same pooled gain
     assert g.n == 3 and g.n_base == 3 and g.gain == pytest.approx(0.5)
     assert g.low <= 0.5 <= g.high and g.significant
-    assert gain_text(g, boots(recs)[1]) == f"{g.text()}, 3 boots"
-    assert gain_text(gains[2]["total_token_throughput"], 1).endswith("one measurement")
+    assert gain_text(g) == f"{g.text()}, 3 boots"
+    assert gain_text(gains[2]["total_token_throughput"]).endswith("one measurement")
 
 
 def test_a_gain_inside_the_noise_reads_no_significant_change() -> None:
@@ -51,7 +51,7 @@ def test_a_gain_inside_the_noise_reads_no_significant_change() -> None:
             rec(2, 80.0, "base", repeat_of=0), rec(3, 96.0, "a", repeat_of=1),
             rec(4, 120.0, "base", repeat_of=0), rec(5, 112.0, "a", repeat_of=1)]
     g = config_gains(recs, M)[1]["total_token_throughput"]
-    assert not g.significant and gain_text(g, 3).startswith("no significant change (")
+    assert not g.significant and gain_text(g).startswith("no significant change (")
 
 
 def _cfg(when: str = "auto", min_s: float = 120.0) -> Any:
