@@ -33,22 +33,30 @@ TrialHook = Callable[[optuna.Study, FrozenTrial], None]
 
 
 def finalists(study: optuna.Study, cfg: StudyConfig, top: int) -> tuple[int, list[int]]:
-    """(the baseline trial, the front's best `top` other configs by the first objective)."""
+    """(the baseline trial, the front's best `top` other configs by the first objective). When
+    the defaults alone make the front (they measured better than every config, once each),
+    the best other feasible configs stand in: the confirm phase then says whether the
+    defaults' lead is real or one lucky boot."""
     recs = records(study)
     base = baseline(recs)
     if base is None:
         raise ConfigError("confirm: the study has no measured baseline trial to compare with")
     metric = cfg.metric_names()[0]
     maximize = cfg.objectives[0].direction == "maximize"
-    seen = {str(base.facts.flags_key)}
-    out = []
-    for r in sorted(front(study), key=lambda r: r.values.get(metric, 0.0), reverse=maximize):
-        if r.facts.repeat_of is None and str(r.facts.flags_key) not in seen:
-            seen.add(str(r.facts.flags_key))
-            out.append(r.number)
+
+    def best(pool: list[TrialRecord]) -> list[int]:
+        seen = {str(base.facts.flags_key)}
+        out = []
+        for r in sorted(pool, key=lambda r: r.values.get(metric, 0.0), reverse=maximize):
+            if r.facts.repeat_of is None and str(r.facts.flags_key) not in seen:
+                seen.add(str(r.facts.flags_key))
+                out.append(r.number)
+        return out[:top]
+
+    out = best(front(study)) or best([r for r in recs if r.feasible])
     if not out:
-        raise ConfigError("confirm: the front holds no config other than the baseline")
-    return base.number, out[:top]
+        raise ConfigError("confirm: the study holds no feasible config other than the baseline")
+    return base.number, out
 
 
 def confirm_plan(study: optuna.Study, numbers: list[int], repeats: int) -> list[int]:

@@ -109,3 +109,22 @@ def test_error_bars_come_from_configs_booted_more_than_once() -> None:
     got = config_boots(recs, M)
     assert got == {0: {M[0]: [100.0, 102.0]}, 1: {M[0]: [150.0, 148.0]}}  # not 2: one boot
     assert trial_counts(recs) == "3 trials, 0 without a measurement, 2 repeats (error bars)"
+
+
+def test_when_the_defaults_alone_make_the_front_the_best_others_are_confirmed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured once each, the defaults can dominate every config (a lucky boot): the confirm
+    phase then takes the best other feasible configs, to say whether that lead is real."""
+    from autotune import confirm
+    from autotune.confirm import finalists
+
+    recs = [rec(0, 100.0, "base", base=True), rec(1, 90.0, "a"), rec(2, 95.0, "b")]
+    monkeypatch.setattr(confirm, "records", lambda _st: recs)
+    monkeypatch.setattr(confirm, "front", lambda _st: recs[:1])
+    cfg = SimpleNamespace(metric_names=lambda: M,
+                          objectives=[SimpleNamespace(direction="maximize")])
+    assert finalists(None, cfg, 1) == (0, [2])  # type: ignore[arg-type]
+    assert finalists(None, cfg, 2) == (0, [2, 1])  # type: ignore[arg-type]
+    monkeypatch.setattr(confirm, "records", lambda _st: recs[:1])
+    with pytest.raises(Exception, match="no feasible config other than the baseline"):
+        finalists(None, cfg, 1)  # type: ignore[arg-type]
