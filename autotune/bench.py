@@ -8,6 +8,7 @@ their cause.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import warnings
@@ -90,7 +91,7 @@ CLIENT_BUSY = 0.9  # client CPU fraction over which a measurement is suspect
 # "Too short to measure" (docs/noise.md says how these were set): a closed-loop benchmark that
 # gives each concurrency slot fewer than MIN_PER_SLOT requests is one wave of requests, and one
 # that spends less than MIN_STEADY of its time with every slot busy measures its ramp and drain
-MIN_PER_SLOT = 2.0
+MIN_PER_SLOT = 1.9
 MIN_STEADY = 0.5
 
 
@@ -103,14 +104,14 @@ def too_short(records: list[RequestRecord], concurrency: int | None, duration_s:
     steady = steady_share(records, concurrency, duration_s)
     why = []
     if per_slot < MIN_PER_SLOT:
-        why.append(f"{per_slot:.1f} requests per concurrency slot (< {MIN_PER_SLOT:g})")
+        why.append(f"{per_slot:.2f} requests per concurrency slot (< {MIN_PER_SLOT:g})")
     if steady < MIN_STEADY:
         why.append(f"all {concurrency} slots busy for only {steady:.0%} of its "
                    f"{duration_s:.1f} s (< {MIN_STEADY:.0%})")
     if not why:
         return None
     return (f"benchmark too short to measure: {' and '.join(why)}; raise profile.num_prompts "
-            f"to at least {int(MIN_PER_SLOT * concurrency)} (docs/noise.md)")
+            f"to at least {math.ceil(MIN_PER_SLOT * concurrency)} (docs/noise.md)")
 
 
 @contextmanager

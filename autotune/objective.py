@@ -178,8 +178,9 @@ class Objective:
     def _capacity(self, trial: optuna.Trial, flags: dict[str, Any], gpus: int, workdir: Path,
                   on_phase: Callable[[str], None]) -> list[float]:
         """Capacity mode: search the most load this config sustains within the SLOs, starting
-        at the incumbent's capacity (and stopping early below it). When the study maximizes
-        capacity per GPU, the incumbent is per GPU, scaled by this server's GPUs."""
+        at the incumbent's capacity (and, except in a confirm-phase repeat, stopping early below
+        it). When the study maximizes capacity per GPU, the incumbent is per GPU, scaled by this
+        server's GPUs."""
         cap = self.cfg.capacity
         assert cap is not None
         by_gpu = any(o.metric.endswith(PER_GPU) for o in self.cfg.objectives)
@@ -188,8 +189,10 @@ class Objective:
         best = incumbent(trial.study, per_gpu=by_gpu)
         if best is not None and by_gpu:
             best *= gpus
+        # a confirm-phase repeat measures the whole capacity: an early stop gives only a bound
+        early = cap.early_stop and trial.user_attrs.get("repeat_of") is None
         run = run_capacity(self.cfg.server, self.cfg.profile, cap, self.cfg.slos, flags,
-                           workdir, start=best, stop_below=best if cap.early_stop else None,
+                           workdir, start=best, stop_below=best if early else None,
                            on_phase=on_phase)
         res = run.result
         metrics = res.summary()

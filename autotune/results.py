@@ -98,7 +98,9 @@ class TrialRecord:
         status = _status(t, facts)
         measured = status in (Status.OK, Status.SLO_MISS) and t.values is not None
         values = dict(zip(objective_names, t.values, strict=False)) if measured else {}
-        return cls(t.number, status, facts, dict(t.params), values, dict(t.constraints),
+        # a waiting trial has no params yet: show the config enqueued for it
+        params = t.system_attrs.get("fixed_params", {}) if status is Status.WAITING else t.params
+        return cls(t.number, status, facts, dict(params), values, dict(t.constraints),
                    t.datetime_start, t.datetime_complete)
 
     @property

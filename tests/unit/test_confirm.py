@@ -3,6 +3,7 @@ confirms by itself, and the "too short to measure" rule."""
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 from typing import Any
 
@@ -90,9 +91,12 @@ def test_steady_share_of_a_closed_loop() -> None:
 
 def test_too_short_names_the_reason_and_the_fix() -> None:
     assert too_short(closed_loop(64, 16), 16, 4.0) is None
+    # the H100 benchmark's length (1,000 prompts at 512, 1.95 per slot) measured 0.5% apart
+    # between boots, so it does not warn
+    assert too_short(closed_loop(1000, 512), 512, 2.0) is None
     one_wave = too_short(closed_loop(16, 16), 16, 1.0)
-    assert one_wave is not None and "1.0 requests per concurrency slot" in one_wave
-    assert f"num_prompts to at least {int(MIN_PER_SLOT * 16)}" in one_wave
+    assert one_wave is not None and "1.00 requests per concurrency slot" in one_wave
+    assert f"num_prompts to at least {math.ceil(MIN_PER_SLOT * 16)}" in one_wave
     assert too_short(closed_loop(16, 16), None, 1.0) is None  # open loop: no slots
     # a long drain: every slot busy for two seconds of eight (one request runs on alone)
     drain = closed_loop(32, 16) + [RequestRecord(100, 2.0, 8, 8, 2.1, 8.0)]

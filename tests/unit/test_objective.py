@@ -119,3 +119,41 @@ def test_a_measurement_warning_is_kept_with_its_trial(tmp_path: Path,
         study.optimize(Objective(cfg(tmp_path), SPACE, [], tmp_path), n_trials=1)
     assert study.trials[0].user_attrs["warnings"] == [
         "benchmark too short to measure: 1.0 requests per concurrency slot"]
+
+
+def test_a_confirm_repeat_of_a_capacity_trial_never_stops_early(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An early stop below the incumbent records a lower bound, not a capacity: the confirm
+    phase's repeats (of the baseline above all) must search to the end."""
+    from autotune.bench import CapacityRun, Timings
+    from autotune.capacity import CapacityResult, LoadPoint
+
+    seen: list[tuple[float | None, float | None]] = []
+
+    def fake_capacity(server: Any, profile: Any, cap: Any, slos: Any, flags: dict[str, Any],
+                      workdir: Path, *, start: float | None = None,
+                      stop_below: float | None = None, **kw: Any) -> CapacityRun:
+        seen.append((start, stop_below))
+        load = 8.0 if flags.get("kv_cache_dtype") == "fp8" else 4.0
+        pt = LoadPoint(load, True, (), {"request_throughput": load, "total_token_throughput":
+                                        100 * load, "p99_ttft_ms": 10.0, "mean_tpot_ms": 5.0})
+        return CapacityRun(CapacityResult("concurrency", load, pt, (pt,), None), Timings(),
+                           ["vllm"], str(workdir / "server.log"))
+
+    monkeypatch.setattr(objective_mod, "run_capacity", fake_capacity)
+    c = StudyConfig.model_validate({
+        **cfg(tmp_path).model_dump(exclude={"objectives", "slos", "capacity"}),
+        "capacity": {"axis": "concurrency", "low": 1, "high": 64},
+        "slos": [{"metric": "p99_ttft_ms", "max": 1000}],
+        "objectives": [{"metric": "capacity", "direction": "maximize"}]})
+    study = optuna.create_study(directions=["maximize"])
+    study.enqueue_trial({}, user_attrs={"baseline": True})
+    study.enqueue_trial({"max_num_seqs": 16, "kv_cache_dtype": "fp8"})
+    obj = Objective(c, SPACE, [], tmp_path)
+    study.optimize(obj, n_trials=2)
+    study.enqueue_trial({}, user_attrs={"repeat_of": 0})
+    study.optimize(obj, n_trials=1)
+    assert seen[0] == (None, None)  # the baseline: nothing to start from
+    assert seen[1] == (4.0, 4.0)  # a first-pass trial starts at, and may stop below, the best
+    assert seen[2] == (8.0, None)  # the baseline's repeat starts at the best, searches it all
+    assert study.trials[2].values == [4.0]

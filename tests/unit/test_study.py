@@ -51,3 +51,17 @@ def test_run_stops_before_a_trial_that_would_overrun(monkeypatch: pytest.MonkeyP
     assert ran == 3 and clock[0] == 550.0
     assert len(st.trials) == 3 and all(t.state.is_finished() for t in st.trials)
     assert phases == ["timeout: the next trial (about 150 s) would end after it; stopping"]
+
+
+def test_a_waiting_trial_shows_the_config_enqueued_for_it() -> None:
+    from autotune.present import params_text
+    from autotune.results import Status, TrialRecord
+
+    st = optuna.create_study()
+    st.enqueue_trial({})  # the baseline
+    st.enqueue_trial({"quantization": "fp8", "kv_cache_dtype": "fp8"})  # a start
+    recs = [TrialRecord.of(t, ["x"]) for t in st.get_trials()]
+    assert [r.status for r in recs] == [Status.WAITING, Status.WAITING]
+    assert params_text(recs[0].params) == "(vLLM defaults)"
+    # the H100 study showed a waiting start as "(vLLM defaults)"
+    assert params_text(recs[1].params) == "quantization=fp8 kv_cache_dtype=fp8"
