@@ -212,16 +212,23 @@ def curve_profiles(recs: list[TrialRecord]) -> list[str | None]:
 
 
 def front_numbers(study: optuna.Study) -> set[int]:
-    """The trials on the feasible Pareto front, as Optuna's best_trials finds it (constraints
-    honoured: infeasible trials carry violated constraints) among the first-pass trials: a
-    confirm phase's repeats measure a config again, they are not configs of their own."""
-    from optuna.study._multi_objective import _get_pareto_front_trials_by_trials
+    """The trials on the feasible Pareto front among the first-pass trials: a confirm phase's
+    repeats measure a config again, they are not configs of their own. Feasible as Optuna's
+    best_trials has it (every constraint <= 0: infeasible trials carry violated constraints);
+    on the front when no other feasible trial is at least as good in every objective and
+    better in one (equal trials are all on it)."""
+    sign = [1.0 if d == optuna.study.StudyDirection.MAXIMIZE else -1.0
+            for d in study.directions]
+    first = [(t.number, [s * v for s, v in zip(sign, t.values, strict=True)])
+             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+             if "repeat_of" not in t.user_attrs and t.values is not None
+             and all(c <= 0.0 for c in t.constraints.values())
+             and not TrialFacts.from_attrs(t.user_attrs).failure]
 
-    first = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-             if "repeat_of" not in t.user_attrs]
-    return {t.number for t in _get_pareto_front_trials_by_trials(
-        first, study.directions, consider_constraint=True)
-        if not TrialFacts.from_attrs(t.user_attrs).failure}
+    def dominated(v: list[float]) -> bool:
+        return any(all(a >= b for a, b in zip(w, v, strict=True)) and w != v for _, w in first)
+
+    return {n for n, v in first if not dominated(v)}
 
 
 def front(study: optuna.Study) -> list[TrialRecord]:

@@ -91,13 +91,12 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
         console.print("vs vLLM's defaults: " + "; ".join(
             f"{m} {gain_text(g)}" for m, g in gains.items()), highlight=False)
     if cfg.profiles:  # a suite: each profile's values and change against the baseline
-        from autotune.results import baseline, metric_deltas, records
-
         keys = cfg.profile_metrics()
-        d = metric_deltas(trial, baseline(records(st)), keys)
+        per = config_gains(recs, keys).get(trial.number, {})
         for k in keys:
             if k in trial.metrics:
-                vs = f" ({d[k] * 100:+.1f}% vs defaults)" if k in d else ""
+                vs = f" ({gain_text(per[k])} vs defaults)" if k in per and not trial.baseline \
+                    else ""
                 console.print(f"  {k} {trial.metrics[k]:,.2f}{vs}", highlight=False)
     console.print(f"vLLM config file: {res['config_path']}", highlight=False)
     console.print("benchmark it with:", highlight=False)

@@ -197,9 +197,17 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
                         for i, e in enumerate(envs)) + f"; logs in {pool.log_dir}",
                     highlight=False))
         held = len(completed(st))
-        res, note = confirm_or_say(st, cfg, pre, got, confirm_flag, held, envs is not None,
-                                   view, on_trial, tracker, config_path,
-                                   began + cfg.timeout_s if cfg.timeout_s else None)
+        now, note = confirm_now(st, cfg, confirm_flag, complete=held >= cfg.n_trials and
+                                bool(got), pooled=envs is not None, config_path=config_path)
+        res = None
+        if now:
+            console.print(f"confirm phase ({now})", highlight=False)
+            try:
+                res = confirm_phase(st, cfg, pre, got[0], cfg.confirm.top, cfg.confirm.repeats,
+                                    on_trial, view, tracker,
+                                    began + cfg.timeout_s if cfg.timeout_s else None)
+            except ConfigError as e:  # nothing to confirm: no baseline, or a front of defaults
+                note = f"no confirm phase: {e}"
     print_tables(st, cfg)
     if res is not None:
         print_confirm(res, cfg)
@@ -290,27 +298,21 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
                   f"{len(completed(st))} of {cfg.n_trials}", highlight=False)
 
 
-def confirm_or_say(st: optuna.Study, cfg: StudyConfig, pre: Any, got: list[Any],
-                   flag: bool | None, held: int, pooled: bool, view: StudyView,
-                   on_trial: TrialHook, tracker: Tracker | None, config_path: Path,
-                   deadline: float | None) -> tuple[ConfirmResult | None, str]:
-    """The study's confirm phase when it is wanted and the study is complete; otherwise a note
-    saying plainly that every gain printed is one measurement."""
+def confirm_now(st: optuna.Study, cfg: StudyConfig, flag: bool | None, *, complete: bool,
+                pooled: bool, config_path: Path) -> tuple[str | None, str]:
+    """(why the confirm phase runs now, or None; the note to print when it does not): it runs
+    when wanted (`--confirm`, or confirm.when) on a complete study that ran in this process.
+    The note says plainly that every gain printed is one measurement, and how to confirm."""
     from autotune.confirm import wanted
 
     on, why = wanted(cfg, st, flag)
-    if on and held >= cfg.n_trials and not pooled and got:
-        console.print(f"confirm phase ({why})", highlight=False)
-        try:
-            return confirm_phase(st, cfg, pre, got[0], cfg.confirm.top, cfg.confirm.repeats,
-                                 on_trial, view, tracker, deadline), ""
-        except ConfigError as e:  # nothing to confirm: no baseline, or a front of defaults
-            return None, f"no confirm phase: {e}"
+    if on and complete and not pooled:
+        return why, ""
     how = f"`autotune confirm --config {config_path}`"
     if on and pooled:
         how += " (its boots run one at a time, not in the workers)"
     if on:
-        why += "; the study is not complete" if held < cfg.n_trials else "; workers ran it"
+        why += "; the study is not complete" if not complete else "; workers ran it"
     return None, (f"No confirm phase ({why}): "
                   "every gain above is one measurement of each config, and a difference "
                   "smaller than the boot-to-boot noise means nothing (docs/noise.md). "

@@ -74,4 +74,6 @@ def test_two_profile_suite_study(tiny_model: Path, tmp_path: Path) -> None:
     assert e.returncode == 0, e.stderr
     shown = e.stdout + e.stderr  # the serve line on stdout, the rest on stderr
     assert "prefixed/total_token_throughput" in shown and "vs defaults" in shown
+    # each profile's change pools every boot of the config; here one each, and it says so
+    assert "%, one measurement vs defaults)" in " ".join(shown.split())
     assert "prefixed: vllm bench serve" in shown and "--random-prefix-len 128" in shown

@@ -132,3 +132,27 @@ def test_when_the_defaults_alone_make_the_front_the_best_others_are_confirmed(
     monkeypatch.setattr(confirm, "records", lambda _st: recs[:1])
     with pytest.raises(Exception, match="no feasible config other than the baseline"):
         finalists(None, cfg, 1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("flag", "complete", "pooled", "runs", "said"), [
+    (True, True, False, True, ""),
+    (True, False, False, False, "the study is not complete"),
+    (True, True, True, False, "workers ran it"),
+    (False, True, False, False, "--no-confirm"),
+])
+def test_a_study_confirms_now_or_says_its_gains_are_one_measurement(
+        monkeypatch: pytest.MonkeyPatch, flag: bool, complete: bool, pooled: bool, runs: bool,
+        said: str) -> None:
+    from pathlib import Path
+
+    from autotune import confirm
+    from autotune.cli.study import confirm_now
+
+    monkeypatch.setattr(confirm, "records", lambda _st: [])
+    now, note = confirm_now(None, _cfg(), flag, complete=complete,  # type: ignore[arg-type]
+                            pooled=pooled, config_path=Path("s.yaml"))
+    assert (now is not None) is runs
+    if not runs:
+        text = " ".join(note.split())
+        assert said in text and "every gain above is one measurement" in text
+        assert "`autotune confirm --config s.yaml`" in text

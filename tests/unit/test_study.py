@@ -65,3 +65,24 @@ def test_a_waiting_trial_shows_the_config_enqueued_for_it() -> None:
     assert params_text(recs[0].params) == "(vLLM defaults)"
     # the H100 study showed a waiting start as "(vLLM defaults)"
     assert params_text(recs[1].params) == "quantization=fp8 kv_cache_dtype=fp8"
+
+
+def test_the_front_is_optunas_best_trials_less_the_repeats() -> None:
+    import random
+
+    from autotune.results import front_numbers
+
+    rng = random.Random(0)
+    for _ in range(30):
+        st = optuna.create_study(directions=["maximize", "minimize"])
+        for i in range(12):
+            t = st.ask()
+            t.set_constraint("slo", rng.choice([0.0, 0.0, 1.0]))  # some infeasible
+            st.tell(t, [rng.choice([1.0, 2.0, 3.0]), rng.choice([1.0, 2.0, 3.0])])
+        want = {t.number for t in st.best_trials}
+        assert front_numbers(st) == want
+        # a repeat of a front trial with better values is a measurement, not a config
+        t = st.ask()
+        t.set_user_attr("repeat_of", min(want) if want else 0)
+        st.tell(t, [10.0, 0.0])
+        assert front_numbers(st) == want
