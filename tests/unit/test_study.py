@@ -75,7 +75,7 @@ def test_the_front_is_optunas_best_trials_less_the_repeats() -> None:
     rng = random.Random(0)
     for _ in range(30):
         st = optuna.create_study(directions=["maximize", "minimize"])
-        for i in range(12):
+        for _trial in range(12):
             t = st.ask()
             t.set_constraint("slo", rng.choice([0.0, 0.0, 1.0]))  # some infeasible
             st.tell(t, [rng.choice([1.0, 2.0, 3.0]), rng.choice([1.0, 2.0, 3.0])])
