@@ -5,8 +5,8 @@
 #   bash scripts/gpu/study.sh wait  CONFIG [WAIT]
 #   bash scripts/gpu/study.sh stop                         # SIGTERM the study, wait for its exit
 #   bash scripts/gpu/study.sh run   AUTOTUNE-ARGS...          # foreground, e.g. export --validate
-# A call carries at most 64 MiB: a 56 MiB set-up chunk (.gpu/cN) plus the checkout, so keep the
-# tracked files under 8 MiB (`git ls-files -z | xargs -0 du -cb | tail -1`); commit a study's
+# A call carries at most 64 MiB: a set-up chunk (.gpu/cN) plus the checkout. Cut the chunks with
+# scripts/gpu/prepare.sh, which sizes them to what the checkout leaves; commit a study's
 # final archive only, recompressed (`gunzip -c study.tgz | xz -9e > study.tar.xz`, 55% smaller).
 # STUDY-ARGS: pass `--timeout S` with the machine's lease left, less the export's time, so the
 # study stops between trials instead of being cut off in one.
