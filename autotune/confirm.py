@@ -108,16 +108,19 @@ def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
 
 
 def confirm_samples(study: optuna.Study, metric: str) -> dict[int, list[float]]:
-    """Each repeated trial's measurements of `metric`: its own and its repeats'."""
-    recs = {r.number: r for r in records(study)}
+    """Each repeated trial's measurements of `metric`: every boot of its config (its own, its
+    repeats', and any other trial that served the same flags), pooled as `config_gains` pools
+    them, so the confirm table and every other view count the same boots."""
+    recs = records(study)
+    by_number = {r.number: r for r in recs}
+    pooled = _pool(recs, [metric])
     out: dict[int, list[float]] = {}
-    for r in recs.values():
+    for r in recs:
         src = r.facts.repeat_of
-        if src is not None and r.measured and metric in r.metrics:
-            first = recs[src]
-            if src not in out and first.measured and metric in first.metrics:
-                out[src] = [float(first.metrics[metric])]
-            out.setdefault(src, []).append(float(r.metrics[metric]))
+        if src is not None and src not in out and by_number[src].measured:
+            vals = pooled[_key(by_number[src])].get(metric)
+            if vals:
+                out[src] = list(vals)
     return out
 
 
