@@ -109,7 +109,7 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
     if cfg.capacity is not None:
         from autotune.deploy import sizing
 
-        size = sizing(cfg, trial, target_load)
+        size = sizing(cfg, trial, target_load, recs)
         out.print(size.text(", ".join(s.text() for s in cfg.slos)), highlight=False,
                   soft_wrap=True)
     elif target_load is not None:

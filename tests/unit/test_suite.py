@@ -169,3 +169,31 @@ def test_a_capacity_suite_sizes_a_replica_by_its_lowest_profile() -> None:
     s = sizing(c, rec, 21.0)
     assert (s.per_replica_req_s, s.binding, s.replicas) == (5.0, "long", 5)
     assert "the lowest: long" in s.text("p99_ttft_ms <= 2000")
+    assert "one boot: `autotune confirm`" in s.text("p99_ttft_ms <= 2000")
+
+
+def test_sizing_counts_every_boot_of_the_config() -> None:
+    """Once the confirm phase has booted a config again, its median sizes the replica and the
+    replica count divides by the interval's low end (with three boots, the lowest boot)."""
+    from autotune.deploy import sizing
+    from autotune.results import Status, TrialFacts, TrialRecord
+
+    c = StudyConfig.model_validate(cfg(capacity=CAP, slos=SLOS, objectives=[
+        {"metric": "capacity", "direction": "maximize"}]))
+
+    def rec(n: int, cap: float, flags: dict[str, Any], repeat_of: int | None = None
+            ) -> TrialRecord:
+        return TrialRecord(n, Status.OK, TrialFacts(
+            flags=flags, flags_key=str(sorted(flags.items())), repeat_of=repeat_of,
+            baseline=not flags, metrics={"capacity": cap}), {}, {"capacity": cap})
+
+    best = rec(1, 20.0, {"max_num_seqs": 8})
+    recs = [rec(0, 10.0, {}), best, rec(2, 10.0, {}, 0), rec(3, 12.0, {"max_num_seqs": 8}, 1),
+            rec(4, 16.0, {"max_num_seqs": 8}, 1)]
+    assert sizing(c, best, 40.0).per_replica_req_s == 20.0  # without the records: one boot
+    s = sizing(c, best, 40.0, recs)
+    assert (s.per_replica_req_s, s.boots, s.replicas) == (16.0, 3, 4)  # 40 / 12, rounded up
+    assert s.low_req_s == 12.0 and s.high_req_s == 20.0
+    text = s.text("p99_ttft_ms <= 2000")
+    assert "median of 3 boots, 95% interval [12.00, 20.00]" in text
+    assert "4 replicas" in text and "sized on the interval's low end" in text
