@@ -24,9 +24,9 @@ if [ ! -e /root/site/plotly ] && ls .whl/*.whl >/dev/null 2>&1; then
 fi
 mkdir -p /root/w
 pack() {
+  cp /root/w/*.log "$OUT/" 2>/dev/null || true
   [ -d /root/w/mlruns ] || return 0
   tar -C /root/w -czf "$OUT/study.tgz" --exclude='vllm-cache' --exclude='*.tmp' mlruns
-  cp /root/w/study.log "$OUT/" 2>/dev/null || true
   nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv > "$OUT/gpu.txt"
 }
 case $cmd in
@@ -34,22 +34,24 @@ case $cmd in
     if [ -f .gpu-state/study.tgz ] && [ ! -d /root/w/mlruns ]; then
       tar -C /root/w -xzf .gpu-state/study.tgz
     fi
-    setsid nohup python3 -m autotune study --config "$cfg" "${extra[@]}" >> /root/w/study.log 2>&1 < /dev/null &
+    log=/root/w/$(basename "$cfg" .yaml).log  # one log a study: several can follow on a machine
+    setsid nohup python3 -m autotune study --config "$cfg" "${extra[@]}" >> "$log" 2>&1 < /dev/null &
     echo $! > /root/w/study.pid
+    echo "$log" > /root/w/study.logpath
     ;&
   wait)
     pid=$(cat /root/w/study.pid)
     end=$((SECONDS + wait_s))
     while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
     kill -0 "$pid" 2>/dev/null && echo "STUDY STILL RUNNING" || echo "STUDY FINISHED"
-    tail -c 6000 /root/w/study.log
+    tail -c 6000 "$(cat /root/w/study.logpath)"
     pack
     ;;
   stop)
     pid=$(cat /root/w/study.pid)
     kill -TERM "$pid" 2>/dev/null
     for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-    tail -c 3000 /root/w/study.log
+    tail -c 3000 "$(cat /root/w/study.logpath)"
     pack
     ;;
   run)
