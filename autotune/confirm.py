@@ -221,7 +221,10 @@ def summarize(study: optuna.Study, cfg: StudyConfig, base: int, numbers: list[in
         res.configs[num] = row
     cands = {str(k): samples[k] for k in numbers if len(samples.get(k, [])) > 1}
     if cands:
-        res.recommended = int(pick(cands, "lower_bound", maximize))
+        # a change is recommended only when it beats the defaults beyond the noise; among
+        # those, the best lower confidence bound. Otherwise: keep vLLM's defaults.
+        better = {k: v for k, v in cands.items() if res.configs[int(k)].get("survives")}
+        res.recommended = int(pick(better, "lower_bound", maximize)) if better else base
         res.by_point_estimate = int(pick(cands, "point", maximize))
     return res
 

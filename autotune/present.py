@@ -242,7 +242,11 @@ def confirm_lines(res: ConfirmResult) -> list[str]:
         lines.append(f"trial {num}: first pass {first * 100:+.1f}% (one measurement each); "
                      f"after {len(row['values'])} boots {row['text']}: {verdict}"
                      if first is not None else f"trial {num}: {row['text']}")
-    if res.recommended is not None:
+    if res.recommended == res.base:
+        lines.append(f"recommended: vLLM's defaults (trial {res.base}): no finalist beats them "
+                     f"beyond the noise (the point estimate would pick trial "
+                     f"{res.by_point_estimate})")
+    elif res.recommended is not None:
         lines.append(f"recommended (best lower confidence bound): trial {res.recommended}"
                      + ("" if res.recommended == res.by_point_estimate else
                         f"; the point estimate would pick {res.by_point_estimate}"))

@@ -156,3 +156,26 @@ def test_a_study_confirms_now_or_says_its_gains_are_one_measurement(
         text = " ".join(note.split())
         assert said in text and "every gain above is one measurement" in text
         assert "`autotune confirm --config s.yaml`" in text
+
+
+def test_the_defaults_stay_recommended_unless_a_finalist_beats_them_beyond_the_noise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README demo's confirm once recommended a finalist 17.6% below the defaults (not
+    significant either way), because its boots were the least spread. A change is recommended
+    only when it survives; among those, on the best lower confidence bound."""
+    from autotune import confirm
+    from autotune.present import confirm_lines
+
+    c = SimpleNamespace(metric_names=lambda: ["total_token_throughput"],
+                        objectives=[SimpleNamespace(direction="maximize")])
+    noisy = {0: [5908.7, 4365.2, 6420.2], 1: [6063.3, 2741.0, 7439.7],
+             5: [4867.1, 4437.6, 5069.0]}  # the demo's boots
+    monkeypatch.setattr(confirm, "confirm_samples", lambda _st, _m: noisy)
+    res = confirm.summarize(None, c, 0, [1, 5], 2)  # type: ignore[arg-type]
+    assert (res.recommended, res.by_point_estimate) == (0, 1)
+    text = " ".join(" ".join(confirm_lines(res)).split())
+    assert "recommended: vLLM's defaults (trial 0): no finalist beats them" in text
+    clear = {0: [100.0, 101.0, 99.0], 1: [130.0, 150.0, 110.0], 2: [120.0, 121.0, 119.0]}
+    monkeypatch.setattr(confirm, "confirm_samples", lambda _st, _m: clear)
+    res = confirm.summarize(None, c, 0, [1, 2], 2)  # type: ignore[arg-type]
+    assert (res.recommended, res.by_point_estimate) == (2, 1)  # steadier, higher lower bound
