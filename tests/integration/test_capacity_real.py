@@ -37,9 +37,13 @@ def one_seq_server(server_config: ServerConfig, work_root: Path) -> Iterator[Ser
 
 def test_search_agrees_with_a_dense_sweep(one_seq_server: ServerProcess, tiny_model: Path,
                                           tmp_path: Path) -> None:
-    """The dense sweep measures every concurrency 1..6; the SLO on mean E2EL is 4.5 x the
-    sweep's latency at concurrency 1, so the sweep's capacity is about 4 on any CPU. The search
-    (tolerance 0.5) must land within its tolerance of the sweep's answer.
+    """The dense sweep measures every concurrency 1..6; the SLO on mean E2EL lies halfway
+    between the sweep's latencies at concurrency 1 and 6, so the knee is inside the sweep on
+    any CPU. The search (tolerance 0.5) must land within its tolerance of the sweep's answer.
+
+    Why halfway: a fixed 4.5 x the latency at 1 put the knee at 4 on most runs, but one CI run
+    measured a flat curve above 3 (2,673, 2,569, 2,864 and 3,315 ms at 3 to 6) and the SLO
+    then held at every load, so the sweep had no knee to find.
 
     Why 0.5: on the 2 shared cores of a CI machine the same point measured twice differs by up
     to 20-30% (two sweeps of this server: mean E2EL at concurrency 3 of 2.45 and 2.82 s, at 4 of
@@ -56,7 +60,7 @@ def test_search_agrees_with_a_dense_sweep(one_seq_server: ServerProcess, tiny_mo
         one = base.model_copy(update={"low": load, "high": load})
         res = capacity_on(url, model, model, PROFILE, one, [probe], tmp_path / f"sweep-{load}")
         sweep[load] = res.points[0].metrics["mean_e2el_ms"]
-    slo = SLOConfig(metric="mean_e2el_ms", max=4.5 * sweep[1])
+    slo = SLOConfig(metric="mean_e2el_ms", max=(sweep[1] + sweep[6]) / 2)
     dense = max((x for x in loads if all(sweep[y] <= slo.max for y in loads if y <= x)),
                 default=0)
     res = capacity_on(url, model, model, PROFILE, base, [slo], tmp_path / "search")
@@ -65,7 +69,7 @@ def test_search_agrees_with_a_dense_sweep(one_seq_server: ServerProcess, tiny_mo
           f"{dense}; search capacity {res.capacity:g} in {len(res.points)} points "
           f"{[(p.load, round(p.metrics['mean_e2el_ms'])) for p in res.points]}")
     assert sweep[6] > 3 * sweep[1]  # latency rises with load: the knee lies inside the sweep
-    assert 2 <= dense <= 5
+    assert 1 <= dense <= 5  # by the SLO's construction: the knee lies inside the sweep
     assert abs(res.capacity - dense) <= base.tolerance * dense
     assert len(res.points) < len(loads)
     assert (tmp_path / "search" / "capacity.json").exists()
