@@ -88,12 +88,23 @@ def _sign(direction: str, flip: int = 1) -> float:
 
 
 def knee(front: list[TrialRecord], metrics: list[str], directions: list[str]) -> TrialRecord:
-    """The trial closest to the utopia point, each objective scaled to [0, 1] over the front."""
+    """The trial closest to the utopia point (each objective's best on the front). Distances are
+    relative: |log(value / best)| per objective, so a 0.2% throughput loss weighs 0.002 against
+    a 30% TPOT gain's 0.26 whatever the front's spread (scaling each objective to [0, 1] over
+    the front made any two-trial front a tie, each trial one unit from utopia). With a value
+    <= 0 the objective is scaled to [0, 1] over the front instead."""
     values = np.array([[t.values[m] for m in metrics] for t in front], dtype=float)
-    lo, hi = values.min(axis=0), values.max(axis=0)
-    scaled = (values - lo) / np.where(hi > lo, hi - lo, 1.0)
-    regret = np.stack([1 - scaled[:, i] if d == "maximize" else scaled[:, i]
-                       for i, d in enumerate(directions)], axis=1)
+    columns = []
+    for i, d in enumerate(directions):
+        col = values[:, i]
+        best = col.max() if d == "maximize" else col.min()
+        if (col > 0).all():
+            columns.append(np.abs(np.log(col / best)))
+        else:
+            lo, hi = col.min(), col.max()
+            scaled = (col - lo) / (hi - lo if hi > lo else 1.0)
+            columns.append(1 - scaled if d == "maximize" else scaled)
+    regret = np.stack(columns, axis=1)
     return front[int(np.argmin(np.linalg.norm(regret, axis=1)))]
 
 
