@@ -31,6 +31,9 @@ from typing import Any
 
 from autotune.profile import SLOConfig, min_requests
 
+# how a search stopped early below the incumbent begins its `stopped`: its capacity is a bound
+EARLY_STOP = "cannot reach the incumbent"
+
 # per-point metrics kept in a curve (the rest stays in the point's requests CSV)
 CURVE_METRICS = (
     "completed", "failed", "duration_s", "request_throughput", "output_throughput",
@@ -152,8 +155,7 @@ def search(measure: Measure, *, axis: str, low: float, high: float, tolerance: f
                 hi = x
     while (hi - lo) / lo > tolerance:
         if stop_below is not None and hi <= stop_below:
-            return result(lo, hi, f"cannot reach the incumbent's {stop_below:g}: failed at "
-                                  f"{hi:g}")
+            return result(lo, hi, f"{EARLY_STOP}'s {stop_below:g}: failed at {hi:g}")
         mid = _round((lo + hi) / 2, integer)
         if mid <= lo or mid >= hi:
             break

@@ -129,9 +129,14 @@ def _key(r: TrialRecord) -> str:
 
 
 def _pool(recs: list[TrialRecord], metrics: list[str]) -> dict[str, dict[str, list[float]]]:
-    """Each config's (served flags') measured values of each metric, over all its boots."""
+    """Each config's (served flags') measured values of each metric, over all its boots. A
+    capacity search stopped early below the incumbent gave a lower bound: it counts only for a
+    config with no full measurement."""
+    full = {_key(r) for r in recs if r.measured and not r.bound_only}
     pooled: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in recs:
+        if r.bound_only and _key(r) in full:
+            continue
         for m in metrics:
             v = r.value(m)
             if r.measured and v is not None:

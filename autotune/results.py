@@ -17,6 +17,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.capacity import EARLY_STOP
+
 
 class Status(enum.StrEnum):
     OK = "ok"  # measured, every constraint met
@@ -133,6 +135,12 @@ class TrialRecord:
     @property
     def timings(self) -> dict[str, float]:
         return self.facts.timings or {}
+
+    @property
+    def bound_only(self) -> bool:
+        """A capacity search stopped early below the incumbent: its capacity is a lower bound,
+        not a measurement to pool with full ones."""
+        return str((self.facts.capacity or {}).get("stopped") or "").startswith(EARLY_STOP)
 
     def curve(self, profile: str | None = None) -> list[dict[str, Any]]:
         """The capacity search's load points by load (empty without a capacity search); in a

@@ -179,3 +179,28 @@ def test_the_defaults_stay_recommended_unless_a_finalist_beats_them_beyond_the_n
     monkeypatch.setattr(confirm, "confirm_samples", lambda _st, _m: clear)
     res = confirm.summarize(None, c, 0, [1, 2], 2)  # type: ignore[arg-type]
     assert (res.recommended, res.by_point_estimate) == (2, 1)  # steadier, higher lower bound
+
+
+def test_an_early_stopped_capacity_pools_only_where_the_config_has_no_full_measurement(
+        ) -> None:
+    """A capacity search stopped early below the incumbent gives a lower bound. A config the
+    sampler drew twice, once stopped early (40 and up) and once measured in full (60), reads
+    its full measurement; a config with only a bound keeps it."""
+    from autotune.capacity import EARLY_STOP
+
+    def cap(number: int, value: float, key: str, early: bool = False, **kw: Any
+            ) -> TrialRecord:
+        import dataclasses
+
+        r = rec(number, value, key, **kw)
+        facts = dataclasses.replace(r.facts, capacity={
+            "stopped": f"{EARLY_STOP}'s 80: failed at 50" if early else None})
+        return dataclasses.replace(r, facts=facts)
+
+    recs = [cap(0, 50.0, "base", base=True), cap(1, 80.0, "a"), cap(2, 40.0, "b", early=True),
+            cap(3, 60.0, "b"), cap(4, 30.0, "c", early=True)]
+    assert recs[2].bound_only and not recs[3].bound_only
+    gains = config_gains(recs, M)
+    assert gains[2]["total_token_throughput"].gain == pytest.approx(0.2)  # 60, not [40, 60]
+    assert gains[2]["total_token_throughput"].n == 1
+    assert gains[4]["total_token_throughput"].gain == pytest.approx(-0.4)  # its bound
