@@ -23,7 +23,7 @@ from autotune.process import port_is_free
 from tests.cpu import CPU_BASE
 from tests.procs import servers_of, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("engine_process")]
 
 
 def make_study(tmp: Path, tiny_model: Path, name: str, n_trials: int, prompts: int,
@@ -46,6 +46,20 @@ def make_study(tmp: Path, tiny_model: Path, name: str, n_trials: int, prompts: i
     p = tmp / "study.yaml"
     p.write_text(yaml.safe_dump(cfg))
     return p
+
+
+# A fault trial's benchmark must still be running when the test strikes (after the server has
+# logged 4 requests, polled every 0.5 s): 64 requests at concurrency 2 take about 8 s here. A
+# trial after the fault needs no long benchmark, only a complete one.
+FAULT_PROMPTS = 64
+
+
+def shorten(cfg: Path, prompts: int = 8) -> None:
+    """Cut the profile's request count before a resume: the resumed trial only has to complete
+    (resume reads the file again and checks nothing of the profile against the first run)."""
+    doc = yaml.safe_load(cfg.read_text())
+    doc["profile"]["num_prompts"] = prompts
+    cfg.write_text(yaml.safe_dump(doc))
 
 
 def _sigint_default() -> None:
@@ -90,7 +104,7 @@ def trials(cfg: Path) -> list[optuna.trial.FrozenTrial]:
 
 
 def test_sigterm_during_benchmark_then_resume(tiny_model: Path, tmp_path: Path) -> None:
-    cfg = make_study(tmp_path, tiny_model, "sigterm", n_trials=1, prompts=150)
+    cfg = make_study(tmp_path, tiny_model, "sigterm", n_trials=1, prompts=FAULT_PROMPTS)
     proc = start(cfg)
     log = tmp_path / "mlruns" / "studies" / "sigterm" / "trial-0000" / "server.log"
     wait_for_requests(log)
@@ -104,6 +118,7 @@ def test_sigterm_during_benchmark_then_resume(tiny_model: Path, tmp_path: Path) 
     assert t.state == optuna.trial.TrialState.FAIL
     assert t.user_attrs["interrupted"] and t.user_attrs["cause"] == "interrupted while benchmarking"
     # the same command resumes: the baseline runs again as trial 1 and completes
+    shorten(cfg)
     p = subprocess.run([sys.executable, "-m", "autotune", "study", "--config", str(cfg),
                         "--no-mlflow", "--n-trials", "1"], capture_output=True, text=True,
                        timeout=600, env={**os.environ})
@@ -114,7 +129,7 @@ def test_sigterm_during_benchmark_then_resume(tiny_model: Path, tmp_path: Path) 
 
 
 def test_engine_killed_mid_benchmark(tiny_model: Path, tmp_path: Path) -> None:
-    cfg = make_study(tmp_path, tiny_model, "crash", n_trials=2, prompts=150)
+    cfg = make_study(tmp_path, tiny_model, "crash", n_trials=2, prompts=FAULT_PROMPTS)
     proc = start(cfg)
     log = tmp_path / "mlruns" / "studies" / "crash" / "trial-0000" / "server.log"
     wait_for_requests(log)
@@ -197,7 +212,7 @@ def test_boot_timeout_is_recorded_and_study_goes_on(tiny_model: Path, tmp_path: 
 def test_hung_engine_times_out_requests(tiny_model: Path, tmp_path: Path) -> None:
     """The engine stopped (SIGSTOP) mid-benchmark: streams go silent; after request_timeout_s
     the benchmark gives up on every request, the trial is infeasible, the study goes on."""
-    cfg = make_study(tmp_path, tiny_model, "hung", n_trials=2, prompts=150,
+    cfg = make_study(tmp_path, tiny_model, "hung", n_trials=2, prompts=FAULT_PROMPTS,
                      profile__request_timeout_s=5)
     proc = start(cfg)
     log = tmp_path / "mlruns" / "studies" / "hung" / "trial-0000" / "server.log"
@@ -263,7 +278,7 @@ def test_sigkilled_study_trial_is_retried(tiny_model: Path, tmp_path: Path, pg_u
     stale trial and retries its params. PostgreSQL and SQLite behave alike: both are Optuna's
     RDB storage with heartbeats."""
     name = f"sigkill-{storage}"
-    cfg = make_study(tmp_path, tiny_model, name, n_trials=1, prompts=150,
+    cfg = make_study(tmp_path, tiny_model, name, n_trials=1, prompts=FAULT_PROMPTS,
                      heartbeat_grace_s=20)
     more = ["--storage", pg_url, "--study-name", name] if storage == "postgresql" else []
     proc = start(cfg, *more)
@@ -277,6 +292,7 @@ def test_sigkilled_study_trial_is_retried(tiny_model: Path, tmp_path: Path, pg_u
         time.sleep(0.2)
     assert servers_of(tiny_model) == []  # no orphan: setpriv's parent-death signal
     server_gone = time.monotonic() - t_kill
+    shorten(cfg)
     p = study(cfg, "--no-mlflow", *more)
     assert p.returncode == 0, p.stderr[-2000:]
     url = pg_url if storage == "postgresql" else load_study_config(cfg).storage_url()
