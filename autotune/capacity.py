@@ -34,6 +34,11 @@ from autotune.profile import SLOConfig, min_requests
 # how a search stopped early below the incumbent begins its `stopped`: its capacity is a bound
 EARLY_STOP = "cannot reach the incumbent"
 
+
+def stopped_early(stopped: str | None) -> bool:
+    """Whether a search's `stopped` says it ended early below the incumbent (a lower bound)."""
+    return (stopped or "").startswith(EARLY_STOP)
+
 # per-point metrics kept in a curve (the rest stays in the point's requests CSV)
 CURVE_METRICS = (
     "completed", "failed", "duration_s", "request_throughput", "output_throughput",

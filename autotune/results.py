@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.capacity import EARLY_STOP
+from autotune.capacity import stopped_early
 
 
 class Status(enum.StrEnum):
@@ -140,7 +140,7 @@ class TrialRecord:
     def bound_only(self) -> bool:
         """A capacity search stopped early below the incumbent: its capacity is a lower bound,
         not a measurement to pool with full ones."""
-        return str((self.facts.capacity or {}).get("stopped") or "").startswith(EARLY_STOP)
+        return stopped_early((self.facts.capacity or {}).get("stopped"))
 
     def curve(self, profile: str | None = None) -> list[dict[str, Any]]:
         """The capacity search's load points by load (empty without a capacity search); in a

@@ -23,7 +23,7 @@ from autotune.process import port_is_free
 from tests.cpu import CPU_BASE
 from tests.procs import servers_of, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("engine_process")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("vllm_default_processes")]
 
 
 def make_study(tmp: Path, tiny_model: Path, name: str, n_trials: int, prompts: int,
