@@ -128,8 +128,9 @@ def warm_start(study: optuna.Study, cfg: StudyConfig, pre: Preflight, source: st
                ) -> tuple[int, list[str]]:
     """Enqueue another study's Pareto configs (`NAME`, or `NAME@STORAGE-URL` for another
     storage), once, each re-checked first: its values must be ones this space can take and
-    this vLLM accepts. Parameters this space lacks are left out; ones it has that the other
-    study lacked are sampled. Returns (configs enqueued, why the others were skipped)."""
+    this vLLM accepts, and this study must not hold it already (measured, running or queued).
+    Parameters this space lacks are left out; ones it has that the other study lacked are
+    sampled. Returns (configs enqueued, why the others were skipped)."""
     if study.user_attrs.get("warm_started") == source:
         return 0, []
     name, _, url = source.partition("@")
@@ -140,9 +141,15 @@ def warm_start(study: optuna.Study, cfg: StudyConfig, pre: Preflight, source: st
         raise ConfigError(f"--warm-start: no study {name!r} in {url or cfg.storage_url()} "
                           "(NAME, or NAME@STORAGE-URL for another storage)") from None
     enqueued, skipped = 0, []
+    have = [t.params if t.state != TrialState.WAITING else t.system_attrs.get("fixed_params", {})
+            for t in study.get_trials(deepcopy=False)
+            if t.state in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)]
     for rec in front(other):
         params = {k: v for k, v in rec.params.items() if k in pre.space.parameters}
         where = f"--warm-start {name} trial {rec.number}"
+        if params in have:  # a boot spent on a config this study already holds is a boot lost
+            skipped.append(f"{where}: this study already has this config")
+            continue
         try:
             pre.space.check_start(params, where)
             flags = pre.space.to_flags(params)
@@ -152,6 +159,7 @@ def warm_start(study: optuna.Study, cfg: StudyConfig, pre: Preflight, source: st
             skipped.append(str(e))
             continue
         study.enqueue_trial(params, user_attrs={"warm_start": f"{name}#{rec.number}"})
+        have.append(params)
         enqueued += 1
     study.set_user_attr("warm_started", source)
     return enqueued, skipped

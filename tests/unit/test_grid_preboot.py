@@ -104,3 +104,15 @@ def test_warm_start_enqueues_the_other_studys_front_rechecked(tmp_path: Path) ->
         {"max_num_seqs": 16, "kv_cache_dtype": "auto"}]
     assert queued[0].user_attrs["warm_start"] == "old#0"
     assert warm_start(new, cfg, Preflight(space, info), "old") == (0, [])  # once
+    # a study that already measured the config does not boot it again
+    held = optuna.create_study(study_name="held", storage=make_storage(url),
+                               directions=["maximize", "minimize"])
+    held.add_trial(optuna.trial.create_trial(
+        params={"max_num_seqs": 16, "kv_cache_dtype": "auto"},
+        distributions={"max_num_seqs": optuna.distributions.CategoricalDistribution([8, 16, 32]),
+                       "kv_cache_dtype": dist["kv_cache_dtype"]},
+        values=[1.0, 1.0]))
+    n, skipped = warm_start(held, cfg, Preflight(space, info), "old")
+    assert n == 0 and len(skipped) == 3
+    assert "old trial 0: this study already has this config" in skipped[0]
+    assert [t.state for t in held.get_trials()] == [optuna.trial.TrialState.COMPLETE]
