@@ -204,10 +204,9 @@ def _curve_axes(slos: list[SLOConfig], axis: str) -> tuple[Any, list[Any]]:
 
 
 def _draw(axes: list[Any], rec: TrialRecord, label: str, profile: str | None = None,
-          **kw: Any) -> None:
+          color: Any = None, **kw: Any) -> None:
     pts = rec.curve(profile)
     x = [p["load"] for p in pts]
-    color = None
     for ax, (metric, _) in zip(axes, PANELS, strict=True):
         ys = [max(p["metrics"][metric], 1e-3) for p in pts]
         line = ax.plot(x, ys, "-", color=color, label=label, **kw)
@@ -243,15 +242,20 @@ def capacity_png(rec: TrialRecord, slos: list[SLOConfig], axis: str, path: Path,
 def capacity_overlay_png(recs: list[TrialRecord], slos: list[SLOConfig], axis: str,
                          path: Path, profile: str | None = None) -> None:
     """Every trial's load curve (of `profile`, in a capacity suite) on one figure (the study's
-    parent run): failing points hollow, each trial labelled with its capacity."""
+    parent run): failing points hollow, each trial labelled with its capacity ("≥" for a search
+    stopped early below the incumbent)."""
     import matplotlib.pyplot as plt
 
     fig, axes = _curve_axes(slos, axis)
-    for r in recs:
-        if r.curve(profile):
-            label = f"{r.number}{' (base)' if r.baseline else ''}: " \
-                    f"{r.metrics.get(_cap_key(profile), 0):g}"
-            _draw(axes, r, label, profile, lw=1.8 if r.baseline else 1.0)
+    drawn = [r for r in recs if r.curve(profile)]
+    # tab20's 20 colours: matplotlib's default cycle repeats after 10 trials
+    colors = [plt.get_cmap("tab20")(i) for i in range(20)]
+    for i, r in enumerate(drawn):
+        bound = "≥" if profile is None and r.bound_only else ""  # stopped early: a lower bound
+        label = f"{r.number}{' (base)' if r.baseline else ''}: " \
+                f"{bound}{r.metrics.get(_cap_key(profile), 0):.4g}"
+        _draw(axes, r, label, profile, color=colors[i % len(colors)],
+              lw=1.8 if r.baseline else 1.0)
     axes[0].legend(fontsize=6, title="trial: capacity", title_fontsize=7, ncol=2)
     fig.suptitle("load curves of every trial" + (f", profile {profile}" if profile else "")
                  + " (hollow: the SLOs missed)", fontsize=9)

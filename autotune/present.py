@@ -118,6 +118,15 @@ def gain_text(g: Gain) -> str:
     return f"{g.text()}, {g.n} boots"
 
 
+def value_text(r: TrialRecord, m: str, v: Any, g: Gain | None) -> str:
+    """A trial's value of `m` with its change against the baseline. A capacity search that
+    stopped early below the incumbent gives a lower bound: "≥42.19, stopped early" (no change
+    printed: a bound's change against the baseline's measurement would read as a loss)."""
+    if m == "capacity" and v is not None and r.bound_only:
+        return f"≥{_fmt(v)}, stopped early"
+    return _fmt(v) + (f" ({gain_text(g)})" if g is not None else "")
+
+
 def is_base(r: TrialRecord, recs: list[TrialRecord]) -> bool:
     """The baseline trial, or a repeat of it (no gain to print against itself)."""
     return r.baseline or (r.facts.repeat_of is not None and any(
@@ -154,8 +163,8 @@ def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Tria
         g = gains.get(r.number, {})
         for m in metrics + extra:
             v = r.values.get(m, r.metrics.get(m) if m in extra else None)
-            cells.append(_fmt(v) + (f" ({gain_text(g[m])})"
-                                    if m in g and not is_base(r, pool) else ""))
+            cells.append(value_text(r, m, v, g[m] if m in g and not is_base(r, pool)
+                                    else None))
         tm = r.timings
         cells += [_fmt(tm.get("boot_s")), _fmt(tm.get("bench_s"))]
         text = escape(f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
@@ -202,8 +211,8 @@ class StudyView:
         rec = next(r for r in recs if r.number == trial.number)
         if rec.measured:
             g = config_gains(recs, list(rec.values)).get(rec.number, {})
-            parts = [f"{m} {v:,.2f}" + (f" ({gain_text(g[m])})"
-                                        if m in g and not is_base(rec, recs) else "")
+            parts = [f"{m} " + value_text(rec, m, v, g[m] if m in g and not is_base(rec, recs)
+                                          else None)
                      for m, v in rec.values.items()]
             msg = ", ".join(parts)
             if rec.status == Status.SLO_MISS:

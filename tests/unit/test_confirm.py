@@ -204,3 +204,34 @@ def test_an_early_stopped_capacity_pools_only_where_the_config_has_no_full_measu
     assert gains[2]["total_token_throughput"].gain == pytest.approx(0.2)  # 60, not [40, 60]
     assert gains[2]["total_token_throughput"].n == 1
     assert gains[4]["total_token_throughput"].gain == pytest.approx(-0.4)  # its bound
+
+
+def test_an_early_stopped_capacity_reads_as_a_lower_bound_in_the_tables() -> None:
+    """The study's table, its live lines and the report print a bound as "≥40.00, stopped early",
+    with no change against the baseline (a bound's -20% would read as a measured loss)."""
+    import dataclasses
+
+    from rich.console import Console
+
+    from autotune.capacity import EARLY_STOP
+    from autotune.present import trials_table, value_text
+
+    base = rec(0, 50.0, "base", base=True)
+    early = rec(1, 40.0, "b")
+    early = dataclasses.replace(early, values={"capacity": 40.0}, facts=dataclasses.replace(
+        early.facts, capacity={"stopped": f"{EARLY_STOP}'s 80: failed at 80"}))
+    full = dataclasses.replace(rec(2, 60.0, "c"), values={"capacity": 60.0})
+    assert value_text(early, "capacity", 40.0, None) == "≥40.00, stopped early"
+    assert value_text(full, "capacity", 60.0, None) == "60.00"
+    out = Console(width=200, record=True)
+    out.print(trials_table([dataclasses.replace(base, values={"capacity": 50.0}), early, full],
+                           ["capacity"]))
+    text = out.export_text()
+    assert "≥40.00, stopped early" in text and "-20.0%" not in text
+    assert "60.00 (+20.0%, one measurement)" in text
+    # and the report's Markdown
+    from autotune.report import trials_markdown
+
+    md = "\n".join(trials_markdown([dataclasses.replace(base, values={"capacity": 50.0}), early,
+                                    full], ["capacity"], front=set()))
+    assert "| ≥40.0 | stopped early |" in md and "-20.0%" not in md
