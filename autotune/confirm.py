@@ -230,7 +230,10 @@ def summarize(study: optuna.Study, cfg: StudyConfig, base: int, numbers: list[in
         # those, the best lower confidence bound. Otherwise: keep vLLM's defaults.
         better = {k: v for k, v in cands.items() if res.configs[int(k)].get("survives")}
         res.recommended = int(pick(better, "lower_bound", maximize)) if better else base
-        res.by_point_estimate = int(pick(cands, "point", maximize))
+        # what the medians alone would pick, the defaults among them: a finalist whose median
+        # is below theirs is no point-estimate pick either
+        res.by_point_estimate = int(pick({**cands, str(base): base_s} if len(base_s) > 1
+                                         else cands, "point", maximize))
     return res
 
 

@@ -253,8 +253,10 @@ def confirm_lines(res: ConfirmResult) -> list[str]:
                      if first is not None else f"trial {num}: {row['text']}")
     if res.recommended == res.base:
         lines.append(f"recommended: vLLM's defaults (trial {res.base}): no finalist beats them "
-                     f"beyond the noise (the point estimate would pick trial "
-                     f"{res.by_point_estimate})")
+                     + (f"beyond the noise (the point estimate would pick trial "
+                        f"{res.by_point_estimate})"
+                        if res.by_point_estimate not in (None, res.base) else
+                        "(every finalist's median is worse than theirs)"))
     elif res.recommended is not None:
         lines.append(f"recommended (best lower confidence bound): trial {res.recommended}"
                      + ("" if res.recommended == res.by_point_estimate else

@@ -179,6 +179,16 @@ def test_the_defaults_stay_recommended_unless_a_finalist_beats_them_beyond_the_n
     monkeypatch.setattr(confirm, "confirm_samples", lambda _st, _m: clear)
     res = confirm.summarize(None, c, 0, [1, 2], 2)  # type: ignore[arg-type]
     assert (res.recommended, res.by_point_estimate) == (2, 1)  # steadier, higher lower bound
+    # the README demo on this machine: both finalists about half the defaults. The point
+    # estimate keeps the defaults too; the text must not name a finalist as its pick
+    worse = {0: [11788.4, 11804.8, 13071.7], 1: [6021.9, 11658.9, 3323.9],
+             4: [5457.6, 5813.1, 5526.8]}
+    monkeypatch.setattr(confirm, "confirm_samples", lambda _st, _m: worse)
+    res = confirm.summarize(None, c, 0, [1, 4], 2)  # type: ignore[arg-type]
+    assert (res.recommended, res.by_point_estimate) == (0, 0)
+    text = " ".join(" ".join(confirm_lines(res)).split())
+    assert "no finalist beats them (every finalist's median is worse than theirs)" in text
+    assert "point estimate would pick" not in text
 
 
 def test_an_early_stopped_capacity_pools_only_where_the_config_has_no_full_measurement(
