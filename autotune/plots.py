@@ -251,7 +251,7 @@ def capacity_overlay_png(recs: list[TrialRecord], slos: list[SLOConfig], axis: s
     # tab20's 20 colours: matplotlib's default cycle repeats after 10 trials
     colors = [plt.get_cmap("tab20")(i) for i in range(20)]
     for i, r in enumerate(drawn):
-        bound = "≥" if profile is None and r.bound_only else ""  # stopped early: a lower bound
+        bound = "≥" if r.lower_bound(_cap_key(profile)) else ""  # stopped early
         label = f"{r.number}{' (base)' if r.baseline else ''}: " \
                 f"{bound}{r.metrics.get(_cap_key(profile), 0):.4g}"
         _draw(axes, r, label, profile, color=colors[i % len(colors)],

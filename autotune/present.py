@@ -122,7 +122,7 @@ def value_text(r: TrialRecord, m: str, v: Any, g: Gain | None) -> str:
     """A trial's value of `m` with its change against the baseline. A capacity search that
     stopped early below the incumbent gives a lower bound: "≥42.19, stopped early" (no change
     printed: a bound's change against the baseline's measurement would read as a loss)."""
-    if m == "capacity" and v is not None and r.bound_only:
+    if v is not None and r.lower_bound(m):
         return f"≥{_fmt(v)}, stopped early"
     return _fmt(v) + (f" ({gain_text(g)})" if g is not None else "")
 

@@ -72,7 +72,7 @@ def trials_markdown(recs: list[TrialRecord], metrics: list[str], front: set[int]
         g = gains.get(r.number, {})
         cells = [str(r.number), r.label() + (" (base)" if r.baseline else "")]
         for m in metrics:
-            if m == "capacity" and r.bound_only:  # a lower bound: no change against the base
+            if r.lower_bound(m):  # no change against the base: it would read as a loss
                 cells += [f"≥{_f(r.values.get(m))}", "stopped early"]
                 continue
             cells += [_f(r.values.get(m)), gain_text(g[m])

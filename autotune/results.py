@@ -142,6 +142,11 @@ class TrialRecord:
         not a measurement to pool with full ones."""
         return stopped_early((self.facts.capacity or {}).get("stopped"))
 
+    def lower_bound(self, metric: str) -> bool:
+        """Whether this trial's `metric` is a lower bound, not a measurement: the capacity of a
+        search stopped early below the incumbent (every view prints it as "≥", no gain)."""
+        return metric == "capacity" and self.bound_only
+
     def curve(self, profile: str | None = None) -> list[dict[str, Any]]:
         """The capacity search's load points by load (empty without a capacity search); in a
         capacity suite, those of `profile`."""
