@@ -363,7 +363,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         flat = pt.metrics.flat()
         passed, misses = verdict(flat, slos)
         point = LoadPoint(load, passed, tuple(misses), {k: flat[k] for k in CURVE_METRICS},
-                          time.monotonic() - t0)
+                          time.monotonic() - t0, dict(pt.server_stats))
         write_records(pt.records, workdir / "points" / f"load-{load:g}.csv")
         if on_point is not None:
             on_point(point)

@@ -71,6 +71,9 @@ class LoadPoint:
     misses: tuple[str, ...]
     metrics: dict[str, float]  # CURVE_METRICS of the point
     seconds: float = 0.0  # wall time of the point, warm-up included
+    # what the server's /metrics and the client said about the point (server_mean_ttft_ms,
+    # client_cpu_fraction, ...): where a client TTFT far above the server's went
+    server: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -3,6 +3,7 @@
 # call, wait up to WAIT seconds, then pack the study's storage, MLflow store and logs into $OUT.
 #   bash scripts/gpu/study.sh start CONFIG [WAIT] [STUDY-ARGS...]  # resumes .gpu-state/study.tgz
 #   bash scripts/gpu/study.sh wait  CONFIG [WAIT]
+#   bash scripts/gpu/study.sh confirm CONFIG [WAIT] [CONFIRM-ARGS...]  # `start` for `autotune confirm`
 #   bash scripts/gpu/study.sh stop                         # SIGTERM the study, wait for its exit
 #   bash scripts/gpu/study.sh run   AUTOTUNE-ARGS...          # foreground, e.g. export --validate
 # A call carries at most 64 MiB: a set-up chunk (.gpu/cN) plus the checkout. Cut the chunks with
@@ -12,7 +13,8 @@
 # study stops between trials instead of being cut off in one.
 set -uo pipefail
 cmd=$1; shift
-cfg="" wait_s=560 extra=()
+cfg="" wait_s=560 extra=() sub=study
+if [ "$cmd" = confirm ]; then sub=confirm cmd=start; fi
 case $cmd in
   run) extra=("$@") ;;
   start|wait) cfg=$1 wait_s=${2:-560}; shift $(( $# < 2 ? $# : 2 )); extra=("$@") ;;
@@ -35,7 +37,7 @@ case $cmd in
       tar -C /root/w -xzf .gpu-state/study.tgz
     fi
     log=/root/w/$(basename "$cfg" .yaml).log  # one log a study: several can follow on a machine
-    setsid nohup python3 -m autotune study --config "$cfg" "${extra[@]}" >> "$log" 2>&1 < /dev/null &
+    setsid nohup python3 -m autotune "$sub" --config "$cfg" "${extra[@]}" >> "$log" 2>&1 < /dev/null &
     echo $! > /root/w/study.pid
     echo "$log" > /root/w/study.logpath
     ;&

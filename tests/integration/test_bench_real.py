@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -35,6 +36,10 @@ def test_random_profile_numbers_are_consistent(live_server: ServerProcess,
     assert m.completed == 32 and m.failed == 0 and res.duration_s >= 2.5
     # what the server saw, from its /metrics: 32 prompts queried the prefix cache
     assert res.server_stats["server_prefix_cache_queries"] > 0
+    # the server's own TTFT (from its histogram) is measured and cannot exceed the client's by
+    # more than the clocks' granularity: the client's TTFT also holds the HTTP round trip
+    client_ttft = 1000 * statistics.mean(r.ttft for r in res.records if r.success)
+    assert 0 < res.server_stats["server_mean_ttft_ms"] <= client_ttft + 5
     # a sampled gauge: the samples taken are counted; a sample may catch the cache empty
     assert res.server_stats["server_gauge_samples"] >= 3
     assert 0 <= res.server_stats["server_peak_kv_cache_usage"] <= 1
@@ -59,6 +64,10 @@ def test_sharegpt_profile(live_server: ServerProcess, server_config: ServerConfi
     m = compute_metrics(res.records, res.duration_s)
     assert m.completed == 16 and res.server_stats["client_processes"] == 2
     assert res.server_stats["server_prefix_cache_queries"] > 0
+    # the server's own TTFT (from its histogram) is measured and cannot exceed the client's by
+    # more than the clocks' granularity: the client's TTFT also holds the HTTP round trip
+    client_ttft = 1000 * statistics.mean(r.ttft for r in res.records if r.success)
+    assert 0 < res.server_stats["server_mean_ttft_ms"] <= client_ttft + 5
     for req, rec in zip(reqs, res.records, strict=True):
         assert rec.output_tokens == 8
         # the server tokenizes the text prompt itself; lengths agree with ours

@@ -111,17 +111,27 @@ def test_sse_split_on_bytes_not_unicode_line_breaks() -> None:
 def test_server_stats_from_prometheus_text() -> None:
     from autotune.scrape import ServerStats, parse
 
-    def text(q: float, h: float, kv: float, wait: float) -> str:
+    def text(q: float, h: float, kv: float, wait: float, n: int, ttft_s: float) -> str:
         return (f"# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total"
                 f'{{engine="0"}} {q}\n# TYPE vllm:prefix_cache_hits counter\n'
                 f'vllm:prefix_cache_hits_total{{engine="0"}} {h}\n'
                 f"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc {kv}\n"
-                f"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting {wait}\n")
+                f"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting {wait}\n"
+                "# TYPE vllm:time_to_first_token_seconds histogram\n"
+                f'vllm:time_to_first_token_seconds_bucket{{le="1.0"}} {n}\n'
+                f'vllm:time_to_first_token_seconds_bucket{{le="+Inf"}} {n}\n'
+                f"vllm:time_to_first_token_seconds_count {n}\n"
+                f"vllm:time_to_first_token_seconds_sum {ttft_s}\n")
 
     s = ServerStats()
-    for sample in (text(100, 10, 0.1, 0), text(300, 60, 0.9, 7), text(500, 110, 0.2, 1)):
+    # 10 requests before the run; 40 more during it, whose TTFTs sum to 2 s: 50 ms each
+    for sample in (text(100, 10, 0.1, 0, 10, 7.0), text(300, 60, 0.9, 7, 30, 8.0),
+                   text(500, 110, 0.2, 1, 50, 9.0)):
         s.add(parse(sample))
     out = s.summary()
+    assert out["server_mean_ttft_ms"] == pytest.approx(50.0)
+    assert "server_mean_queue_ms" not in out  # not exported: no mean, rather than 0
+    assert not any(k.endswith(("_sum", "_count")) for k in out)
     assert out["server_prefix_cache_queries"] == 400 and out["server_prefix_cache_hits"] == 100
     assert out["server_prefix_cache_hit_rate"] == 0.25
     assert out["server_peak_kv_cache_usage"] == 0.9 and out["server_peak_requests_waiting"] == 7
