@@ -18,7 +18,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.capacity import CURVE_METRICS, CapacityResult, LoadPoint, point_seed, search, verdict
+from autotune.capacity import (
+    CURVE_METRICS,
+    CapacityResult,
+    LoadPoint,
+    before_engine,
+    point_seed,
+    search,
+    verdict,
+)
 from autotune.command import serve_argv
 from autotune.config import ServerConfig
 from autotune.datasets import Request, build_requests, load_tokenizer, sample_requests
@@ -346,6 +354,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
     tok = load_tokenizer(tokenizer_dir)
     at_point = profile.model_copy(update={"warmup": cap.warmup})
     (workdir / "points").mkdir(parents=True, exist_ok=True)
+    told: list[str] = []
 
     def measure_at(load: float) -> LoadPoint:
         phase(f"load {load:g}")
@@ -365,6 +374,10 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         point = LoadPoint(load, passed, tuple(misses), {k: flat[k] for k in CURVE_METRICS},
                           time.monotonic() - t0, dict(pt.server_stats))
         write_records(pt.records, workdir / "points" / f"load-{load:g}.csv")
+        note = before_engine(load, flat, point.server, CLIENT_BUSY)
+        if note is not None and not told:  # once a search: the cause is the server's
+            told.append(note)
+            warnings.warn(note, MeasurementWarning, stacklevel=2)
         if on_point is not None:
             on_point(point)
         return point

@@ -48,6 +48,30 @@ CURVE_METRICS = (
 )
 
 
+# a point whose client TTFT is this much above the server's own is read as time spent before
+# the engine (docs/capacity.md, "Where the time went")
+BEFORE_ENGINE_MS = 500.0
+
+
+def before_engine(load: float, metrics: dict[str, float], server: dict[str, float],
+                  cpu_busy: float = 0.9) -> str | None:
+    """What to say when a point's TTFT went mostly before the engine saw its requests: the
+    client's mean TTFT at least BEFORE_ENGINE_MS above vLLM's own (its histogram, from when
+    its API server handed the request on) and more than twice it. On the H100 one API server
+    process capped capacity this way while the engine had no request waiting."""
+    client, engine = metrics.get("mean_ttft_ms"), server.get("server_mean_ttft_ms")
+    if client is None or engine is None or client - engine < BEFORE_ENGINE_MS or \
+            client < 2 * engine:
+        return None
+    busy = server.get("client_cpu_fraction", 0.0)
+    who = (f"the load generator was busy ({busy:.0%} of a core): raise "
+           "profile.client_processes" if busy > cpu_busy else
+           "vLLM's API server, one process unless --api-server-count says otherwise: add "
+           "api_server_count to the search space (or the server's args)")
+    return (f"at load {load:g} the mean TTFT was {client:,.0f} ms, of which vLLM's engine saw "
+            f"{engine:,.0f} ms: the rest went before the engine, most likely in {who}")
+
+
 def verdict(metrics: dict[str, float], slos: Sequence[SLOConfig]) -> tuple[bool, list[str]]:
     """(passed, what was missed) for one load point's flat metrics."""
     misses = []
