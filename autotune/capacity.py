@@ -54,11 +54,12 @@ BEFORE_ENGINE_MS = 500.0
 
 
 def before_engine(load: float, metrics: dict[str, float], server: dict[str, float],
-                  cpu_busy: float = 0.9) -> str | None:
+                  cpu_busy: float) -> str | None:
     """What to say when a point's TTFT went mostly before the engine saw its requests: the
     client's mean TTFT at least BEFORE_ENGINE_MS above vLLM's own (its histogram, from when
     its API server handed the request on) and more than twice it. On the H100 one API server
-    process capped capacity this way while the engine had no request waiting."""
+    process capped capacity this way while the engine had no request waiting. `cpu_busy`: the
+    client CPU fraction over which the client is the likelier cause (bench.CLIENT_BUSY)."""
     client, engine = metrics.get("mean_ttft_ms"), server.get("server_mean_ttft_ms")
     if client is None or engine is None or client - engine < BEFORE_ENGINE_MS or \
             client < 2 * engine:

@@ -21,17 +21,16 @@ COUNTERS = {
     "preemptions": "vllm:num_preemptions_total",
     "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
     "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
-    # histograms' sums and counts: the server's own TTFT and queue time, from the moment its
-    # API server handed the request to the engine. Against the client's TTFT they say where
-    # the time went: a client TTFT far above the server's was spent before the engine saw the
-    # request (an API server or a client that cannot keep up), not in the engine's queue.
-    "ttft_sum": "vllm:time_to_first_token_seconds_sum",
-    "ttft_count": "vllm:time_to_first_token_seconds_count",
-    "queue_sum": "vllm:request_queue_time_seconds_sum",
-    "queue_count": "vllm:request_queue_time_seconds_count",
 }
-# (the server's mean in ms, its sum counter, its count counter)
-MEANS = (("mean_ttft_ms", "ttft_sum", "ttft_count"), ("mean_queue_ms", "queue_sum", "queue_count"))
+# Histograms read as their mean over the run (the sum's and the count's differences): vLLM's own
+# TTFT and queue time, from the moment its API server handed the request to the engine. Against
+# the client's TTFT they say where the time went: a client TTFT far above the server's was spent
+# before the engine saw the request (an API server or a client that cannot keep up), not in the
+# engine's queue.
+MEANS_MS = {
+    "mean_ttft_ms": "vllm:time_to_first_token_seconds",
+    "mean_queue_ms": "vllm:request_queue_time_seconds",
+}
 GAUGES = {
     "kv_cache_usage": "vllm:kv_cache_usage_perc",
     "requests_waiting": "vllm:num_requests_waiting",
@@ -69,11 +68,12 @@ class ServerStats:
         """Flat `server_*` metrics for the trial record."""
         d = {k: self.last.get(n, 0.0) - self.first.get(n, 0.0) for k, n in COUNTERS.items()
              if n in self.last}
-        out = {f"server_{k}": v for k, v in d.items()
-               if not k.endswith(("_sum", "_count"))}
-        for name, total, count in MEANS:
-            if d.get(count):
-                out[f"server_{name}"] = 1000.0 * d.get(total, 0.0) / d[count]
+        out = {f"server_{k}": v for k, v in d.items()}
+        for key, name in MEANS_MS.items():
+            count = self.last.get(f"{name}_count", 0.0) - self.first.get(f"{name}_count", 0.0)
+            if count:
+                total = self.last.get(f"{name}_sum", 0.0) - self.first.get(f"{name}_sum", 0.0)
+                out[f"server_{key}"] = 1000.0 * total / count
         # gauges sampled during the run (every scrape but the first and the last); a benchmark
         # shorter than the sampling interval has none, and then no peak is reported
         samples = max(self.scrapes - 2, 0)

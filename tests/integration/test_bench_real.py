@@ -13,7 +13,7 @@ import pytest
 
 from autotune.config import ServerConfig
 from autotune.datasets import build_requests
-from autotune.load import LoadSettings, run_load
+from autotune.load import LoadResult, LoadSettings, run_load
 from autotune.metrics import compute_metrics
 from autotune.profile import ProfileConfig
 from autotune.server import ServerProcess
@@ -21,6 +21,13 @@ from tests.cpu import CPU_ARGV, INFEASIBLE_CAUSE, REFUSED_FP8_CAUSE, refusing_fp
 from tests.procs import servers_of
 
 pytestmark = pytest.mark.integration
+
+
+def assert_server_ttft_measured(res: LoadResult) -> None:
+    """The server's own TTFT (from its histogram) is measured and cannot exceed the client's by
+    more than the clocks' granularity: the client's TTFT also holds the HTTP round trip."""
+    client_ttft = 1000 * statistics.mean(r.ttft for r in res.records if r.success)
+    assert 0 < res.server_stats["server_mean_ttft_ms"] <= client_ttft + 5
 
 
 def test_random_profile_numbers_are_consistent(live_server: ServerProcess,
@@ -36,10 +43,7 @@ def test_random_profile_numbers_are_consistent(live_server: ServerProcess,
     assert m.completed == 32 and m.failed == 0 and res.duration_s >= 2.5
     # what the server saw, from its /metrics: 32 prompts queried the prefix cache
     assert res.server_stats["server_prefix_cache_queries"] > 0
-    # the server's own TTFT (from its histogram) is measured and cannot exceed the client's by
-    # more than the clocks' granularity: the client's TTFT also holds the HTTP round trip
-    client_ttft = 1000 * statistics.mean(r.ttft for r in res.records if r.success)
-    assert 0 < res.server_stats["server_mean_ttft_ms"] <= client_ttft + 5
+    assert_server_ttft_measured(res)
     # a sampled gauge: the samples taken are counted; a sample may catch the cache empty
     assert res.server_stats["server_gauge_samples"] >= 3
     assert 0 <= res.server_stats["server_peak_kv_cache_usage"] <= 1
@@ -64,10 +68,7 @@ def test_sharegpt_profile(live_server: ServerProcess, server_config: ServerConfi
     m = compute_metrics(res.records, res.duration_s)
     assert m.completed == 16 and res.server_stats["client_processes"] == 2
     assert res.server_stats["server_prefix_cache_queries"] > 0
-    # the server's own TTFT (from its histogram) is measured and cannot exceed the client's by
-    # more than the clocks' granularity: the client's TTFT also holds the HTTP round trip
-    client_ttft = 1000 * statistics.mean(r.ttft for r in res.records if r.success)
-    assert 0 < res.server_stats["server_mean_ttft_ms"] <= client_ttft + 5
+    assert_server_ttft_measured(res)
     for req, rec in zip(reqs, res.records, strict=True):
         assert rec.output_tokens == 8
         # the server tokenizes the text prompt itself; lengths agree with ours

@@ -111,17 +111,19 @@ def test_before_engine_names_where_the_ttft_went() -> None:
 
     # trial 15 on the H100 at 168.75 req/s: the engine itself queued (client 3,843 ms, vLLM's
     # own 3,804): nothing to say
-    assert before_engine(168.75, {"mean_ttft_ms": 3843.0}, {"server_mean_ttft_ms": 3804.0}) is None
+    assert before_engine(168.75, {"mean_ttft_ms": 3843.0}, {"server_mean_ttft_ms": 3804.0},
+                         0.9) is None
     # small gaps are the HTTP round trip, not a bottleneck
-    assert before_engine(84.4, {"mean_ttft_ms": 300.0}, {"server_mean_ttft_ms": 90.0}) is None
+    assert before_engine(84.4, {"mean_ttft_ms": 300.0}, {"server_mean_ttft_ms": 90.0},
+                         0.9) is None
     # no server figure (an older vLLM, a failed scrape): nothing to say
-    assert before_engine(84.4, {"mean_ttft_ms": 3000.0}, {}) is None
+    assert before_engine(84.4, {"mean_ttft_ms": 3000.0}, {}, 0.9) is None
     # seconds before the engine with an idle client: the API server
     note = before_engine(58.0, {"mean_ttft_ms": 3189.0},
-                         {"server_mean_ttft_ms": 95.0, "client_cpu_fraction": 0.4})
+                         {"server_mean_ttft_ms": 95.0, "client_cpu_fraction": 0.4}, 0.9)
     assert note is not None and "3,189 ms" in note and "95 ms" in note
     assert "api_server_count" in note
     # ... with a busy client: the client
     note = before_engine(58.0, {"mean_ttft_ms": 3189.0},
-                         {"server_mean_ttft_ms": 95.0, "client_cpu_fraction": 0.97})
+                         {"server_mean_ttft_ms": 95.0, "client_cpu_fraction": 0.97}, 0.9)
     assert note is not None and "client_processes" in note and "api_server" not in note
