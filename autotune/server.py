@@ -75,6 +75,37 @@ def root_cause(log_text: str) -> str | None:
     return None
 
 
+SOCKET_DIR_PREFIX = "autotune-"
+OWNER_FILE = "owner.pid"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def sweep_socket_dirs(root: str = "/tmp") -> list[Path]:
+    """Remove the socket folders of servers whose owner died without stopping them (killed, or
+    its machine lost: stop() never ran). A folder is only removed when its owner.pid names a
+    process that no longer exists; returns what was removed."""
+    removed = []
+    for d in Path(root).glob(SOCKET_DIR_PREFIX + "*"):
+        owner = d / OWNER_FILE
+        try:
+            pid = int(owner.read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being set up
+        if not _pid_alive(pid):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
 class ServerProcess:
     """A `vllm serve` subprocess owned by a context manager (autotune.process.ProcessGroup).
 
@@ -130,7 +161,9 @@ class ServerProcess:
     def start(self) -> None:
         # vLLM puts ZMQ IPC sockets in TMPDIR and leaves them behind; a socket path must stay
         # under 107 bytes, so each server gets a short private directory, removed at stop.
-        self.tmpdir = tempfile.mkdtemp(prefix="autotune-", dir="/tmp")
+        sweep_socket_dirs()
+        self.tmpdir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX, dir="/tmp")
+        Path(self.tmpdir, OWNER_FILE).write_text(str(os.getpid()))
         self.group = ProcessGroup(self.argv, log_path=self.log_path,
                                   env={**self.env, "TMPDIR": self.tmpdir}, pdeathsig=True,
                                   header=True)

@@ -1,6 +1,8 @@
 """The server module: its lifecycle against stand-in processes (fast; the real server is in
 integration), and the root-cause line it reads from a vLLM log."""
 
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -9,7 +11,13 @@ import pytest
 
 from autotune.errors import ServerBootError, ServerBootHung, ServerBootTimeout
 from autotune.process import free_port, group_pids, port_is_free
-from autotune.server import ServerProcess, root_cause
+from autotune.server import (
+    OWNER_FILE,
+    SOCKET_DIR_PREFIX,
+    ServerProcess,
+    root_cause,
+    sweep_socket_dirs,
+)
 
 # Binds the port it is given (like a server), spawns a child, ignores SIGTERM in the child.
 HOLDER = """
@@ -37,6 +45,35 @@ def test_stop_kills_whole_group_and_frees_port(tmp_path: Path) -> None:
     proc.stop()  # TERM (child ignores it), then KILL of the group
     assert group_pids(pg) == []
     assert port_is_free(port)
+
+
+def test_socket_folders_of_dead_owners_are_swept(tmp_path: Path) -> None:
+    """A worker killed mid-trial never runs stop(): its socket folder stays in /tmp until the
+    next server start sweeps it. Only folders whose owner process is gone are removed."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    folders = {}
+    for name, owner in (("dead", str(dead.pid)), ("live", str(os.getpid())), ("foreign", None)):
+        d = tmp_path / f"{SOCKET_DIR_PREFIX}{name}"
+        d.mkdir()
+        (d / "sock").write_text("")
+        if owner is not None:
+            (d / OWNER_FILE).write_text(owner)
+        folders[name] = d
+    assert sweep_socket_dirs(str(tmp_path)) == [folders["dead"]]
+    assert not folders["dead"].exists()
+    assert folders["live"].exists() and folders["foreign"].exists()
+
+
+def test_a_stopped_server_leaves_no_socket_folder(tmp_path: Path) -> None:
+    proc = ServerProcess([sys.executable, "-c", "import time; time.sleep(60)"],
+                         log_path=tmp_path / "log", port=free_port(), stop_grace_s=2.0)
+    proc.start()
+    assert proc.tmpdir is not None
+    folder = Path(proc.tmpdir)
+    assert (folder / OWNER_FILE).read_text() == str(os.getpid())
+    proc.stop()
+    assert not folder.exists()
 
 
 def test_exit_during_boot_raises_with_cause(tmp_path: Path) -> None:
