@@ -67,6 +67,23 @@ def test_a_waiting_trial_shows_the_config_enqueued_for_it() -> None:
     assert params_text(recs[1].params) == "quantization=fp8 kv_cache_dtype=fp8"
 
 
+def test_a_capacity_search_stopped_early_is_not_on_the_front() -> None:
+    """A trial stopped early below the incumbent has a capacity bound and a mean TPOT from its
+    floor load: lower than the incumbent's at capacity, but no trade-off (trials 9 and 17 of
+    the H100 study sat on the front that way)."""
+    from autotune.capacity import EARLY_STOP
+    from autotune.results import front_numbers
+
+    st = optuna.create_study(directions=["maximize", "minimize"])
+    for capacity, tpot, stopped in ((94.9, 32.8, None), (47.5, 12.6, f"{EARLY_STOP}'s 94.9"),
+                                    (60.0, 23.4, None), (45.0, 10.0, None)):
+        t = st.ask()
+        t.set_user_attr("capacity", {"capacity": capacity, "stopped": stopped})
+        st.tell(t, [capacity, tpot])
+    assert {t.number for t in st.best_trials} == {0, 1, 2, 3}  # Optuna's own keeps 1
+    assert front_numbers(st) == {0, 2, 3}  # a full search with a low TPOT stays on it
+
+
 def test_the_front_is_optunas_best_trials_less_the_repeats() -> None:
     import random
 
