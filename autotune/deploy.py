@@ -101,6 +101,8 @@ def k8s_deployment(cfg: StudyConfig, trial: TrialRecord, replicas: int,
                          "periodSeconds": 10, "failureThreshold": 90},
         "resources": {"limits": {"nvidia.com/gpu": gpus}},
     }
+    if cfg.server.env:  # what the trials' servers ran with (export's serve line shows it too)
+        container["env"] = [{"name": k, "value": v} for k, v in cfg.server.env.items()]
     doc = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -118,6 +119,14 @@ def serve_command(cfg: StudyConfig, trial: TrialRecord) -> list[str]:
                       cfg.server.serve_flags(trial.flags), cfg.server.extra_args)
 
 
+def serve_line(cfg: StudyConfig, trial: TrialRecord) -> str:
+    """The serve command as a shell line, after the environment the trials' servers had
+    (`server.env`): a setting such as VLLM_ALLREDUCE_USE_SYMM_MEM=0 is part of what was
+    measured, and the config without it is not the config that was measured."""
+    env = [f"{k}={shlex.quote(v)}" for k, v in cfg.server.env.items()]
+    return " ".join([*env, shell_join(serve_command(cfg, trial))])
+
+
 def config_yaml(cfg: StudyConfig, trial: TrialRecord) -> str:
     """A file for `vllm serve --config FILE` (kebab-case keys, nested JSON flags as maps)."""
     flags = cfg.server.serve_flags(trial.flags)
@@ -163,7 +172,7 @@ def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
 
 def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) -> dict[str, Any]:
     """Everything export prints, and the files it writes (config YAML, JSON summary)."""
-    serve = shell_join(serve_command(cfg, trial))
+    serve = serve_line(cfg, trial)
     benches = {p.key: shell_join(bench_command(p, cfg.server.model, cfg.server.tokenizer_dir,
                                                cfg.server.executable))
                for p in cfg.workloads()}

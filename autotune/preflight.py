@@ -43,6 +43,7 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
     check_model(cfg.server.model, cfg.server.tokenizer)
     check_model_len(cfg, space)
     check_layout(cfg, space)
+    check_multicast(cfg, space)
     if cfg.sampler.name == "grid":
         try:
             space.grid()
@@ -120,6 +121,37 @@ def check_layout(cfg: StudyConfig, space: SearchSpace) -> None:
         raise ConfigError(
             f"search space {space.name!r}: the smallest layout ({', '.join(knobs)}) needs "
             f"{least} GPUs; each trial gets {have} ({how})")
+
+
+# Set where a host keeps NVLink multicast off (NCCL, PyTorch, NVSHMEM): the two-H200 machines
+# here, because a program that uses it can take the host's GPUs out of service.
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                 "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def check_multicast(cfg: StudyConfig, space: SearchSpace,
+                    environ: dict[str, str] | None = None) -> None:
+    """Tensor parallelism on a host that keeps NVLink multicast off must not get vLLM's fused
+    all-reduce + RMSNorm, whose FlashInfer workspace vLLM 0.26.0 builds on multicast ("mnnvl",
+    `cuMulticastCreate`) by default for TP > 1 on Hopper. The first two-H200 run did, and its
+    tp2 boot crashed (docs/results/multi-gpu-h200x2.md)."""
+    env = {**(os.environ if environ is None else environ), **cfg.server.env}
+    off = [f"{k}={v}" for k, v in MULTICAST_OFF.items() if env.get(k) == v]
+    tp = max([int(cfg.server.args.get("tensor_parallel_size") or 1),
+              int(space.fixed.get("tensor_parallel_size") or 1),
+              *_sizes(space.parameters.get("tensor_parallel_size"))])
+    if not off or tp <= 1:
+        return
+    cc = cfg.server.args.get("compilation_config")
+    passes = cc.get("pass_config") if isinstance(cc, dict) else None
+    fused = not (isinstance(passes, dict) and passes.get("fuse_allreduce_rms") is False)
+    if fused and env.get("VLLM_FLASHINFER_ALLREDUCE_BACKEND", "auto") in ("auto", "mnnvl"):
+        raise ConfigError(
+            f"server.args: tensor_parallel_size goes up to {tp} on a host that keeps NVLink "
+            f"multicast off ({', '.join(off)}), and vLLM's fused all-reduce + RMSNorm would build "
+            "its FlashInfer workspace on multicast: set server.args.compilation_config: "
+            "{pass_config: {fuse_allreduce_rms: false}} (measured on two H200s) or server.env "
+            "VLLM_FLASHINFER_ALLREDUCE_BACKEND: trtllm (CUDA IPC; not measured here)")
 
 
 def _is_path(model: str) -> bool:

@@ -133,14 +133,18 @@ def test_exported_command_boots_and_serves(study_file: Path, tmp_path: Path,
     assert p.returncode == 0, p.stderr
     line = p.stdout.strip().splitlines()[-1]
     argv = shlex.split(line)
-    assert argv[:2] == ["vllm", "serve"]
+    env = {}  # the environment the trials' servers ran with leads the line
+    while "=" in argv[0]:
+        k, v = argv.pop(0).split("=", 1)
+        env[k] = v
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1"} and argv[:2] == ["vllm", "serve"]
     # never an infeasible config
     flag = "--max-num-batched-tokens"
     assert (argv[argv.index(flag) + 1] if flag in argv else None) != "256"
     assert (tmp_path / "vllm-config.yaml").exists() and "vllm bench serve" in p.stderr
     argv = [*default_executable(), *argv[1:]]
     with ServerProcess(argv, log_path=tmp_path / "export.log", port=free_port(),
-                       env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}) as srv:
+                       env={**os.environ, **env}) as srv:
         srv.wait_healthy(240)
         r = httpx.post(f"{srv.base_url}/v1/completions", timeout=60,
                        json={"model": argv[2], "prompt": [5, 6, 7], "max_tokens": 4,

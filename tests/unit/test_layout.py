@@ -137,3 +137,50 @@ def test_cuda_visible_devices_must_name_gpus_of_this_host() -> None:
     with pytest.raises(ConfigError, match=r"CUDA_VISIBLE_DEVICES=0,3: no GPU 3 on this host "
                                           r"\(nvidia-smi lists 0, 1\)"):
         visible_gpus("0,3", smi)
+
+
+def test_export_carries_the_servers_environment(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The serve line and the Deployment carry `server.env`: on the two-H200 host the tp2
+    layout was measured with VLLM_ALLREDUCE_USE_SYMM_MEM=0, and without it is another config."""
+    import yaml
+
+    from autotune.deploy import k8s_deployment
+    from autotune.export import export
+
+    monkeypatch.setattr(objective_mod, "run_bench", fake_bench([]))
+    c = cfg(tmp_path).model_copy(update={"server": cfg(tmp_path).server.model_copy(
+        update={"env": {"VLLM_ALLREDUCE_USE_SYMM_MEM": "0", "NOTE": "a b"}})})
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.enqueue_trial({"tensor_parallel_size": 2, "data_parallel_size": 1})
+    study.optimize(Objective(c, LAYOUTS, [], tmp_path), n_trials=1)
+    study.set_metric_names(c.metric_names())
+    trial = records(study)[0]
+    line = export(c, trial)["serve_command"]
+    assert line.startswith("VLLM_ALLREDUCE_USE_SYMM_MEM=0 NOTE='a b' vllm serve /m ")
+    assert "--tensor-parallel-size 2" in line
+    pod = yaml.safe_load(k8s_deployment(c, trial, 3))["spec"]["template"]["spec"]
+    assert pod["containers"][0]["env"] == [{"name": "VLLM_ALLREDUCE_USE_SYMM_MEM", "value": "0"},
+                                           {"name": "NOTE", "value": "a b"}]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
+
+
+def test_tensor_parallel_on_a_host_without_multicast_needs_the_fusion_off(
+        tmp_path: Path) -> None:
+    from autotune.preflight import check_multicast
+
+    off = {"NCCL_NVLS_ENABLE": "0"}
+    check_multicast(cfg(tmp_path), LAYOUTS, {})  # multicast not turned off: nothing to say
+    with pytest.raises(ConfigError, match=r"server.args: tensor_parallel_size goes up to 2 on a "
+                                          r"host that keeps NVLink multicast off "
+                                          r"\(NCCL_NVLS_ENABLE=0\).*fuse_allreduce_rms: false"):
+        check_multicast(cfg(tmp_path), LAYOUTS, off)
+    no_tp = SearchSpace.model_validate({"name": "dp", "parameters": {
+        "data_parallel_size": {"type": "categorical", "choices": [1, 2]}}})
+    check_multicast(cfg(tmp_path), no_tp, off)
+    server = cfg(tmp_path).server
+    fused_off = server.model_copy(update={"args": {
+        **server.args, "compilation_config": {"pass_config": {"fuse_allreduce_rms": False}}}})
+    check_multicast(cfg(tmp_path).model_copy(update={"server": fused_off}), LAYOUTS, off)
+    ipc = server.model_copy(update={"env": {"VLLM_FLASHINFER_ALLREDUCE_BACKEND": "trtllm"}})
+    check_multicast(cfg(tmp_path).model_copy(update={"server": ipc}), LAYOUTS, off)
