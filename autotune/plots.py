@@ -21,14 +21,16 @@ from autotune.results import TrialRecord, records
 from autotune.stats import median_ci
 
 
-def measured_study(study: optuna.Study, with_params: bool = False) -> optuna.Study:
+def measured_study(study: optuna.Study, with_params: bool = False,
+                   full_only: bool = False) -> optuna.Study:
     """An in-memory copy of the study holding only its measured first-pass trials (constraints
     kept; a confirm phase's repeats are drawn as error bars instead); `with_params`: only those
-    that sampled parameters (not the baseline)."""
+    that sampled parameters (not the baseline); `full_only`: not those whose capacity is a
+    bound (a search stopped early), which Optuna's Pareto plot would put on its front."""
     copy = optuna.create_study(directions=study.directions)
     if study.metric_names:
         copy.set_metric_names(list(study.metric_names))
-    copy.add_trials(first_pass(study, with_params))
+    copy.add_trials(first_pass(study, with_params, full_only))
     return copy
 
 
@@ -40,12 +42,24 @@ def trial_counts(recs: list[TrialRecord]) -> str:
             + (f", {repeats} repeats (error bars)" if repeats else ""))
 
 
-def first_pass(study: optuna.Study, with_params: bool = False) -> list[FrozenTrial]:
+def first_pass(study: optuna.Study, with_params: bool = False,
+               full_only: bool = False) -> list[FrozenTrial]:
     """The measured trials that are not a confirm phase's repeats (the copy's trials, in its
     order: the copy numbers them anew)."""
     recs = {r.number: r for r in records(study)}
     return [t for t in study.get_trials(deepcopy=False) if recs[t.number].measured
-            and recs[t.number].facts.repeat_of is None and (t.params or not with_params)]
+            and recs[t.number].facts.repeat_of is None and (t.params or not with_params)
+            and not (full_only and recs[t.number].bound_only)]
+
+
+def bound_points(study: optuna.Study) -> list[tuple[int, float, float]]:
+    """(trial, first objective, second) of the first-pass trials whose capacity is a lower
+    bound: drawn apart from the front, which they are not on (results.front_numbers)."""
+    m = list(study.metric_names or [])
+    if len(m) < 2:
+        return []
+    return [(r.number, r.values[m[0]], r.values[m[1]]) for r in records(study)
+            if r.bound_only and r.measured and r.facts.repeat_of is None]
 
 
 def trials_frame(recs: list[TrialRecord], metrics: list[str], front: set[int]) -> pd.DataFrame:
@@ -65,12 +79,15 @@ def _baseline(recs: list[TrialRecord], metrics: list[str]) -> tuple[float, float
     return base.values[metrics[0]], base.values[metrics[1]]
 
 
+BOUND_LABEL = "capacity a lower bound (search stopped early)"
+
+
 def pareto_html(study: optuna.Study, path: Path, title: str) -> None:
     """Optuna's interactive Pareto plot (infeasible trials greyed), with the baseline starred."""
     import plotly.graph_objects as go
     from optuna.visualization import plot_pareto_front
 
-    copy = measured_study(study)
+    copy = measured_study(study, full_only=True)
     names = [short_metric(m) for m in copy.metric_names or []] or None
     fig = plot_pareto_front(copy, target_names=names)
     base = _baseline(records(study), list(study.metric_names or []))
@@ -78,6 +95,12 @@ def pareto_html(study: optuna.Study, path: Path, title: str) -> None:
         fig.add_trace(go.Scatter(x=[base[0]], y=[base[1]], mode="markers",
                                  name="baseline (vLLM defaults)",
                                  marker={"symbol": "star", "size": 16, "color": "black"}))
+    if bound := bound_points(study):
+        fig.add_trace(go.Scatter(x=[b[1] for b in bound], y=[b[2] for b in bound],
+                                 mode="markers", name=BOUND_LABEL,
+                                 text=[f"trial {b[0]}" for b in bound],
+                                 marker={"symbol": "triangle-right-open", "size": 11,
+                                         "color": "grey"}))
     fig.update_layout(title=f"{title}: {trial_counts(records(study))} (no boot, no service, "
                       "or interrupted)",
                       template="plotly_white")
@@ -106,7 +129,7 @@ def pareto_png(study: optuna.Study, path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
     from optuna.visualization.matplotlib import plot_pareto_front
 
-    copy = measured_study(study)
+    copy = measured_study(study, full_only=True)
     names = [short_metric(m) for m in copy.metric_names or []] or None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the matplotlib backend is "experimental"
@@ -115,6 +138,9 @@ def pareto_png(study: optuna.Study, path: Path, title: str) -> None:
     if base is not None:
         ax.scatter([base[0]], [base[1]], marker="*", s=220, c="black",
                    label="baseline (defaults)", zorder=5)
+    if bound := bound_points(study):
+        ax.scatter([b[1] for b in bound], [b[2] for b in bound], marker=">", s=60,
+                   facecolors="none", edgecolors="grey", label=BOUND_LABEL, zorder=4)
     for t in first_pass(study):  # annotated with the study's own trial numbers
         if t.values and len(t.values) >= 2:
             ax.annotate(str(t.number), (t.values[0], t.values[1]), textcoords="offset points",

@@ -56,6 +56,12 @@ class TrialFacts:
     repeat_of: int | None = None  # a confirm-phase repeat of this trial's config
     warnings: list[str] | None = None  # what the measurement warned (too short, a busy client)
 
+    @property
+    def bound_only(self) -> bool:
+        """A capacity search stopped early below the incumbent: its capacity is a lower bound,
+        not a measurement to pool with full ones."""
+        return stopped_early((self.capacity or {}).get("stopped"))
+
     def to_attrs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if getattr(self, f.name) is not None}
@@ -138,9 +144,7 @@ class TrialRecord:
 
     @property
     def bound_only(self) -> bool:
-        """A capacity search stopped early below the incumbent: its capacity is a lower bound,
-        not a measurement to pool with full ones."""
-        return stopped_early((self.facts.capacity or {}).get("stopped"))
+        return self.facts.bound_only
 
     def lower_bound(self, metric: str) -> bool:
         """Whether this trial's `metric` is a lower bound, not a measurement: the capacity of a
@@ -240,8 +244,7 @@ def front_numbers(study: optuna.Study) -> set[int]:
 
     def counts(t: FrozenTrial) -> bool:
         facts = TrialFacts.from_attrs(t.user_attrs)
-        return (not facts.failure
-                and not stopped_early((facts.capacity or {}).get("stopped")))
+        return not facts.failure and not facts.bound_only
 
     first = [(t.number, [s * v for s, v in zip(sign, t.values, strict=True)])
              for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))

@@ -82,6 +82,12 @@ def test_a_capacity_search_stopped_early_is_not_on_the_front() -> None:
         st.tell(t, [capacity, tpot])
     assert {t.number for t in st.best_trials} == {0, 1, 2, 3}  # Optuna's own keeps 1
     assert front_numbers(st) == {0, 2, 3}  # a full search with a low TPOT stays on it
+    # the Pareto plot draws it apart, not on Optuna's front
+    from autotune.plots import bound_points, measured_study
+
+    st.set_metric_names(["capacity", "mean_tpot_ms"])
+    assert {t.number for t in measured_study(st, full_only=True).best_trials} == {0, 1, 2}
+    assert bound_points(st) == [(1, 47.5, 12.6)]
 
 
 def test_the_front_is_optunas_best_trials_less_the_repeats() -> None:
