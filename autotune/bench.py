@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -110,16 +111,22 @@ def too_short(records: list[RequestRecord], concurrency: int | None, duration_s:
         return None
     per_slot = len(records) / concurrency
     steady = steady_share(records, concurrency, duration_s)
-    why = []
+    why, enough = [], math.ceil(MIN_PER_SLOT * concurrency)
     if per_slot < MIN_PER_SLOT:
         why.append(f"{per_slot:.2f} requests per concurrency slot (< {MIN_PER_SLOT:g})")
     if steady < MIN_STEADY:
         why.append(f"all {concurrency} slots busy for only {steady:.0%} of its "
                    f"{duration_s:.1f} s (< {MIN_STEADY:.0%})")
+        # the ramp and drain take about as long with more requests, so the steady part must
+        # grow by `extra_s`; a closed loop's steady rate is its slots over a request's latency
+        extra_s = (MIN_STEADY - steady) * duration_s / (1 - MIN_STEADY)
+        took = [r.end_time - r.send_time for r in records if r.end_time is not None]
+        rate = concurrency / statistics.median(took) if took else len(records) / duration_s
+        enough = max(enough, math.ceil((len(records) + rate * extra_s) * 1.05))
     if not why:
         return None
     return (f"benchmark too short to measure: {' and '.join(why)}; raise profile.num_prompts "
-            f"to at least {math.ceil(MIN_PER_SLOT * concurrency)} (docs/noise.md)")
+            f"to at least {enough} (docs/noise.md)")
 
 
 @contextmanager

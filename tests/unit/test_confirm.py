@@ -102,6 +102,14 @@ def test_too_short_names_the_reason_and_the_fix() -> None:
     drain = closed_loop(32, 16) + [RequestRecord(100, 2.0, 8, 8, 2.1, 8.0)]
     why = too_short(drain, 16, 8.0)
     assert why is not None and "busy for only" in why
+    # the fix it names is more than it had, though it had enough per slot (an H100 trial had
+    # 1,000 prompts at 512, steady 49%, and was told "at least 973")
+    wanted = int(why.rsplit("at least ", 1)[1].split()[0])
+    assert wanted > len(drain) > MIN_PER_SLOT * 16
+    # and it is enough: the same drain after that many waves leaves every slot busy half the time
+    waves = math.ceil(wanted / 16)
+    longer = closed_loop(waves * 16, 16) + [RequestRecord(999, waves, 8, 8, waves + 0.1, waves + 6.0)]
+    assert too_short(longer, 16, waves + 6.0) is None
 
 
 def test_error_bars_come_from_configs_booted_more_than_once() -> None:
