@@ -8,9 +8,11 @@ config with the best measurement so far (what a tuner would recommend). The curv
 incumbent's true mean (the mean of its measured repeats) over the table's best, against trials.
 
 Samplers: the product's TPE (multivariate, grouped, never repeating a config, 5 start-up
-trials), GP, NSGA-II, random, the grid in random order, and one knob at a time (from vLLM's
+trials), the same TPE with warm starts (`tpe-starts`: the given configs right after the
+baseline), GP, NSGA-II, random, the grid in random order, and one knob at a time (from vLLM's
 defaults, try each other value of the first knob, keep the best, go on to the next knob: how a
-published H100 tuning lab tuned by hand).
+published H100 tuning lab tuned by hand). As in a study, every Optuna sampler's first trial is
+the baseline (vLLM's defaults) unless `baseline=False`; a start or the baseline is a trial.
 """
 
 from __future__ import annotations
@@ -21,15 +23,19 @@ import random
 import statistics
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import optuna
+import yaml
 
+from autotune.config import StudyConfig
 from autotune.results import records
 from autotune.sampler import NoRepeatSampler
+from autotune.search_space import load_search_space
 
-SAMPLERS = ("tpe", "gp", "nsga2", "random", "grid", "one-knob")
+SAMPLERS = ("tpe", "tpe-starts", "gp", "nsga2", "random", "grid", "one-knob")
 
 
 def key(params: dict[str, Any]) -> str:
@@ -95,6 +101,18 @@ def table_from_study(study: optuna.Study, metric: str) -> Table:
     return Table(values, params, direction)
 
 
+def table_from_json(path: str | Path, direction: str) -> Table:
+    """A table written by `autotune replay --out` (table.json: each config's params and
+    measurements), so a replay can run again without the study's storage."""
+    try:
+        rows = json.loads(Path(path).read_text())
+        values = {key(r["params"]): [float(v) for v in r["values"]] for r in rows}
+        params = {key(r["params"]): dict(r["params"]) for r in rows}
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"not a table.json (a list of {{params, values}}): {e}") from None
+    return Table(values, params, direction)
+
+
 class _Run:
     """One sampler's trials against the table, with one seed."""
 
@@ -121,14 +139,29 @@ class _Run:
         return value
 
 
-def _optuna(make: Callable[[int], optuna.samplers.BaseSampler]
-            ) -> Callable[[Table, int, int], list[float]]:
-    def run(table: Table, seed: int, budget: int) -> list[float]:
+@dataclass(frozen=True)
+class Plan:
+    """What a study measures before its sampler: the baseline, then the starts (partial
+    configs: a parameter left out is sampled)."""
+
+    baseline: bool = True
+    starts: tuple[dict[str, Any], ...] = ()
+
+
+Runner = Callable[[Table, int, int, Plan], list[float]]
+
+
+def _optuna(make: Callable[[int], optuna.samplers.BaseSampler], starts: bool = False) -> Runner:
+    def run(table: Table, seed: int, budget: int, plan: Plan) -> list[float]:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         r = _Run(table, seed)
         study = optuna.create_study(
             direction=optuna.study.StudyDirection.MAXIMIZE if table.direction == "maximize"
             else optuna.study.StudyDirection.MINIMIZE, sampler=make(seed))
+        if plan.baseline:
+            study.enqueue_trial(default_config(table))
+        for start in plan.starts if starts else ():
+            study.enqueue_trial(start)
         dists: dict[str, optuna.distributions.BaseDistribution] = {
             k: optuna.distributions.CategoricalDistribution(v)
                  for k, v in table.domain.items()}
@@ -141,7 +174,7 @@ def _optuna(make: Callable[[int], optuna.samplers.BaseSampler]
     return run
 
 
-def _grid(table: Table, seed: int, budget: int) -> list[float]:
+def _grid(table: Table, seed: int, budget: int, plan: Plan) -> list[float]:
     r = _Run(table, seed)
     order = list(table.params)
     random.Random(seed).shuffle(order)
@@ -175,7 +208,7 @@ def one_knob_order(table: Table) -> Generator[dict[str, Any], dict[str, Any] | N
         current = best if best is not None else current
 
 
-def _one_knob(table: Table, seed: int, budget: int) -> list[float]:
+def _one_knob(table: Table, seed: int, budget: int, plan: Plan) -> list[float]:
     r = _Run(table, seed)
     gen = one_knob_order(table)
     cand = next(gen)
@@ -191,15 +224,54 @@ def _one_knob(table: Table, seed: int, budget: int) -> list[float]:
     return r.curve
 
 
-RUNNERS: dict[str, Callable[[Table, int, int], list[float]]] = {
-    "tpe": _optuna(lambda s: NoRepeatSampler(optuna.samplers.TPESampler(
-        seed=s, n_startup_trials=5, multivariate=True, group=True), seed=s)),
+def _tpe(s: int) -> optuna.samplers.BaseSampler:
+    return NoRepeatSampler(optuna.samplers.TPESampler(
+        seed=s, n_startup_trials=5, multivariate=True, group=True), seed=s)
+
+
+RUNNERS: dict[str, Runner] = {
+    "tpe": _optuna(_tpe),
+    "tpe-starts": _optuna(_tpe, starts=True),
     "gp": _optuna(lambda s: optuna.samplers.GPSampler(seed=s, n_startup_trials=5)),
     "nsga2": _optuna(lambda s: optuna.samplers.NSGAIISampler(seed=s, population_size=8)),
     "random": _optuna(lambda s: optuna.samplers.RandomSampler(seed=s)),
     "grid": _grid,
     "one-knob": _one_knob,
 }
+
+
+def replay_starts(table: Table, given: tuple[str, ...] | list[str], cfg: StudyConfig | None
+                  ) -> list[dict[str, Any]]:
+    """The warm starts tpe-starts replays: each `given` 'k=v,k=v' (values read as YAML
+    scalars: null, fp8, 512), else the starts a study of `cfg` enqueues (its space's, then its
+    own). A start's parameters the table lacks are left out; a value the table never measured
+    is a ValueError naming the start."""
+    if given:
+        starts = []
+        for text in given:
+            start: dict[str, Any] = {}
+            for part in filter(None, (p.strip() for p in text.split(","))):
+                name, eq, value = part.partition("=")
+                if not eq or not name.strip():
+                    raise ValueError(f"--start {text!r}: {part!r} is not K=V")
+                start[name.strip()] = yaml.safe_load(value) if value.strip() else None
+            starts.append(start)
+        where = "--start"
+    elif cfg is not None:
+        starts = [*load_search_space(cfg.search_space).starts, *cfg.starts]
+        where = "starts"
+    else:
+        return []
+    out = []
+    for i, start in enumerate(starts):
+        kept = {k: v for k, v in start.items() if k in table.domain}
+        for k, v in kept.items():
+            if v not in table.domain[k]:
+                raise ValueError(f"{where} {i + 1}: {k}={v!r} was never measured in the table "
+                                 f"(its values: {', '.join(map(repr, table.domain[k]))})")
+        if kept:
+            out.append(kept)
+    return out
 
 
 def trials_to(curve: list[float], within: float) -> int | None:
@@ -223,12 +295,14 @@ def _median(xs: list[int | None]) -> float | None:
 
 
 def replay(table: Table, samplers: list[str], seeds: int, budget: int,
-           on_done: Callable[[str, int], None] | None = None) -> dict[str, SamplerSummary]:
+           on_done: Callable[[str, int], None] | None = None, plan: Plan | None = None
+           ) -> dict[str, SamplerSummary]:
+    plan = plan or Plan()
     out = {}
     for name in samplers:
         curves = []
         for seed in range(seeds):
-            curves.append(RUNNERS[name](table, seed, budget))
+            curves.append(RUNNERS[name](table, seed, budget, plan))
             if on_done is not None:
                 on_done(name, seed)
         at16 = [c[min(16, len(c)) - 1] >= 0.98 for c in curves]

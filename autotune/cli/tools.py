@@ -86,30 +86,62 @@ def make_tiny_model_cmd(out_dir: Path) -> None:
 @click.option("--seeds", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--budget", type=click.IntRange(min=1),
               help="Trials per run (default: the table's configs).")
-@click.option("--samplers", default=",".join(("tpe", "gp", "nsga2", "random", "grid",
-                                              "one-knob")), show_default=True)
+@click.option("--samplers", help="Comma-separated, of tpe, tpe-starts, gp, nsga2, random, grid, "
+                                 "one-knob (default: all; tpe-starts where there are starts).")
+@click.option("--start", "start_opts", multiple=True, metavar="K=V,...",
+              help="A warm start for tpe-starts, e.g. 'quantization=fp8,kv_cache_dtype=fp8' "
+                   "(repeatable; default: the starts of the config and its space).")
+@click.option("--baseline/--no-baseline", default=True, show_default=True,
+              help="Each Optuna sampler's first trial is vLLM's defaults, as in a study.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Folder for summary.json, curves.png and table.json.")
+@click.option("--table", "table_path", type=click.Path(exists=True, dir_okay=False,
+                                                      path_type=Path),
+              help="Replay this table.json (written by an earlier replay) instead of the "
+                   "study's storage; the config gives the objective's direction and the starts.")
 @click.option("--repeat", type=click.IntRange(min=1),
               help="Instead: enqueue this many measured configs again (seeded), so the table "
                    "gets repeats; then run the same `autotune study` again.")
 def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
-               metric: str | None, seeds: int, budget: int | None, samplers: str,
-               out_dir: Path | None, repeat: int | None) -> None:
+               metric: str | None, seeds: int, budget: int | None, samplers: str | None,
+               out_dir: Path | None, repeat: int | None, start_opts: tuple[str, ...],
+               baseline: bool, table_path: Path | None) -> None:
     """Replay samplers against a study in which a grid was measured (a table): trials to come
     within 2% and 5% of the table's best, per sampler, over many seeds."""
     import json
     import random
 
-    from autotune.replay import SAMPLERS, plot, replay, table_from_study
+    from autotune.replay import (
+        SAMPLERS,
+        Plan,
+        plot,
+        replay,
+        replay_starts,
+        table_from_json,
+        table_from_study,
+    )
     from autotune.study import open_study
 
     cfg = load_cfg(config_path, study_name, storage)
-    st = open_study(cfg, create=False)
     name = metric or cfg.metric_names()[0]
-    table = table_from_study(st, name)
-    if not table.values:
-        raise StudyError(f"study {cfg.name!r} has no measured trial to replay")
+    if table_path is not None:
+        if repeat is not None:
+            raise StudyError("--repeat enqueues into the study's storage; leave out --table")
+        if name not in cfg.metric_names():
+            raise StudyError(f"--metric {name}: not an objective of {config_path} (its "
+                             f"objectives: {', '.join(cfg.metric_names())})")
+        try:
+            table = table_from_json(table_path, cfg.objectives[cfg.metric_names().index(name)]
+                                    .direction)
+        except ValueError as e:
+            raise StudyError(f"--table {table_path}: {e}") from None
+        source = str(table_path)
+    else:
+        st = open_study(cfg, create=False)
+        table = table_from_study(st, name)
+        source = f"study {cfg.name!r}"
+    if not any(table.values.values()):
+        raise StudyError(f"{source} has no trial that measured {name} to replay")
     if repeat is not None:
         measured = sorted(k for k, v in table.values.items() if v)
         pick = random.Random(len(st.trials)).sample(measured, min(repeat, len(measured)))
@@ -119,17 +151,27 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
                       f"{config_path} --n-trials {len(st.trials)}` to measure them",
                       highlight=False)
         return
-    names = [s.strip() for s in samplers.split(",") if s.strip()]
+    names = [s.strip() for s in (samplers or ",".join(SAMPLERS)).split(",") if s.strip()]
     bad = [s for s in names if s not in SAMPLERS]
     if bad:
         raise StudyError(f"--samplers: unknown {', '.join(bad)}; known: {', '.join(SAMPLERS)}")
+    try:
+        starts = replay_starts(table, start_opts, cfg)
+    except ValueError as e:
+        raise StudyError(str(e)) from None
+    if not starts and "tpe-starts" in names:
+        if samplers:
+            raise StudyError("--samplers tpe-starts: no starts to replay; give --start "
+                             "K=V,... or `starts:` in the config or its search space")
+        names.remove("tpe-starts")
     n = budget or len(table.values)
     repeated = sum(len(v) > 1 for v in table.values.values())
     console.print(f"table: {len(table.values)} configs ({sum(not v for v in table.values.values())}"
                   f" infeasible, {repeated} measured more than once), best {table.best:,.2f}, "
                   f"noise {table.noise():.1%}; {seeds} seeds x {n} trials", highlight=False)
     with trial_progress("replay", len(names) * seeds) as tp:
-        res = replay(table, names, seeds, n, on_done=lambda *_: tp.request_done(None))
+        res = replay(table, names, seeds, n, on_done=lambda *_: tp.request_done(None),
+                     plan=Plan(baseline, tuple(starts)))
     t = Table(title=f"{cfg.name}: {name}", header_style="bold")
     for col in ("sampler", "median trials to 2%", "median trials to 5%", "within 2% at 16"):
         t.add_column(col, justify="right")
@@ -147,7 +189,8 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
         (out_dir / "summary.json").write_text(json.dumps({
             "study": cfg.name, "metric": name, "direction": table.direction,
             "configs": len(table.values), "repeated": repeated, "noise": table.noise(),
-            "best": table.best, "seeds": seeds, "budget": n, "samplers": summary},
+            "best": table.best, "seeds": seeds, "budget": n, "baseline_first": baseline,
+            "starts": starts, "samplers": summary},
             indent=2) + "\n")
         (out_dir / "table.json").write_text(json.dumps(
             [{"params": table.params[k], "values": v} for k, v in table.values.items()],

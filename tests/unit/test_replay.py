@@ -3,6 +3,7 @@
 import pytest
 
 from autotune.replay import (
+    Plan,
     Table,
     default_config,
     key,
@@ -50,3 +51,47 @@ def test_optuna_samplers_run_against_the_table(name: str) -> None:
     s = replay(toy(), [name], seeds=2, budget=6)[name]
     assert len(s.curves) == 2 and all(len(c) == 6 for c in s.curves)
     assert all(0 < q <= 1 for c in s.curves for q in c)
+
+
+@pytest.mark.parametrize("name", ["tpe", "tpe-starts", "random", "nsga2", "gp"])
+def test_the_baseline_is_the_first_trial_as_in_a_study(name: str) -> None:
+    """vLLM's defaults (None, False) score 1 of 4 (0.25); without the baseline the first trial
+    is the sampler's own."""
+    for c in replay(toy(), [name], seeds=5, budget=3)[name].curves:
+        assert c[0] == 0.25
+    firsts = {c[0] for c in replay(toy(), [name], seeds=8, budget=3,
+                                   plan=Plan(baseline=False))[name].curves}
+    assert firsts != {0.25}
+
+
+def test_starts_come_right_after_the_baseline() -> None:
+    """A start at the best config (8, True): every seed is at 1.0 from trial 2, where plain TPE
+    has only its start-up draws; a partial start leaves the rest to the sampler."""
+    best = Plan(starts=({"a": 8, "b": True},))
+    s = replay(toy(), ["tpe-starts", "tpe"], seeds=10, budget=4, plan=best)
+    assert all(c[:2] == [0.25, 1.0] for c in s["tpe-starts"].curves)
+    assert s["tpe-starts"].median_trials_to_2pct == 2
+    assert any(c[1] < 1.0 for c in s["tpe"].curves)  # the plain TPE ignores the starts
+    partial = replay(toy(), ["tpe-starts"], seeds=10, budget=2,
+                     plan=Plan(starts=({"a": 8},)))["tpe-starts"]
+    assert {c[1] for c in partial.curves} <= {0.5, 1.0}  # (8, False) or (8, True)
+
+
+def test_replay_starts_read_from_the_option_or_the_config() -> None:
+    from autotune.config import load_study_config
+    from autotune.replay import replay_starts
+
+    t = toy()
+    assert replay_starts(t, ["a=8, b=true", "a=null,c=1"], None) == [
+        {"a": 8, "b": True}, {"a": None}]  # c: not a parameter of the table, left out
+    with pytest.raises(ValueError, match=r"--start 1: a=16 was never measured .*None, 8"):
+        replay_starts(t, ["a=16"], None)
+    with pytest.raises(ValueError, match="is not K=V"):
+        replay_starts(t, ["a"], None)
+    # a study's own starts: capacity-dummy's two, cut to the table's knobs
+    h100 = Table({}, {}, "maximize", domain={"quantization": [None, "fp8"],
+                                             "kv_cache_dtype": ["auto", "fp8"],
+                                             "max_num_seqs": [None, 256, 512]})
+    got = replay_starts(h100, [], load_study_config("examples/h100-capacity.yaml"))
+    assert got[0] == {"quantization": "fp8", "kv_cache_dtype": "fp8", "max_num_seqs": None}
+    assert got[1]["max_num_seqs"] == 512
