@@ -107,7 +107,7 @@ MIN_STEADY = 0.5
 def too_short(records: list[RequestRecord], concurrency: int | None, duration_s: float
               ) -> str | None:
     """Why a closed-loop measurement is too short to trust, or None."""
-    if not concurrency or not records:
+    if not concurrency or not records or duration_s <= 0:
         return None
     per_slot = len(records) / concurrency
     steady = steady_share(records, concurrency, duration_s)
@@ -121,7 +121,8 @@ def too_short(records: list[RequestRecord], concurrency: int | None, duration_s:
         # grow by `extra_s`; a closed loop's steady rate is its slots over a request's latency
         extra_s = (MIN_STEADY - steady) * duration_s / (1 - MIN_STEADY)
         took = [r.end_time - r.send_time for r in records if r.end_time is not None]
-        rate = concurrency / statistics.median(took) if took else len(records) / duration_s
+        latency = statistics.median(took) if took else 0.0
+        rate = concurrency / latency if latency > 0 else len(records) / duration_s
         enough = max(enough, math.ceil((len(records) + rate * extra_s) * 1.05))
     if not why:
         return None
