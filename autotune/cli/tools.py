@@ -156,7 +156,7 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
     if bad:
         raise StudyError(f"--samplers: unknown {', '.join(bad)}; known: {', '.join(SAMPLERS)}")
     try:
-        starts = replay_starts(table, start_opts, cfg)
+        starts = replay_starts(table, start_opts, cfg) if "tpe-starts" in names else []
     except ValueError as e:
         raise StudyError(str(e)) from None
     if not starts and "tpe-starts" in names:
