@@ -42,14 +42,19 @@ def trial_counts(recs: list[TrialRecord]) -> str:
             + (f", {repeats} repeats (error bars)" if repeats else ""))
 
 
+def _first_pass(study: optuna.Study) -> list[tuple[FrozenTrial, TrialRecord]]:
+    """The measured trials that are not a confirm phase's repeats, with their records."""
+    recs = {r.number: r for r in records(study)}
+    return [(t, recs[t.number]) for t in study.get_trials(deepcopy=False)
+            if recs[t.number].measured and recs[t.number].facts.repeat_of is None]
+
+
 def first_pass(study: optuna.Study, with_params: bool = False,
                full_only: bool = False) -> list[FrozenTrial]:
     """The measured trials that are not a confirm phase's repeats (the copy's trials, in its
     order: the copy numbers them anew)."""
-    recs = {r.number: r for r in records(study)}
-    return [t for t in study.get_trials(deepcopy=False) if recs[t.number].measured
-            and recs[t.number].facts.repeat_of is None and (t.params or not with_params)
-            and not (full_only and recs[t.number].bound_only)]
+    return [t for t, r in _first_pass(study)
+            if (t.params or not with_params) and not (full_only and r.bound_only)]
 
 
 def bound_points(study: optuna.Study) -> list[tuple[int, float, float]]:
@@ -58,8 +63,8 @@ def bound_points(study: optuna.Study) -> list[tuple[int, float, float]]:
     m = list(study.metric_names or [])
     if len(m) < 2:
         return []
-    return [(r.number, r.values[m[0]], r.values[m[1]]) for r in records(study)
-            if r.bound_only and r.measured and r.facts.repeat_of is None]
+    return [(r.number, r.values[m[0]], r.values[m[1]]) for _, r in _first_pass(study)
+            if r.bound_only]
 
 
 def trials_frame(recs: list[TrialRecord], metrics: list[str], front: set[int]) -> pd.DataFrame:
