@@ -142,7 +142,14 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
     """Run (or resume) a multi-objective study over vLLM's flags."""
     from autotune.preflight import preflight
     from autotune.search_space import load_search_space
-    from autotune.study import completed, open_study, prepare_study, run_study, warm_start
+    from autotune.study import (
+        completed,
+        open_study,
+        prepare_study,
+        run_study,
+        waiting,
+        warm_start,
+    )
     from autotune.workers import run_pool, running_text, worker_config, worker_envs
 
     began = time.monotonic()
@@ -213,7 +220,12 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
         print_confirm(res, cfg)
     if note:
         console.print(note, highlight=False)
-    if cfg.timeout_s and held < cfg.n_trials:
+    if held < cfg.n_trials and cfg.sampler.name == "grid" and not waiting(st):
+        console.print(f"The grid is done: each of its configs tried, {held} of "
+                      f"{cfg.n_trials} trials. `autotune replay --config {config_path} --repeat "
+                      "N` enqueues N of them again; the same command then measures them.",
+                      highlight=False)
+    elif cfg.timeout_s and held < cfg.n_trials:
         console.print(f"stopped for --timeout {cfg.timeout_s:g} s: the next trial would have "
                       f"ended after it. {held} of {cfg.n_trials} trials done; the same command "
                       "resumes the study.", highlight=False)
