@@ -30,7 +30,7 @@ import numpy as np
 import optuna
 import yaml
 
-from autotune.config import StudyConfig
+from autotune.config import SamplerConfig, StudyConfig
 from autotune.results import records
 from autotune.sampler import NoRepeatSampler
 from autotune.search_space import load_search_space
@@ -146,18 +146,22 @@ class Plan:
 
     baseline: bool = True
     starts: tuple[dict[str, Any], ...] = ()
+    # TPE's and GP's random start-up trials (the baseline and starts count among them, as in
+    # Optuna); the product's default unless a replay asks for another
+    startup: int = SamplerConfig.model_fields["n_startup_trials"].default
 
 
 Runner = Callable[[Table, int, int, Plan], list[float]]
 
 
-def _optuna(make: Callable[[int], optuna.samplers.BaseSampler], starts: bool = False) -> Runner:
+def _optuna(make: Callable[[int, Plan], optuna.samplers.BaseSampler], starts: bool = False
+            ) -> Runner:
     def run(table: Table, seed: int, budget: int, plan: Plan) -> list[float]:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         r = _Run(table, seed)
         study = optuna.create_study(
             direction=optuna.study.StudyDirection.MAXIMIZE if table.direction == "maximize"
-            else optuna.study.StudyDirection.MINIMIZE, sampler=make(seed))
+            else optuna.study.StudyDirection.MINIMIZE, sampler=make(seed, plan))
         if plan.baseline:
             study.enqueue_trial(default_config(table))
         for start in plan.starts if starts else ():
@@ -224,17 +228,17 @@ def _one_knob(table: Table, seed: int, budget: int, plan: Plan) -> list[float]:
     return r.curve
 
 
-def _tpe(s: int) -> optuna.samplers.BaseSampler:
+def _tpe(s: int, plan: Plan) -> optuna.samplers.BaseSampler:
     return NoRepeatSampler(optuna.samplers.TPESampler(
-        seed=s, n_startup_trials=5, multivariate=True, group=True), seed=s)
+        seed=s, n_startup_trials=plan.startup, multivariate=True, group=True), seed=s)
 
 
 RUNNERS: dict[str, Runner] = {
     "tpe": _optuna(_tpe),
     "tpe-starts": _optuna(_tpe, starts=True),
-    "gp": _optuna(lambda s: optuna.samplers.GPSampler(seed=s, n_startup_trials=5)),
-    "nsga2": _optuna(lambda s: optuna.samplers.NSGAIISampler(seed=s, population_size=8)),
-    "random": _optuna(lambda s: optuna.samplers.RandomSampler(seed=s)),
+    "gp": _optuna(lambda s, p: optuna.samplers.GPSampler(seed=s, n_startup_trials=p.startup)),
+    "nsga2": _optuna(lambda s, _: optuna.samplers.NSGAIISampler(seed=s, population_size=8)),
+    "random": _optuna(lambda s, _: optuna.samplers.RandomSampler(seed=s)),
     "grid": _grid,
     "one-knob": _one_knob,
 }

@@ -93,6 +93,9 @@ def make_tiny_model_cmd(out_dir: Path) -> None:
                    "(repeatable; default: the starts of the config and its space).")
 @click.option("--baseline/--no-baseline", default=True, show_default=True,
               help="Each Optuna sampler's first trial is vLLM's defaults, as in a study.")
+@click.option("--n-startup-trials", "startup", type=click.IntRange(min=0),
+              help="TPE's and GP's random start-up trials, the baseline and starts among them "
+                   "(default: a study's, sampler.n_startup_trials).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Folder for summary.json, curves.png and table.json.")
 @click.option("--table", "table_path", type=click.Path(exists=True, dir_okay=False,
@@ -105,9 +108,10 @@ def make_tiny_model_cmd(out_dir: Path) -> None:
 def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
                metric: str | None, seeds: int, budget: int | None, samplers: str | None,
                out_dir: Path | None, repeat: int | None, start_opts: tuple[str, ...],
-               baseline: bool, table_path: Path | None) -> None:
+               baseline: bool, table_path: Path | None, startup: int | None) -> None:
     """Replay samplers against a study in which a grid was measured (a table): trials to come
     within 2% and 5% of the table's best, per sampler, over many seeds."""
+    import dataclasses
     import json
     import random
 
@@ -169,9 +173,12 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
     console.print(f"table: {len(table.values)} configs ({sum(not v for v in table.values.values())}"
                   f" infeasible, {repeated} measured more than once), best {table.best:,.2f}, "
                   f"noise {table.noise():.1%}; {seeds} seeds x {n} trials", highlight=False)
+    plan = Plan(baseline, tuple(starts))
+    if startup is not None:
+        plan = dataclasses.replace(plan, startup=startup)
     with trial_progress("replay", len(names) * seeds) as tp:
         res = replay(table, names, seeds, n, on_done=lambda *_: tp.request_done(None),
-                     plan=Plan(baseline, tuple(starts)))
+                     plan=plan)
     t = Table(title=f"{cfg.name}: {name}", header_style="bold")
     for col in ("sampler", "median trials to 2%", "median trials to 5%", "within 2% at 16"):
         t.add_column(col, justify="right")
@@ -190,7 +197,7 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
             "study": cfg.name, "metric": name, "direction": table.direction,
             "configs": len(table.values), "repeated": repeated, "noise": table.noise(),
             "best": table.best, "seeds": seeds, "budget": n, "baseline_first": baseline,
-            "starts": starts, "samplers": summary},
+            "starts": starts, "n_startup_trials": plan.startup, "samplers": summary},
             indent=2) + "\n")
         (out_dir / "table.json").write_text(json.dumps(
             [{"params": table.params[k], "values": v} for k, v in table.values.items()],

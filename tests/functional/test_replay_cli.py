@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 import yaml
 
-from autotune.config import load_study_config
+from autotune.config import SamplerConfig, load_study_config
 from autotune.study import open_study
 
 
@@ -55,6 +55,7 @@ def test_replay_with_warm_starts_and_its_errors(tmp_path: Path, tiny_model: Path
     assert p.returncode == 0, p.stderr
     got = json.loads((out / "summary.json").read_text())
     assert got["baseline_first"] is True and got["configs"] == 6
+    assert got["n_startup_trials"] == SamplerConfig().n_startup_trials  # a study's default
     assert got["starts"] == [{"max_num_seqs": 16, "enable_prefix_caching": True}]
     # the baseline, then the start at the best config: within 2% at trial 2 on every seed
     assert got["samplers"]["tpe-starts"]["median_trials_to_2pct"] == 2
@@ -66,6 +67,10 @@ def test_replay_with_warm_starts_and_its_errors(tmp_path: Path, tiny_model: Path
                "--storage", f"sqlite:///{tmp_path}/none.db", "--out", str(again))
     assert p.returncode == 0, p.stderr
     assert json.loads((again / "summary.json").read_text())["samplers"] == got["samplers"]
+    p = replay(cfg, "--seeds", "2", "--samplers", "tpe", "--n-startup-trials", "0", "--table",
+               str(out / "table.json"), "--out", str(again))
+    assert p.returncode == 0, p.stderr
+    assert json.loads((again / "summary.json").read_text())["n_startup_trials"] == 0
     bad = tmp_path / "bad.json"
     bad.write_text('{"params": 1}')
     p = replay(cfg, "--table", str(bad))

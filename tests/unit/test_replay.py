@@ -1,7 +1,11 @@
 """The replay harness against toy tables whose curves are computed by hand."""
 
+from typing import Any
+
+import optuna
 import pytest
 
+from autotune.config import SamplerConfig
 from autotune.replay import (
     Plan,
     Table,
@@ -62,6 +66,25 @@ def test_the_baseline_is_the_first_trial_as_in_a_study(name: str) -> None:
     firsts = {c[0] for c in replay(toy(), [name], seeds=8, budget=3,
                                    plan=Plan(baseline=False))[name].curves}
     assert firsts != {0.25}
+
+
+@pytest.mark.parametrize("cls", ["TPESampler", "GPSampler"])
+def test_start_up_trials_follow_the_product_default_or_the_plan(
+        cls: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay's TPE and GP take a study's n_startup_trials unless the plan says otherwise,
+    so a change of the product's default is what the replay measures."""
+    seen: list[int] = []
+    real = getattr(optuna.samplers, cls)
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs["n_startup_trials"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(optuna.samplers, cls, spy)
+    name = "tpe" if cls == "TPESampler" else "gp"
+    replay(toy(), [name], seeds=2, budget=3)
+    replay(toy(), [name], seeds=2, budget=3, plan=Plan(startup=2))
+    assert seen == [SamplerConfig().n_startup_trials] * 2 + [2, 2]
 
 
 def test_starts_come_right_after_the_baseline() -> None:
