@@ -237,7 +237,8 @@ RUNNERS: dict[str, Runner] = {
     "tpe": _optuna(_tpe),
     "tpe-starts": _optuna(_tpe, starts=True),
     "gp": _optuna(lambda s, p: optuna.samplers.GPSampler(seed=s, n_startup_trials=p.startup)),
-    "nsga2": _optuna(lambda s, _: optuna.samplers.NSGAIISampler(seed=s, population_size=8)),
+    "nsga2": _optuna(lambda s, _: optuna.samplers.NSGAIISampler(
+        seed=s, population_size=SamplerConfig.model_fields["population_size"].default)),
     "random": _optuna(lambda s, _: optuna.samplers.RandomSampler(seed=s)),
     "grid": _grid,
     "one-knob": _one_knob,

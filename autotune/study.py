@@ -169,6 +169,11 @@ def waiting(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
 
+def grid_done(study: optuna.Study, cfg: StudyConfig) -> bool:
+    """Whether a grid study has nothing left to hand out: its enqueued configs are all taken."""
+    return cfg.sampler.name == "grid" and not waiting(study)
+
+
 def enqueue_starts(study: optuna.Study, starts: list[dict[str, Any]]) -> int:
     """Enqueue each start config once (a resumed study does not enqueue them again)."""
     done = int(study.user_attrs.get("starts_enqueued", 0))
@@ -216,7 +221,7 @@ def run_trials(
                 on_phase(-1, f"timeout: the next trial (about {trial_estimate(durations):.0f} s) "
                              "would end after it; stopping", {})
             return ran
-        if cfg.sampler.name == "grid" and not waiting(study):
+        if grid_done(study, cfg):
             if not running:  # the grid is done (or n_trials cut it short)
                 return ran
             if on_phase is not None:

@@ -144,10 +144,10 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
     from autotune.search_space import load_search_space
     from autotune.study import (
         completed,
+        grid_done,
         open_study,
         prepare_study,
         run_study,
-        waiting,
         warm_start,
     )
     from autotune.workers import run_pool, running_text, worker_config, worker_envs
@@ -220,7 +220,7 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
         print_confirm(res, cfg)
     if note:
         console.print(note, highlight=False)
-    if held < cfg.n_trials and cfg.sampler.name == "grid" and not waiting(st):
+    if held < cfg.n_trials and grid_done(st, cfg):
         console.print(f"The grid is done: each of its configs tried, {held} of "
                       f"{cfg.n_trials} trials. `autotune replay --config {config_path} --repeat "
                       "N` enqueues N of them again; the same command then measures them.",
