@@ -8,7 +8,17 @@ fail), then bisects the bracket until it is within `tolerance`. Each load point 
 - every request of the point succeeded, and
 - each SLO holds on the point's measured requests, a percentile SLO computed from at least
   `min_requests(metric)` successful requests (p99 needs 100: with fewer, the "p99" is the
-  maximum of a small sample; p90 needs 10, the median 2).
+  maximum of a small sample; p90 needs 10, the median 2), and
+- with the requests' samples at hand (`judge`), each percentile carries a 95% order-statistic
+  interval (stats.percentile_interval): an SLO is met when the whole interval is within its
+  target, missed when the whole interval is beyond it, and close otherwise. A close point is
+  measured once more with fresh requests and decided on the pooled requests' value
+  (autotune.bench.capacity_on), so a verdict that one run's tail could flip gets twice the
+  requests.
+
+A point is not a verdict on the server when the load generator could not offer it: its p99
+send lag (scheduled arrival -> sent) above MAX_SEND_LAG_MS, or its arrivals spanning less than
+MIN_ARRIVALS_S (a burst). The search stops there and says so (`ClientLimit`).
 
 The search assumes that a config meeting the SLOs at some load meets them at every lower load.
 A measured point that contradicts it (noise near the knee) is kept in the curve; the bracket
@@ -30,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autotune.profile import SLOConfig, min_requests
+from autotune.stats import percentile_interval
 
 # how a search stopped early below the incumbent begins its `stopped`: its capacity is a bound
 EARLY_STOP = "cannot reach the incumbent"
@@ -44,7 +55,7 @@ CURVE_METRICS = (
     "completed", "failed", "duration_s", "request_throughput", "output_throughput",
     "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
     "mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
-    "p99_itl_ms", "mean_e2el_ms", "p99_e2el_ms",
+    "p99_itl_ms", "mean_e2el_ms", "p99_e2el_ms", "mean_send_lag_ms", "p99_send_lag_ms",
 )
 
 
@@ -73,20 +84,74 @@ def before_engine(load: float, metrics: dict[str, float], server: dict[str, floa
             f"{engine:,.0f} ms: the rest went before the engine, most likely in {who}")
 
 
+# A point the load generator could not offer is no verdict on the server (module docstring):
+# a p99 send lag above this (ms), or arrivals spanning less than this (s)
+MAX_SEND_LAG_MS = 50.0
+MIN_ARRIVALS_S = 10.0
+
+
 def verdict(metrics: dict[str, float], slos: Sequence[SLOConfig]) -> tuple[bool, list[str]]:
-    """(passed, what was missed) for one load point's flat metrics."""
-    misses = []
+    """(passed, what was missed) for one load point's flat metrics (point estimates only)."""
+    state, misses, _ = judge(metrics, slos, {})
+    return state == "met", misses
+
+
+Samples = dict[str, Sequence[float]]  # per-request values by metric stem (ttft, tpot, ...)
+
+
+def intervals(metrics: dict[str, float], slos: Sequence[SLOConfig], samples: Samples
+              ) -> dict[str, tuple[float, float]]:
+    """The 95% interval of each percentile SLO's metric, from the point's per-request values
+    in ms (`samples["ttft"]`, ...): p99_ttft_ms -> (low, high)."""
+    out = {}
+    for slo in slos:
+        stat, _, rest = slo.metric.partition("_")
+        q = {"p99": 99.0, "p90": 90.0, "median": 50.0}.get(stat)
+        stem = rest.removesuffix("_ms")
+        if q is not None and samples.get(stem):
+            out[slo.metric] = percentile_interval(samples[stem], q)
+    return out
+
+
+def judge(metrics: dict[str, float], slos: Sequence[SLOConfig],
+          bounds: dict[str, tuple[float, float]]) -> tuple[str, list[str], list[str]]:
+    """("met" | "missed" | "close", what was missed, what was close) for one point's flat
+    metrics and the intervals of its percentile metrics (`intervals`; a metric without one is
+    judged on its value alone)."""
+    misses, close = [], []
     failed, completed = int(metrics.get("failed", 0)), int(metrics.get("completed", 0))
     if failed:
         misses.append(f"{failed} of {failed + completed} requests failed")
     for slo in slos:
         need = min_requests(slo.metric)
+        value = metrics.get(slo.metric, math.nan)
+        lo, hi = bounds.get(slo.metric, (value, value))
         if completed < need:
             misses.append(f"{slo.metric}: {completed} successful requests, fewer than the "
                           f"{need} it needs")
-        elif slo.violation(metrics[slo.metric]) > 0:
-            misses.append(f"{slo.text()} (got {metrics[slo.metric]:,.1f})")
-    return not misses, misses
+        elif slo.violation(lo) > 0 and slo.violation(hi) > 0:
+            misses.append(f"{slo.text()} (got {value:,.1f}"
+                          + (f", 95% [{lo:,.1f}, {hi:,.1f}])" if lo != hi else ")"))
+        elif slo.violation(lo) > 0 or slo.violation(hi) > 0:
+            close.append(f"{slo.text()}: {value:,.1f}, 95% [{lo:,.1f}, {hi:,.1f}]")
+    return ("missed" if misses else "close" if close else "met"), misses, close
+
+
+def client_limit(metrics: dict[str, float], requests: int, load: float, axis: str
+                 ) -> str | None:
+    """Why a point measured the load generator rather than the server, or None: on the rate
+    axis, a p99 send lag above MAX_SEND_LAG_MS or arrivals spanning under MIN_ARRIVALS_S."""
+    if axis != "rate":
+        return None
+    span = requests / load
+    if span < MIN_ARRIVALS_S:
+        return (f"burst: {requests} requests in {span:.1f} s (< {MIN_ARRIVALS_S:g} s of "
+                "arrivals); raise capacity.min_duration_s or requests_per_point")
+    lag = metrics.get("p99_send_lag_ms", 0.0)
+    if lag > MAX_SEND_LAG_MS:
+        return (f"client limit: p99 send lag {lag:,.0f} ms (> {MAX_SEND_LAG_MS:g} ms): the "
+                "load generator sent late; raise profile.client_processes")
+    return None
 
 
 @dataclass(frozen=True)
@@ -99,6 +164,10 @@ class LoadPoint:
     # what the server's /metrics and the client said about the point (server_mean_ttft_ms,
     # client_cpu_fraction, ...): where a client TTFT far above the server's went
     server: dict[str, float] = field(default_factory=dict)
+    # the 95% interval of each percentile SLO metric: {"p99_ttft_ms": [low, high]}
+    intervals: dict[str, list[float]] = field(default_factory=dict)
+    runs: int = 1  # 2: it was close, measured again, and judged on both runs' requests
+    flag: str | None = None  # the load generator's limit (client_limit): no server verdict
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,17 +216,38 @@ def _round(x: float, integer: bool, up: bool = False) -> float:
     return float(math.ceil(x) if up else math.floor(x))
 
 
+class _Flagged(Exception):
+    """A point the load generator could not offer: the search ends below it."""
+
+
 def search(measure: Measure, *, axis: str, low: float, high: float, tolerance: float,
            start: float | None = None, stop_below: float | None = None) -> CapacityResult:
     """Bracket, then bisect. `measure(load)` returns the judged point; loads on the
-    concurrency axis are whole numbers."""
+    concurrency axis are whole numbers. A flagged point (`LoadPoint.flag`) ends the search:
+    the capacity is the highest passing load below it, `stopped` says why."""
     integer = axis == "concurrency"
     points: list[LoadPoint] = []
 
     def probe(x: float) -> bool:
         p = measure(x)
         points.append(p)
+        if p.flag:
+            raise _Flagged(p.flag)
         return p.passed
+
+    try:
+        return _bracket(probe, points, axis, low, high, tolerance, start, stop_below, integer)
+    except _Flagged as e:
+        ok = [p.load for p in points if p.passed and not p.flag]
+        lo = max(ok) if ok else None
+        at = next((p for p in reversed(points) if p.load == lo and p.passed), None)
+        return CapacityResult(axis, lo or 0.0, at, tuple(points), points[-1].load,
+                              f"not a server verdict at {points[-1].load:g}: {e}")
+
+
+def _bracket(probe: Callable[[float], bool], points: list[LoadPoint], axis: str, low: float,
+             high: float, tolerance: float, start: float | None, stop_below: float | None,
+             integer: bool) -> CapacityResult:
 
     def result(lo: float | None, hi: float | None, stopped: str | None) -> CapacityResult:
         at = next((p for p in reversed(points) if p.load == lo and p.passed), None)

@@ -5,7 +5,8 @@
 - TTFT: first content chunk - send; E2EL: last content chunk - send;
 - TPOT per request (output > 1 token) = (E2EL - TTFT) / (output tokens - 1);
 - ITL: every gap between consecutive content chunks, pooled over requests;
-- summaries: mean, median, p90, p99 (numpy's linear percentiles), in milliseconds.
+- summaries: mean, median, p90, p99 (numpy's linear percentiles), in milliseconds;
+- send lag (open loop): actual send - scheduled arrival, for requests that had a schedule.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ class RequestRecord:
     prompt_tokens: int | None = None  # from the server's `usage`
     output_tokens: int = 0
     error: str | None = None
+    # open loop: when the arrival schedule said to send it (send_time - this is the send lag)
+    scheduled_time: float | None = None
+    # seconds spent opening a new connection for it (None: a kept-alive one was reused)
+    connect_s: float | None = None
+    # when the response's headers came back: vLLM sends them once the request is in its engine
+    headers_time: float | None = None
 
     @property
     def success(self) -> bool:
@@ -46,6 +53,11 @@ class RequestRecord:
     def e2el(self) -> float:
         assert self.end_time is not None
         return self.end_time - self.send_time
+
+    @property
+    def send_lag(self) -> float | None:
+        """Seconds between the scheduled arrival and the actual send (open loop only)."""
+        return None if self.scheduled_time is None else self.send_time - self.scheduled_time
 
     def itls(self) -> list[float]:
         return [b - a for a, b in zip(self.chunk_times, self.chunk_times[1:], strict=False)]
@@ -82,6 +94,7 @@ class BenchMetrics:
     tpot_ms: Summary
     itl_ms: Summary
     e2el_ms: Summary
+    send_lag_ms: Summary = field(default_factory=lambda: Summary.of([]))
     errors: dict[str, int] = field(default_factory=dict)
 
     def flat(self) -> dict[str, float]:
@@ -89,19 +102,20 @@ class BenchMetrics:
         out: dict[str, float] = {
             k: float(v) for k, v in asdict(self).items() if isinstance(v, int | float)
         }
-        for name in ("ttft", "tpot", "itl", "e2el"):
+        for name in SUMMARIZED:
             s: Summary = getattr(self, f"{name}_ms")
             for stat in ("mean", "median", "p90", "p99", "std"):
                 out[f"{stat}_{name}_ms"] = getattr(s, stat)
         return out
 
 
+SUMMARIZED = ("ttft", "tpot", "itl", "e2el", "send_lag")
 METRIC_NAMES = tuple(
     ["duration_s", "completed", "failed", "total_input_tokens", "total_output_tokens"]
     + ["request_throughput", "output_throughput", "total_token_throughput"]
     + [
         f"{s}_{n}_ms"
-        for n in ("ttft", "tpot", "itl", "e2el")
+        for n in SUMMARIZED
         for s in ("mean", "median", "p90", "p99", "std")
     ]
 )
@@ -131,6 +145,8 @@ def compute_metrics(records: Sequence[RequestRecord], duration_s: float) -> Benc
         tpot_ms=Summary.of(tpots),
         itl_ms=Summary.of([x for r in ok for x in r.itls()]),
         e2el_ms=Summary.of([r.e2el for r in ok]),
+        send_lag_ms=Summary.of([lag for r in records if (lag := r.send_lag) is not None
+                                and r.error is None]),
         errors=errors,
     )
 

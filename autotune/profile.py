@@ -223,10 +223,11 @@ class CapacityConfig(StrictModel):
         2.0, ge=0, description="On the concurrency axis, at least this many requests per slot "
         "(so a point runs about this many waves).")
     min_duration_s: float = Field(
-        0.0, ge=0, description="On the rate axis, at least load x this many requests, so "
+        20.0, ge=0, description="On the rate axis, at least load x this many requests, so "
         "arrivals last this long: a queue that grows by a few percent of the rate shows in "
         "TTFT only over tens of seconds (200 requests at 176 req/s arrive in 1.1 s and measured "
-        "a burst, not a sustained rate, on the H100).")
+        "a burst, not a sustained rate, on the H100). A point whose arrivals span under 10 s "
+        "is flagged as a burst and ends the search.")
     warmup: int = Field(8, ge=0, description="Warm-up requests before each point (distinct "
                         "prompts, not measured).")
     early_stop: bool = Field(True, description="Stop a trial's search once it cannot reach the "

@@ -10,6 +10,7 @@ change"; a single measurement is marked as one.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,37 @@ def median_ci(values: Sequence[float], level: float = LEVEL, n: int = BOOTSTRAP,
     boots = _boot_medians(x, np.random.default_rng(seed), n)
     a = (1 - level) / 2
     return med, float(np.quantile(boots, a)), float(np.quantile(boots, 1 - a))
+
+
+def _binom_cdf(n: int, p: float) -> np.ndarray:
+    """P(Binomial(n, p) <= j) for j = 0..n (the pmf by its ratio recurrence, in log space)."""
+    j = np.arange(n, dtype=float)
+    steps = np.log((n - j) / (j + 1)) + math.log(p) - math.log1p(-p)
+    logpmf = np.concatenate([[n * math.log1p(-p)], n * math.log1p(-p) + np.cumsum(steps)])
+    pmf = np.exp(logpmf - logpmf.max())
+    return np.asarray(np.cumsum(pmf) / pmf.sum())
+
+
+def percentile_interval(values: Sequence[float], q: float, level: float = LEVEL
+                        ) -> tuple[float, float]:
+    """A distribution-free interval of the q-th percentile (0 < q < 100) from its order
+    statistics: the k-th smallest of n values lies below the true percentile with the
+    probability that a Binomial(n, q/100) is at least k, so the interval is the pair of order
+    statistics whose ranks hold the binomial's central `level` (an upper end past the largest
+    value is the largest value: a p99 of 100 values has no upper bound but its maximum).
+    It assumes the values are independent draws; requests of one load point are not quite
+    (a queue links neighbours), which docs/capacity.md discusses."""
+    x = np.sort(np.asarray(values, dtype=float))
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan
+    cdf, a = _binom_cdf(n, q / 100.0), (1.0 - level) / 2.0
+    # X(k), the k-th smallest, is <= the percentile with probability P(B >= k), B ~
+    # Binomial(n, q): the lower end is the largest k with P(B <= k - 1) <= a, the upper the
+    # smallest u with P(B <= u - 1) >= 1 - a
+    k = int(np.count_nonzero(cdf <= a))
+    u = int(np.argmax(cdf >= 1.0 - a)) + 1
+    return float(x[max(k, 1) - 1]), float(x[min(u, n) - 1])
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import click
 
 from autotune.config import SamplerName, StudyConfig, load_study_config
 from autotune.present import console
-from autotune.profile import Endpoint, ProfileConfig, ProfileName
+from autotune.profile import CapacityConfig, Endpoint, ProfileConfig, ProfileName
 from autotune.schema import parse_model
 
 if TYPE_CHECKING:  # imported when used: `autotune --help` need not load Optuna or MLflow
@@ -63,6 +63,38 @@ def profile_from(kw: dict[str, Any]) -> ProfileConfig:
     data: dict[str, Any] = {"name": kw["profile_name"]}
     data.update({k: kw[k] for k in PROFILE_FIELDS if kw.get(k) is not None})
     return parse_model(ProfileConfig, data, "profile")
+
+
+# the capacity search's settings as `autotune bench` options, generated from CapacityConfig so
+# that bench and study share one set of defaults (the model's) and one help text
+CAPACITY_FIELDS = tuple(k for k in CapacityConfig.model_fields if k not in ("axis",
+                                                                             "early_stop"))
+# option names where a profile option has the field's name (the profile's --warmup is the
+# warm-up before a single benchmark)
+_RENAMED = {"warmup": "point_warmup"}
+
+
+def capacity_option_name(field: str) -> str:
+    return "--" + _RENAMED.get(field, field).replace("_", "-")
+
+
+def capacity_options(f: F) -> F:
+    for name in reversed(CAPACITY_FIELDS):
+        field = CapacityConfig.model_fields[name]
+        kind = int if field.annotation is int else float
+        f = click.option(capacity_option_name(name), _RENAMED.get(name, name), type=kind,
+                         help=f"Capacity: {field.description} [default: {field.default}]")(f)
+    return f
+
+
+def capacity_given(kw: dict[str, Any]) -> dict[str, Any]:
+    """The capacity settings the options gave, by field name."""
+    return {k: v for k in CAPACITY_FIELDS if (v := kw.get(_RENAMED.get(k, k))) is not None}
+
+
+def capacity_from(axis: str, kw: dict[str, Any]) -> CapacityConfig:
+    """The capacity settings the options gave, CapacityConfig's defaults for the rest."""
+    return parse_model(CapacityConfig, {"axis": axis, **capacity_given(kw)}, "--capacity-axis")
 
 
 def study_options(f: F) -> F:

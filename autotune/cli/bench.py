@@ -12,11 +12,19 @@ from typing import Any
 import click
 from rich.table import Table
 
-from autotune.cli._options import choice, profile_from, profile_options
+from autotune.cli._options import (
+    capacity_from,
+    capacity_given,
+    capacity_option_name,
+    capacity_options,
+    choice,
+    profile_from,
+    profile_options,
+)
 from autotune.config import ServerConfig
 from autotune.errors import ConfigError
 from autotune.present import console, metrics_table, out, trial_progress
-from autotune.profile import Axis, CapacityConfig, SLOConfig
+from autotune.profile import Axis, SLOConfig
 from autotune.schema import parse_model
 
 _SLO = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([0-9.eE+-]+)\s*$")
@@ -34,15 +42,20 @@ def parse_slo(text: str) -> SLOConfig:
 
 def points_table(points: list[Any], axis: str) -> Table:
     t = Table(title=f"load points ({axis})", header_style="bold")
-    for col in ("load", "verdict", "req/s", "total tok/s", "p99 TTFT ms", "p99 TPOT ms", "s",
-                "missed"):
+    for col in ("load", "verdict", "req/s", "total tok/s", "p99 TTFT ms", "p99 TPOT ms",
+                "p99 lag ms", "s", "missed"):
         t.add_column(col, justify="left" if col in ("verdict", "missed") else "right")
     for p in sorted(points, key=lambda p: p.load):
         m = p.metrics
-        t.add_row(f"{p.load:g}", "[green]met[/green]" if p.passed else "[red]missed[/red]",
+        verdict = ("[yellow]client limit[/yellow]" if p.flag else
+                   "[green]met[/green]" if p.passed else "[red]missed[/red]")
+        if p.runs > 1:
+            verdict += f" ({p.runs} runs)"
+        t.add_row(f"{p.load:g}", verdict,
                   f"{m['request_throughput']:,.2f}", f"{m['total_token_throughput']:,.0f}",
-                  f"{m['p99_ttft_ms']:,.1f}", f"{m['p99_tpot_ms']:,.1f}", f"{p.seconds:.1f}",
-                  "; ".join(p.misses))
+                  f"{m['p99_ttft_ms']:,.1f}", f"{m['p99_tpot_ms']:,.1f}",
+                  f"{m.get('p99_send_lag_ms', 0.0):,.1f}", f"{p.seconds:.1f}",
+                  "; ".join([*p.misses, *([p.flag] if p.flag else [])]))
     return t
 
 
@@ -58,10 +71,7 @@ def points_table(points: list[Any], axis: str) -> Table:
 @profile_options
 @click.option("--capacity-axis", type=choice(Axis), help="Search the capacity under --slo on "
               "this axis instead of measuring one load.")
-@click.option("--low", type=float, help="Capacity: the lowest load tried.")
-@click.option("--high", type=float, help="Capacity: never beyond this load.")
-@click.option("--tolerance", type=float, help="Capacity: stop when the bracket is this close.")
-@click.option("--requests-per-point", type=int, help="Capacity: measured requests per point.")
+@capacity_options
 @click.option("--slo", "slo_texts", multiple=True, help="A target such as p99_ttft_ms<=2000 "
               "(repeat it); with --capacity-axis, what each load point must meet.")
 @click.option("--workdir", type=click.Path(path_type=Path), default=Path("mlruns/bench"),
@@ -69,8 +79,7 @@ def points_table(points: list[Any], axis: str) -> Table:
 @click.option("--output", type=click.Path(path_type=Path), help="Write the result JSON here.")
 @click.argument("vllm_args", nargs=-1, type=click.UNPROCESSED)
 def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | None,
-          boot_timeout: float, capacity_axis: str | None, low: float | None,
-          high: float | None, tolerance: float | None, requests_per_point: int | None,
+          boot_timeout: float, capacity_axis: str | None,
           slo_texts: tuple[str, ...], workdir: Path, output: Path | None,
           vllm_args: tuple[str, ...], **kw: Any) -> None:
     """Boot one vLLM server (or use --url), benchmark it, stop it, print the metrics.
@@ -88,17 +97,15 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
     slos = [parse_slo(s) for s in slo_texts]
     cap = None
     if capacity_axis is not None:
-        data = {"axis": capacity_axis, "low": low, "high": high, "tolerance": tolerance,
-                "requests_per_point": requests_per_point}
-        cap = parse_model(CapacityConfig, {k: v for k, v in data.items() if v is not None},
-                          "--capacity-axis")
+        cap = capacity_from(capacity_axis, kw)
         try:
             cap.check(profile, slos, where="--capacity-axis")
         except ValueError as e:
             raise ConfigError(str(e).replace("slos", "--slo")) from None
-    elif low or high or tolerance or requests_per_point:
-        raise ConfigError("--low/--high/--tolerance/--requests-per-point: these set a capacity "
-                          "search; add --capacity-axis concurrency (or rate) and --slo")
+    elif given := capacity_given(kw):
+        raise ConfigError(f"{', '.join(capacity_option_name(k) for k in given)}: these set "
+                          "a capacity search; add --capacity-axis concurrency (or rate) and "
+                          "--slo")
     data2: dict[str, Any] = {"model": model, "tokenizer": tokenizer,
                              "boot_timeout_s": boot_timeout, "extra_args": list(vllm_args)}
     if vllm_cmd:

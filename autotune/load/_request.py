@@ -71,16 +71,39 @@ def is_token_event(data: dict[str, Any], endpoint: Endpoint) -> bool:
     return True
 
 
+class _Trace:
+    """httpcore's trace events of one request (a handful per request, none per chunk): how
+    long opening a new connection took, and when the response's headers came back."""
+
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.connect_started: float | None = None
+        self.connect_s: float | None = None
+        self.headers_time: float | None = None
+
+    async def __call__(self, event: str, info: dict[str, Any]) -> None:
+        if event == "connection.connect_tcp.started":
+            self.connect_started = time.perf_counter()
+        elif event == "connection.connect_tcp.complete" and self.connect_started is not None:
+            self.connect_s = time.perf_counter() - self.connect_started
+        elif event == "http11.receive_response_headers.complete":
+            self.headers_time = time.perf_counter() - self.t0
+
+
 async def send(client: httpx.AsyncClient, model: str, index: int, req: Request,
-               opts: RequestOptions, t0: float) -> RequestRecord:
-    """Send one request, read its stream to the end, and record it (times from `t0`)."""
+               opts: RequestOptions, t0: float, scheduled: float | None = None
+               ) -> RequestRecord:
+    """Send one request, read its stream to the end, and record it (times from `t0`;
+    `scheduled`: when the arrival schedule said to send it, open loop only)."""
     path, body = payload(model, req, opts)
+    trace = _Trace(t0)
     sent = time.perf_counter() - t0
     chunks: list[float] = []
     usage: dict[str, Any] = {}
     error: str | None = None
     try:
-        async with client.stream("POST", path, json=body) as resp:
+        async with client.stream("POST", path, json=body,
+                                 extensions={"trace": trace}) as resp:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")
                 error = f"HTTP {resp.status_code}: {text[:300]}"
@@ -120,4 +143,7 @@ async def send(client: httpx.AsyncClient, model: str, index: int, req: Request,
         prompt_tokens=usage.get("prompt_tokens"),
         output_tokens=int(usage.get("completion_tokens") or len(chunks)),
         error=error,
+        scheduled_time=scheduled,
+        connect_s=trace.connect_s,
+        headers_time=trace.headers_time,
     )

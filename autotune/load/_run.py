@@ -34,6 +34,10 @@ class LoadSettings:
     ignore_eos: bool = True
     request_timeout_s: float = 600.0
     processes: int = 1  # client processes sharing the concurrency slots
+    burstiness: float = 1.0  # the arrivals' gamma shape, as vllm bench serve's --burstiness
+    # open loop: reuse kept-alive connections (False opens one per request, as autotune did
+    # before 2026-11-24: scripts/fidelity.py measures what that costs)
+    reuse_connections: bool = True
 
     def options(self) -> RequestOptions:
         return RequestOptions(self.endpoint, self.ignore_eos, self.request_timeout_s)
@@ -46,12 +50,21 @@ class LoadResult:
     server_stats: dict[str, float] = field(default_factory=dict)  # and client_cpu_fraction
 
 
-def arrival_offsets(n: int, rate: float, seed: int) -> list[float]:
-    """Send times in seconds from the start: all at 0 for rate=inf, else Poisson arrivals."""
+def arrival_offsets(n: int, rate: float, seed: int, burstiness: float = 1.0) -> list[float]:
+    """Send times in seconds from the start: all at 0 for rate=inf, else the arrivals `vllm
+    bench serve` schedules (vllm/benchmarks/serve.py `get_request`): gamma-distributed gaps
+    of shape `burstiness` (1: Poisson) and mean 1/rate, cumulated, then scaled so that the last
+    arrival is at exactly n / rate, so every point offers exactly its rate. The gaps come from
+    numpy's legacy generator seeded with `seed`, the generator vllm bench serve seeds with its
+    --seed. The schedule depends only on (n, rate, seed, burstiness): not on the connections,
+    the processes or the concurrency."""
     if math.isinf(rate):
         return [0.0] * n
-    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
-    return np.concatenate([[0.0], np.cumsum(gaps[:-1])]).tolist() if n else []
+    if not n:
+        return []
+    gaps = np.random.RandomState(seed).gamma(burstiness, 1.0 / (rate * burstiness), size=n)
+    cum = np.cumsum(gaps)
+    return [float(x) for x in cum * ((n / rate) / cum[-1])]
 
 
 def auto_processes(concurrency: int, cpus: int | None = None) -> int:
@@ -99,12 +112,15 @@ async def run_load_async(
     With `settings.processes` > 1 the concurrency slots are spread over that many processes
     (not with a `transport`, which cannot leave this process).
     """
+    open_loop = not math.isinf(settings.request_rate)
+    cap = min(settings.max_concurrency or 0, len(requests))
     conc = min(settings.max_concurrency or len(requests), len(requests)) or 1
     warm: list[Request] = []
     if settings.warmup and requests:
         pool = warmup_requests or requests
         warm = [pool[i % len(pool)] for i in range(settings.warmup)]
-    offsets = arrival_offsets(len(requests), settings.request_rate, settings.seed)
+    offsets = arrival_offsets(len(requests), settings.request_rate, settings.seed,
+                              settings.burstiness)
     stats = ServerStats()
     # its own client: a scrape must not wait for one of the benchmark's connections
     scraper = httpx.AsyncClient(base_url=base_url) if scrape_metrics else None
@@ -123,17 +139,25 @@ async def run_load_async(
 
     processes = min(settings.processes, conc)
     opts = settings.options()
+
+    def share(k: int, of: int) -> int:
+        """Shard k's share of `of` slots (0 of 0: no cap)."""
+        return of // processes + (k < of % processes)
+
     try:
         if processes > 1 and transport is None:
             plans = [ShardPlan(base_url, model, requests, offsets, opts,
-                               conc // processes + (k < conc % processes), warm[k::processes])
+                               share(k, cap) if open_loop else share(k, conc),
+                               warm[k::processes], open_loop, settings.reuse_connections)
                      for k in range(processes)]
             outcome = await run_processes(plans, start, on_done, alive)
             got, why, duration, cpu = outcome.records, outcome.why, outcome.duration_s, \
                 outcome.cpu_s
         else:
             ctl = LocalControl(len(requests), on_done, alive)
-            plan = ShardPlan(base_url, model, requests, offsets, opts, conc, warm)
+            plan = ShardPlan(base_url, model, requests, offsets, opts,
+                             cap if open_loop else conc, warm, open_loop,
+                             settings.reuse_connections)
             duration, cpu = await run_shard(plan, ctl, start, transport)
             got, why = ctl.records, ctl.why
         if scraper is not None:  # the counters at the end

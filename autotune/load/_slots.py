@@ -1,11 +1,19 @@
-"""Slot scheduling: keep N concurrency slots busy with the next request until none is left.
+"""Sending the requests of one process: a closed loop over concurrency slots, or an open loop
+that follows an arrival schedule.
 
-Each slot is one kept-alive connection (one `httpx.AsyncClient` of one connection): httpcore's
-pool scans every one of its connections for each request and each read, which with 512
-connections in one pool cost 172 us of CPU per streamed token and capped the client at ~5,800
-tokens/s (docs/load-generator.md). Which request a slot sends next, where its record goes and
-whether to stop are the `Control`'s: plain state in one process (`LocalControl`), shared memory
-across processes (autotune.load._processes).
+Closed loop (no rate): each slot is one kept-alive connection (one `httpx.AsyncClient` of one
+connection): httpcore's pool scans every one of its connections for each request and each read,
+which with 512 connections in one pool cost 172 us of CPU per streamed token and capped the
+client at ~5,800 tokens/s (docs/load-generator.md).
+
+Open loop (a request rate): one dispatcher sends each request at its scheduled arrival, whatever
+is in flight, on a kept-alive connection from the process's `Pool` (a new one only when none is
+idle), as `vllm bench serve` does with aiohttp's connector. Before, every request of a rate run
+had its own slot and so its own new connection (docs/load-generator.md, "Rate mode").
+
+Which request is next, where its record goes and whether to stop are the `Control`'s: plain
+state in one process (`LocalControl`), shared memory across processes
+(autotune.load._processes).
 """
 
 from __future__ import annotations
@@ -96,7 +104,9 @@ class LocalControl:
 @dataclass(frozen=True)
 class ShardPlan:
     """What one shard sends: its slots, the warm-up share, and the whole request list (the
-    Control hands out indices into it) with each request's send offset."""
+    Control hands out indices into it) with each request's send offset. `open_loop`: send
+    each request at its offset over pooled connections, `slots` then being this shard's cap
+    on requests in flight (0: none)."""
 
     base_url: str
     model: str
@@ -105,6 +115,32 @@ class ShardPlan:
     options: RequestOptions
     slots: int
     warm: Sequence[Request] = ()
+    open_loop: bool = False
+    reuse: bool = True  # open loop: False opens a new connection for every request
+
+
+class Pool:
+    """One process's kept-alive connections for the open loop, each its own one-connection
+    client (see the module's docstring), reused most recently returned first so that the
+    idle ones are the ones that expire; a new one is opened only when none is idle."""
+
+    def __init__(self, make: Callable[[], httpx.AsyncClient]) -> None:
+        self._make = make
+        self.idle: list[httpx.AsyncClient] = []
+        self.every: list[httpx.AsyncClient] = []
+
+    def take(self) -> httpx.AsyncClient:
+        if self.idle:
+            return self.idle.pop()
+        c = self._make()
+        self.every.append(c)
+        return c
+
+    def give(self, client: httpx.AsyncClient) -> None:
+        self.idle.append(client)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(c.aclose() for c in self.every), return_exceptions=True)
 
 
 def _raise_unexpected(results: Sequence[object]) -> None:
@@ -118,8 +154,10 @@ def _raise_unexpected(results: Sequence[object]) -> None:
 
 async def run_shard(plan: ShardPlan, ctl: Control, start: Callable[[], Awaitable[float]],
                     transport: httpx.AsyncBaseTransport | None = None) -> tuple[float, float]:
-    """Open the plan's slots, send its warm-up, then, once `start()` returns the clock's zero,
-    keep every slot busy with the next request `ctl.take()` gives until none is left.
+    """Open the plan's connections, send its warm-up, then, once `start()` returns the clock's
+    zero, send every request `ctl.take()` gives until none is left: in a closed loop, each
+    slot sends its next request when its last one ends; in an open loop, each request at its
+    scheduled offset.
 
     Returns (seconds from zero to the last record, CPU seconds of this process meanwhile).
     """
@@ -128,24 +166,44 @@ async def run_shard(plan: ShardPlan, ctl: Control, start: Callable[[], Awaitable
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=2.0)
     timeout = httpx.Timeout(plan.options.request_timeout_s, connect=10.0, pool=None)
     ssl_context = httpx.create_ssl_context()  # once: each client would load the CA bundle
+
+    def make() -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=plan.base_url, limits=limits, timeout=timeout,
+                                 transport=transport, verify=ssl_context)
+
+    pool = Pool(make)
     async with contextlib.AsyncExitStack() as stack:
-        clients = [await stack.enter_async_context(httpx.AsyncClient(
-            base_url=plan.base_url, limits=limits, timeout=timeout, transport=transport,
-            verify=ssl_context)) for _ in range(plan.slots)]
+        stack.push_async_callback(pool.aclose)
+        clients = [] if plan.open_loop else [pool.take() for _ in range(plan.slots)]
         workers: list[asyncio.Task[None]] = []
+        sends: list[asyncio.Task[None]] = []
 
         def stop_all(why: Abort) -> None:
             ctl.abort(why)
-            for w in workers:
+            for w in [*workers, *sends]:
                 if w is not asyncio.current_task():
                     w.cancel()
 
-        async def one(client: httpx.AsyncClient, i: int, req: Request, t0: float) -> None:
-            rec = await send(client, plan.model, i, req, plan.options, t0)
+        async def one(client: httpx.AsyncClient, i: int, req: Request, t0: float,
+                      scheduled: float | None = None) -> None:
+            rec = await send(client, plan.model, i, req, plan.options, t0, scheduled)
             if rec.error and rec.error.startswith(TIMEOUT_PREFIX):
                 stop_all(Abort.SERVER_HUNG)
             if i >= 0:
                 ctl.emit(rec)
+
+        async def pooled(i: int, req: Request, t0: float, scheduled: float | None,
+                         cap: asyncio.Semaphore | None) -> None:
+            client = pool.take()
+            try:
+                await one(client, i, req, t0, scheduled)
+            finally:
+                if plan.reuse:
+                    pool.give(client)
+                else:
+                    await client.aclose()
+                if cap is not None:
+                    cap.release()
 
         async def watch() -> None:
             while not ctl.aborted():
@@ -156,8 +214,12 @@ async def run_shard(plan: ShardPlan, ctl: Control, start: Callable[[], Awaitable
         try:
             if plan.warm:
                 t_warm = time.perf_counter()
-                workers = [asyncio.create_task(one(clients[j % plan.slots], -1, r, t_warm))
-                           for j, r in enumerate(plan.warm)]
+                if plan.open_loop:  # through the pool: its connections serve the run
+                    workers = [asyncio.create_task(pooled(-1, r, t_warm, None, None))
+                               for r in plan.warm]
+                else:
+                    workers = [asyncio.create_task(one(clients[j % plan.slots], -1, r, t_warm))
+                               for j, r in enumerate(plan.warm)]
                 _raise_unexpected(await asyncio.gather(*workers, return_exceptions=True))
             t0 = await start()
             cpu0 = time.process_time()
@@ -171,10 +233,23 @@ async def run_shard(plan: ShardPlan, ctl: Control, start: Callable[[], Awaitable
                         await asyncio.sleep(delay)
                     await one(client, i, plan.requests[i], t0)
 
-            workers = [asyncio.create_task(work(c)) for c in clients]
+            async def dispatch() -> None:
+                cap = asyncio.Semaphore(plan.slots) if plan.slots else None
+                while not ctl.aborted() and (i := ctl.take()) is not None:
+                    delay = plan.offsets[i] - (time.perf_counter() - t0)
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    if cap is not None:
+                        await cap.acquire()
+                    sends.append(asyncio.create_task(
+                        pooled(i, plan.requests[i], t0, plan.offsets[i], cap)))
+                _raise_unexpected(await asyncio.gather(*sends, return_exceptions=True))
+
+            workers = [asyncio.create_task(dispatch())] if plan.open_loop else \
+                [asyncio.create_task(work(c)) for c in clients]
             _raise_unexpected(await asyncio.gather(*workers, return_exceptions=True))
             return time.perf_counter() - t0, time.process_time() - cpu0
         finally:  # also when interrupted: no task is left behind
-            for w in [*workers, watcher]:
+            for w in [*workers, *sends, watcher]:
                 w.cancel()
-            await asyncio.gather(*workers, watcher, return_exceptions=True)
+            await asyncio.gather(*workers, *sends, watcher, return_exceptions=True)

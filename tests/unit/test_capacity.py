@@ -127,3 +127,60 @@ def test_before_engine_names_where_the_ttft_went() -> None:
     note = before_engine(58.0, {"mean_ttft_ms": 3189.0},
                          {"server_mean_ttft_ms": 95.0, "client_cpu_fraction": 0.97}, 0.9)
     assert note is not None and "client_processes" in note and "api_server" not in note
+
+
+def test_intervals_turn_a_percentile_into_met_missed_or_close() -> None:
+    """The verdict rule with intervals: met when the whole 95% interval of the p99 is within
+    the target, missed when the whole interval is beyond it, close when it straddles it."""
+    import numpy as np
+
+    from autotune.capacity import intervals, judge
+
+    rng = np.random.default_rng(0)
+    base = {"completed": 1000.0, "failed": 0.0, "p99_tpot_ms": 30.0}
+
+    def point(scale: float) -> tuple[str, list[str], list[str]]:
+        ttft = list(rng.exponential(scale, size=1000))
+        m = {**base, "p99_ttft_ms": float(np.percentile(ttft, 99))}
+        return judge(m, SLOS, intervals(m, SLOS, {"ttft": ttft, "tpot": [30.0] * 1000}))
+
+    assert point(200.0)[0] == "met"  # p99 ~ 920 ms, its interval far below 2 s
+    state, misses, _ = point(1000.0)  # p99 ~ 4.6 s
+    assert state == "missed" and "95% [" in misses[0]
+    state, _, close = point(2000.0 / 4.6)  # p99 ~ 2 s: the target inside the interval
+    assert state == "close" and close[0].startswith("p99_ttft_ms <= 2000: ")
+    # a metric without samples is judged on its value
+    assert judge({**base, "p99_ttft_ms": 1999.0}, SLOS, {})[0] == "met"
+
+
+def test_a_point_the_client_could_not_offer_ends_the_search() -> None:
+    """A flagged point (send lag, burst) is no verdict on the server: the search ends and says
+    so, its capacity the highest passing load below."""
+    from autotune.capacity import MAX_SEND_LAG_MS, client_limit
+
+    assert client_limit({"p99_send_lag_ms": 3.0}, 1200, 60.0, "rate") is None
+    lag = client_limit({"p99_send_lag_ms": MAX_SEND_LAG_MS + 1}, 1200, 60.0, "rate")
+    assert lag is not None and lag.startswith("client limit: p99 send lag")
+    # the bench CLI's old default: 200 requests at 176 req/s arrive in 1.1 s
+    assert client_limit({}, 200, 176.0, "rate") == (
+        "burst: 200 requests in 1.1 s (< 10 s of arrivals); raise capacity.min_duration_s or "
+        "requests_per_point")
+    assert client_limit({"p99_send_lag_ms": 999.0}, 10, 64.0, "concurrency") is None
+
+    def measure(load: float) -> LoadPoint:
+        flag = client_limit({}, 200, load, "rate") if load > 16 else None
+        return LoadPoint(load, True, (), {"request_throughput": load}, flag=flag)
+
+    res = search(measure, axis="rate", low=4.0, high=512.0, tolerance=0.1, start=8.0)
+    assert [p.load for p in res.points] == [8.0, 16.0, 32.0]
+    assert res.capacity == 16.0 and res.fail == 32.0
+    assert res.stopped is not None and res.stopped.startswith("not a server verdict at 32: burst")
+
+
+def test_capacity_defaults_measure_a_sustained_rate() -> None:
+    """One set of defaults (bench and study): 20 s of arrivals per rate point."""
+    from autotune.profile import CapacityConfig
+
+    cap = CapacityConfig(axis="rate", low=4, high=512)
+    assert cap.min_duration_s == 20.0 and cap.requests_at(176.0) == 3520
+    assert cap.requests_at(4.0) == cap.requests_per_point

@@ -88,12 +88,26 @@ def test_dead_server_cancels_outstanding() -> None:
     assert all(r.error == "cancelled: server exited" for r in res.records)
 
 
-def test_arrivals() -> None:
+def test_arrivals_follow_vllm_bench_serve() -> None:
+    """Poisson with the seed, scaled so the last arrival is at n / rate; the same gaps as
+    vllm bench serve's get_request draws from numpy's legacy generator seeded alike."""
     assert arrival_offsets(3, math.inf, 0) == [0.0, 0.0, 0.0]
     offs = arrival_offsets(2000, 10.0, 1)
-    assert offs[0] == 0.0 and offs == sorted(offs)
-    assert 180 < offs[-1] < 220  # ~ n / rate
-    assert offs == arrival_offsets(2000, 10.0, 1)
+    assert offs[0] > 0.0 and offs == sorted(offs)
+    assert offs[-1] == pytest.approx(200.0)  # exactly n / rate: the point offers its rate
+    assert offs == arrival_offsets(2000, 10.0, 1) != arrival_offsets(2000, 10.0, 2)
+    import numpy as np
+
+    np.random.seed(7)  # what vllm bench serve --seed 7 does before get_request
+    gaps = [np.random.gamma(shape=1.0, scale=1 / 10.0) for _ in range(50)]
+    cum = np.cumsum(gaps)
+    assert arrival_offsets(50, 10.0, 7) == pytest.approx(list(cum * (5.0 / cum[-1])))
+    # the gaps are exponential: mean 1/rate, coefficient of variation 1
+    d = np.diff(offs)
+    assert d.mean() == pytest.approx(0.1, rel=0.05) and d.std() / d.mean() == pytest.approx(
+        1.0, rel=0.1)
+    smooth = np.diff(arrival_offsets(2000, 10.0, 1, burstiness=100.0))
+    assert smooth.std() / smooth.mean() < 0.2  # gamma shape 100: near-regular arrivals
 
 
 def test_sse_split_on_bytes_not_unicode_line_breaks() -> None:
@@ -251,3 +265,73 @@ def test_a_request_that_cannot_be_built_surfaces_its_cause(processes: int) -> No
 
     with pytest.raises(ClientError, match="the chat endpoint needs text prompts"):
         asyncio.run(main())
+
+
+@pytest.mark.parametrize("processes", [1, 3])
+def test_open_loop_sends_on_schedule_over_reused_connections(processes: int) -> None:
+    """A request rate: every request is sent at its scheduled arrival whatever the number of
+    processes (the schedule is one, independent of connections), its send lag is recorded,
+    and connections are kept alive and reused (far fewer than requests), as vllm bench
+    serve's connector does. Each request takes 20 ms; at 100 req/s about 2 are in flight."""
+    peers: set[int] = set()
+    in_flight = [0, 0]
+
+    async def main():  # type: ignore[no-untyped-def]
+        server = await _sse_server(peers, in_flight)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            reqs = [Request(prompt=[1, 2], prompt_len=2, output_len=3) for _ in range(60)]
+            return await run_load_async(
+                f"http://127.0.0.1:{port}", "m", reqs,
+                LoadSettings(request_rate=100.0, seed=3, warmup=2, processes=processes))
+
+    res = asyncio.run(main())
+    offs = arrival_offsets(60, 100.0, 3)
+    assert all(r.success for r in res.records)
+    assert [r.scheduled_time for r in res.records] == offs
+    lags = [r.send_lag for r in res.records]
+    assert all(lag is not None and -0.001 <= lag < 0.1 for lag in lags)
+    m = compute_metrics(res.records, res.duration_s)
+    assert 0.0 <= m.send_lag_ms.p99 < 100.0
+    assert len(peers) < 30  # reused: not one connection per request
+    new = [r for r in res.records if r.connect_s is not None]
+    assert len(new) < 30 and all(r.headers_time is not None for r in res.records)
+    assert res.duration_s >= offs[-1]
+
+
+def test_open_loop_without_reuse_opens_a_connection_per_request() -> None:
+    """The old rate mode, kept for the fidelity harness: one new connection per request."""
+    peers: set[int] = set()
+
+    async def main():  # type: ignore[no-untyped-def]
+        server = await _sse_server(peers, [0, 0])
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            reqs = [Request(prompt=[1, 2], prompt_len=2, output_len=3) for _ in range(20)]
+            return await run_load_async(
+                f"http://127.0.0.1:{port}", "m", reqs,
+                LoadSettings(request_rate=200.0, reuse_connections=False))
+
+    res = asyncio.run(main())
+    assert all(r.success and r.connect_s is not None for r in res.records)
+    assert len(peers) == 20
+
+
+def test_open_loop_with_a_cap_keeps_the_schedule_and_the_cap() -> None:
+    """A rate and a concurrency cap (vllm bench serve's --request-rate with
+    --max-concurrency): never more than the cap in flight; a request that waits for a free
+    slot is sent late, and that wait is its send lag."""
+    in_flight = [0, 0]
+
+    async def main():  # type: ignore[no-untyped-def]
+        server = await _sse_server(set(), in_flight)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            reqs = [Request(prompt=[1, 2], prompt_len=2, output_len=3) for _ in range(30)]
+            return await run_load_async(
+                f"http://127.0.0.1:{port}", "m", reqs,
+                LoadSettings(request_rate=1000.0, max_concurrency=2))
+
+    res = asyncio.run(main())
+    assert all(r.success for r in res.records) and in_flight[1] <= 2
+    assert max(r.send_lag or 0.0 for r in res.records) > 0.05  # 30 x 20 ms over 2 slots
