@@ -396,7 +396,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         seed = point_seed(profile.seed, load)
         runs = [run_at(load, seed)]
         flat = runs[0].metrics.flat()
-        bounds = intervals(flat, slos, samples(runs[0].records))
+        bounds = intervals(slos, samples(runs[0].records))
         state, misses, _close = judge(flat, slos, bounds)
         flag = client_limit(flat, len(runs[0].records), load, cap.axis)
         if state == "close" and flag is None:  # a second run with fresh requests decides
@@ -404,7 +404,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
             runs.append(run_at(load, point_seed(seed, load)))
             records = [r for pt in runs for r in pt.records]
             flat = compute_metrics(records, sum(pt.metrics.duration_s for pt in runs)).flat()
-            bounds = intervals(flat, slos, samples(records))
+            bounds = intervals(slos, samples(records))
             _state, misses, _close = judge(flat, slos, {})  # the pooled value decides
             state = "missed" if misses else "met"
             flag = client_limit(runs[-1].metrics.flat(), len(runs[-1].records), load, cap.axis)

@@ -99,8 +99,7 @@ def verdict(metrics: dict[str, float], slos: Sequence[SLOConfig]) -> tuple[bool,
 Samples = dict[str, Sequence[float]]  # per-request values by metric stem (ttft, tpot, ...)
 
 
-def intervals(metrics: dict[str, float], slos: Sequence[SLOConfig], samples: Samples
-              ) -> dict[str, tuple[float, float]]:
+def intervals(slos: Sequence[SLOConfig], samples: Samples) -> dict[str, tuple[float, float]]:
     """The 95% interval of each percentile SLO's metric, from the point's per-request values
     in ms (`samples["ttft"]`, ...): p99_ttft_ms -> (low, high)."""
     out = {}

@@ -206,6 +206,9 @@ def _chat_template(tokenizer_dir: str) -> tuple[Any, dict[str, str]] | None:
     return env.from_string(template), specials
 
 
+DATASET_KEYS = {"prompt", "messages", "output_tokens"}
+
+
 def _bad(path: str, n: int, why: str) -> ConfigError:
     return ConfigError(f"profile.path: {path}, line {n}: {why}")
 
@@ -221,16 +224,24 @@ def read_dataset(path: str, endpoint: str, tokenizer: Any, tokenizer_dir: str,
     template = None
     kept: list[Request] = []
     lines = dropped = 0
-    with file.open(encoding="utf-8") as f:
+    # utf-8-sig: a file saved with a byte-order mark (Windows editors) reads the same
+    with file.open(encoding="utf-8-sig") as f:
         for n, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
             try:
                 item = json.loads(raw)
             except json.JSONDecodeError as e:
-                raise _bad(path, n, f"not JSON ({e.msg} at column {e.colno})") from None
+                # some of json's messages end in "at" ("Invalid control character at")
+                why = e.msg.removesuffix(" at")
+                raise _bad(path, n, f"not JSON ({why} at column {e.colno})") from None
             if not isinstance(item, dict) or not ("prompt" in item or "messages" in item):
                 raise _bad(path, n, 'neither "prompt" nor "messages" (one of them per line)')
+            unknown = sorted(set(item) - DATASET_KEYS)
+            if unknown:
+                raise _bad(path, n, f"unknown key {unknown[0]!r}: a line holds \"prompt\" or "
+                                    "\"messages\", and optionally \"output_tokens\" (sampling "
+                                    "settings such as temperature are not sent)")
             out = item.get("output_tokens", default_output)
             if isinstance(out, bool) or not isinstance(out, int) or out < 1:
                 raise _bad(path, n, f"output_tokens: {out!r} is not a token count (1 or more)")

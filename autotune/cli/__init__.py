@@ -48,6 +48,20 @@ def _sigterm(_sig: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+# commands that run trials in a study's storage: what an interruption leaves there
+_TRIAL_COMMANDS = {"study", "worker", "confirm"}
+
+
+def interrupted_note(args: list[str]) -> str:
+    """What to say after Ctrl-C or SIGTERM: a study's trial is marked and resumable; other
+    commands (`ui`, `bench`, `report`, ...) just stopped."""
+    command = next((a for a in args if not a.startswith("-")), "")
+    if command in _TRIAL_COMMANDS:
+        return (": a running trial's server was stopped and the trial marked in the storage; "
+                "the same command resumes a study")
+    return f" ({command or 'autotune'} stopped)"
+
+
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                   file: Any = None, line: str | None = None) -> None:
     """Warnings (MLflow unreachable, a busy load generator) as one line, not file:line source."""
@@ -72,8 +86,7 @@ def main() -> None:
     try:
         cli.main(standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
-        console.print("[red]interrupted[/red]: a running trial's server was stopped and the "
-                      "trial marked in the storage; the same command resumes a study")
+        console.print("[red]interrupted[/red]" + interrupted_note(sys.argv[1:]))
         sys.exit(130)
     except click.ClickException as e:
         e.show()

@@ -190,3 +190,14 @@ def test_confirm_needs_a_study_with_a_measured_baseline(tmp_path: Path, tiny_mod
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith("error:") and "'s'" in r.stderr
+
+
+def test_an_interruption_says_what_it_stopped() -> None:
+    """Ctrl-C or SIGTERM: the study's note only where a study's trial was running (stopping
+    `autotune ui` printed that a trial's server was stopped)."""
+    from autotune.cli import interrupted_note
+
+    assert "trial marked in the storage" in interrupted_note(["study", "--config", "s.yaml"])
+    assert "trial marked" in interrupted_note(["--debug", "worker", "--storage", "x"])
+    assert interrupted_note(["ui"]) == " (ui stopped)"
+    assert interrupted_note(["bench", "--model", "m"]) == " (bench stopped)"

@@ -142,7 +142,7 @@ def test_intervals_turn_a_percentile_into_met_missed_or_close() -> None:
     def point(scale: float) -> tuple[str, list[str], list[str]]:
         ttft = list(rng.exponential(scale, size=1000))
         m = {**base, "p99_ttft_ms": float(np.percentile(ttft, 99))}
-        return judge(m, SLOS, intervals(m, SLOS, {"ttft": ttft, "tpot": [30.0] * 1000}))
+        return judge(m, SLOS, intervals(SLOS, {"ttft": ttft, "tpot": [30.0] * 1000}))
 
     assert point(200.0)[0] == "met"  # p99 ~ 920 ms, its interval far below 2 s
     state, misses, _ = point(1000.0)  # p99 ~ 4.6 s

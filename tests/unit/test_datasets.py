@@ -76,6 +76,10 @@ def test_dataset_lines_are_read_counted_and_dropped_when_too_long(tmp_path: Path
      "line 1: chat messages need the chat endpoint; set profile.endpoint: chat"),
     ('{"prompt": "x", "output_tokens": 0}', "completions", "line 1: output_tokens: 0"),
     ('{"messages": [{"content": "x"}]}', "chat", "line 1: messages: a list of"),
+    ('{"prompt": "x", "temperature": 0.7}', "completions",
+     "line 1: unknown key 'temperature': a line holds \"prompt\" or \"messages\""),
+    ('{"prompt": "a\tb\u0001\x01"}', "completions",
+     "line 1: not JSON (Invalid control character at column"),
 ])
 def test_bad_dataset_lines_name_the_line(tmp_path: Path, tiny_model: Path, line: str,
                                          endpoint: str, expect: str) -> None:
@@ -85,6 +89,17 @@ def test_bad_dataset_lines_name_the_line(tmp_path: Path, tiny_model: Path, line:
     with pytest.raises(ConfigError, match=re.escape(f"profile.path: {tmp_path}/r.jsonl, {expect}")):
         read_dataset(_jsonl(tmp_path, line), endpoint, load_tokenizer(str(tiny_model)),
                      str(tiny_model), 8, None)
+
+
+def test_a_dataset_with_a_byte_order_mark_reads_as_without(tmp_path: Path,
+                                                            tiny_model: Path) -> None:
+    from autotune.datasets import load_tokenizer, read_dataset
+
+    p = tmp_path / "bom.jsonl"
+    p.write_bytes(b"\xef\xbb\xbf" + b'{"prompt": "hello there"}\n')
+    ds = read_dataset(str(p), "completions", load_tokenizer(str(tiny_model)), str(tiny_model),
+                      8, None)
+    assert ds.lines == 1 and ds.requests[0].prompt == "hello there"
 
 
 def test_dataset_sampling_in_order_and_at_random() -> None:

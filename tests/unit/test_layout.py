@@ -184,3 +184,4 @@ def test_tensor_parallel_on_a_host_without_multicast_needs_the_fusion_off(
     check_multicast(cfg(tmp_path).model_copy(update={"server": fused_off}), LAYOUTS, off)
     ipc = server.model_copy(update={"env": {"VLLM_FLASHINFER_ALLREDUCE_BACKEND": "trtllm"}})
     check_multicast(cfg(tmp_path).model_copy(update={"server": ipc}), LAYOUTS, off)
+
