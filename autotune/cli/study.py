@@ -96,6 +96,45 @@ def confirm_phase(st: optuna.Study, cfg: StudyConfig, pre: Any, requests: list[A
     return res
 
 
+def deploy_lines(st: optuna.Study, cfg: StudyConfig, res: ConfirmResult | None,
+                 config_path: Path) -> list[str]:
+    """What to deploy, at the end of a study: the recommended config's serve line and its gain
+    over vLLM's defaults with its interval. After a confirm phase the recommendation is its
+    (best lower confidence bound, else the defaults); without one, the config `autotune
+    export` picks by default, whose gain is one measurement."""
+    from autotune.errors import StudyError
+    from autotune.export import choose, find_trial, serve_line
+    from autotune.results import baseline
+
+    metric = cfg.metric_names()[0]
+    base = baseline(records(st))
+    try:
+        if res is not None and res.recommended is not None:
+            pick = find_trial(st, res.recommended)
+            row = res.configs.get(res.recommended, {})
+            gain = (f"{metric} {row['text']} over vLLM's defaults (medians of "
+                    f"{len(row['values'])} and {len(res.configs[res.base]['values'])} boots)"
+                    if "text" in row else "")
+        else:
+            pick = choose(st, cfg, "capacity" if cfg.capacity else "knee")
+            v, b = pick.value(metric), base.value(metric) if base is not None else None
+            gain = (f"{metric} {v / b - 1:+.1%} over vLLM's defaults (one measurement each; "
+                    "`autotune confirm` boots both again for an interval)"
+                    if v is not None and b and base is not None and pick.number != base.number
+                    else "")
+    except StudyError:  # nothing feasible to deploy
+        return []
+    if base is not None and pick.number == base.number:
+        head = (f"deploy: vLLM's defaults (trial {pick.number}): no config beat them beyond "
+                "the noise" if res is not None else
+                f"deploy: vLLM's defaults (trial {pick.number})")
+    else:
+        head = f"deploy: trial {pick.number}" + (f": {gain}" if gain else "")
+    return [head, "  " + serve_line(cfg, pick),
+            f"full export (YAML, bench line, sizing): autotune export --config {config_path}"
+            + (f" --trial {pick.number}" if res is not None else "")]
+
+
 def print_confirm(res: ConfirmResult, cfg: StudyConfig) -> None:
     from autotune.present import confirm_lines, confirm_table
 
@@ -220,6 +259,8 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
         print_confirm(res, cfg)
     if note:
         console.print(note, highlight=False)
+    for line in deploy_lines(st, cfg, res, config_path):
+        out.print(line, highlight=False, soft_wrap=True)
     if held < cfg.n_trials and grid_done(st, cfg):
         console.print(f"The grid is done: each of its configs tried, {held} of "
                       f"{cfg.n_trials} trials. `autotune replay --config {config_path} --repeat "

@@ -307,6 +307,10 @@ def test_confirm_phase_and_validate_boot_interleaved_repeats(
     text = " ".join(p.stdout.split())
     assert "noise floor" in text and "2 boots" in text and "%, one measurement" in text
     assert f"trial {best}: first pass" in text
+    # the study ends with what to deploy: the recommendation's serve line, its gain with the
+    # boots it rests on (or the defaults, said so), and the export command
+    assert "deploy: " in text and " serve " in text and "autotune export --config" in text
+    assert ("boots)" in text) or ("deploy: vLLM's defaults (trial 0)" in text)
 
     v = autotune("export", "--config", str(study_file), "--trial", str(best), "--validate")
     assert v.returncode == 0, v.stderr[-3000:]

@@ -33,3 +33,43 @@ def test_knee_falls_back_to_the_front_scale_for_values_at_or_below_zero() -> Non
     study.set_metric_names(["a", "b"])
     assert knee(front(study), ["a", "b"], ["maximize", "minimize"]).values == {"a": 5.0,
                                                                                "b": 20.0}
+
+
+def _study_of(rows: list[tuple[dict, list[float], bool]]) -> optuna.Study:
+    from autotune.results import TrialFacts
+
+    st = optuna.create_study(directions=["maximize", "minimize"])
+    st.set_metric_names(["total_token_throughput", "mean_tpot_ms"])
+    for flags, values, base in rows:
+        facts = TrialFacts(flags=flags, baseline=base or None, metrics={
+            "total_token_throughput": values[0], "mean_tpot_ms": values[1]})
+        st.add_trial(optuna.trial.create_trial(values=values, user_attrs=facts.to_attrs()))
+    return st
+
+
+def test_the_end_of_a_study_says_what_to_deploy(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Without a confirm phase: the config export picks by default, its serve line, and its
+    gain over vLLM's defaults marked as one measurement; when the defaults are that pick, it
+    says so and gives their line."""
+    from pathlib import Path
+
+    from autotune.cli.study import deploy_lines
+    from autotune.config import StudyConfig
+
+    cfg = StudyConfig.model_validate({
+        "name": "t", "server": {"model": "/m", "executable": ["vllm"],
+                                "args": {"load_format": "dummy"}},
+        "profile": {"name": "random", "input_len": 8, "output_len": 4, "num_prompts": 2},
+        "search_space": "cpu-demo", "workdir": str(tmp_path)})
+    st = _study_of([({}, [100.0, 20.0], True), ({"max_num_seqs": 8}, [150.0, 18.0], False)])
+    lines = deploy_lines(st, cfg, None, Path("s.yaml"))
+    assert lines[0] == ("deploy: trial 1: total_token_throughput +50.0% over vLLM's defaults "
+                        "(one measurement each; `autotune confirm` boots both again for an "
+                        "interval)")
+    assert lines[1].startswith("  ") and lines[1].endswith(
+        "vllm serve /m --load-format dummy --max-num-seqs 8")
+    assert lines[2] == "full export (YAML, bench line, sizing): autotune export --config s.yaml"
+    st = _study_of([({}, [100.0, 20.0], True), ({"max_num_seqs": 8}, [90.0, 25.0], False)])
+    lines = deploy_lines(st, cfg, None, Path("s.yaml"))
+    assert lines[0] == "deploy: vLLM's defaults (trial 0)"
+    assert lines[1].endswith(" vllm serve /m --load-format dummy")
