@@ -71,16 +71,27 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
                k8s_path: Path | None, image: str) -> None:
     """Print the chosen configuration's `vllm serve` command, config file and bench command;
     for a capacity study, what one replica sustains and what a target load takes."""
-    from autotune.export import choose, export, find_trial
+    from autotune.export import boots_of, choose, export, find_trial, pooled
+    from autotune.stats import median_ci
     from autotune.study import open_study
 
     cfg = load_cfg(config_path, study_name, storage)
     st = open_study(cfg, create=False)
-    trial = find_trial(st, trial_number) if trial_number is not None else \
-        choose(st, cfg, prefer, max_tpot_ms)  # type: ignore[arg-type]
+    trial = pooled(st, cfg, [find_trial(st, trial_number)])[0] if trial_number is not None \
+        else choose(st, cfg, prefer, max_tpot_ms)  # type: ignore[arg-type]
     res = export(cfg, trial, out_dir or cfg.study_dir() / "export")
-    vals = ", ".join(f"{k} {v:,.2f}" for k, v in res["values"].items())
-    console.print(f"trial {trial.number} ({vals})", highlight=False)
+    boots = boots_of(st, cfg, trial)
+
+    def shown(m: str, v: float) -> str:
+        if len(boots.get(m, [])) < 2:
+            return f"{m} {v:,.2f} (one boot)"
+        med, lo, hi = median_ci(boots[m])
+        return f"{m} {med:,.2f} [{lo:,.2f}, {hi:,.2f}] (median of {len(boots[m])} boots)"
+
+    who = "vLLM's defaults" if trial.baseline else f"trial {trial.number}"
+    console.print(f"{who}{f' (trial {trial.number})' if trial.baseline else ''}: "
+                  + "; ".join(shown(k, v) for k, v in res["values"].items()), highlight=False,
+                  soft_wrap=True)
     from autotune.confirm import config_gains
     from autotune.present import gain_text
     from autotune.results import records as all_records
