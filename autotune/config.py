@@ -187,6 +187,10 @@ class StudyConfig(StrictModel):
     n_trials: int = Field(10, ge=1, description="Trials in the study, in all (resume included).")
     timeout_s: float | None = Field(None, gt=0, description="Seconds this run may take: a "
                                     "trial starts only if the longest so far would end in time.")
+    budget_gpu_minutes: float | None = Field(
+        None, gt=0, description="Device-minutes the study may hold in all (GPU-minutes; on a "
+        "machine without GPUs, its minutes): no trial starts that would end past it, judged "
+        "by the longest trial so far (autotune.bill).")
     baseline: bool = Field(True, description="Run vLLM's defaults as the first trial.")
     starts: list[dict[str, Any]] = Field(
         default_factory=list, description="Configs (parameter values of the space) measured "

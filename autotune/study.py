@@ -16,6 +16,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.bill import bill, over_budget
 from autotune.config import StudyConfig
 from autotune.datasets import build_requests
 from autotune.errors import ConfigError, StudyError
@@ -215,6 +216,12 @@ def run_trials(
     while True:
         done, running = claimed(study)
         if done >= cfg.n_trials:
+            return ran
+        why = over_budget(bill(study, cfg), cfg.budget_gpu_minutes) \
+            if cfg.budget_gpu_minutes is not None else None
+        if why is not None:
+            if on_phase is not None:
+                on_phase(-1, f"{why}; stopping", {})
             return ran
         if deadline is not None and not fits_before(deadline, time.monotonic(), durations):
             if on_phase is not None:

@@ -283,6 +283,19 @@ class Tracker:
             Metric("infeasible_trials", float(sum(not r.measured for r in recs)), ts, n),
         ])
 
+    # -- the study's own numbers (the bill) ------------------------------------------------------
+    def log_study_metrics(self, values: dict[str, float]) -> None:
+        self._guard("log the study's bill", self._log_study_metrics, values)
+
+    def _log_study_metrics(self, values: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        if self.parent_id is None:
+            raise RuntimeError("the study's parent run was not created")
+        ts = int(time.time() * 1000)
+        self.client.log_batch(self.parent_id, metrics=[Metric(k, float(v), ts, 0)
+                                                       for k, v in values.items()])
+
     # -- the confirm phase ----------------------------------------------------------------------
     def log_confirm(self, res: ConfirmResult) -> None:
         self._guard("log the confirm phase", self._log_confirm, res)

@@ -154,6 +154,10 @@ def print_confirm(res: ConfirmResult, cfg: StudyConfig) -> None:
 @click.option("--timeout", "timeout_s", type=float,
               help="Seconds this run may take: no trial starts unless it is expected to end "
                    "in time (judged by the longest trial so far).")
+@click.option("--budget-gpu-minutes", type=click.FloatRange(min=0, min_open=True),
+              help="Device-minutes the study may hold in all, resumes included (GPU-minutes; "
+                   "on a machine without GPUs, its minutes): no trial starts that would end "
+                   "past it, judged by the longest trial so far.")
 @sampler_option
 @click.option("--search-space", help="Search space name or file.")
 @click.option("--seed", type=int, help="Sampler seed.")
@@ -174,10 +178,10 @@ def print_confirm(res: ConfirmResult, cfg: StudyConfig) -> None:
                    "booted again, interleaved) or not; default: confirm.when in the config "
                    "(auto: when trials take minutes).")
 def study(config_path: Path, study_name: str | None, storage: str | None, n_trials: int | None,
-          timeout_s: float | None, sampler: str | None, search_space: str | None,
-          seed: int | None, tracking_uri: str | None, no_mlflow: bool, front_every: int,
-          workers: int, gpus_per_trial: int | None, warm_from: str | None,
-          confirm_flag: bool | None) -> None:
+          timeout_s: float | None, budget_gpu_minutes: float | None, sampler: str | None,
+          search_space: str | None, seed: int | None, tracking_uri: str | None,
+          no_mlflow: bool, front_every: int, workers: int, gpus_per_trial: int | None,
+          warm_from: str | None, confirm_flag: bool | None) -> None:
     """Run (or resume) a multi-objective study over vLLM's flags."""
     from autotune.preflight import preflight
     from autotune.search_space import load_search_space
@@ -193,7 +197,8 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
 
     began = time.monotonic()
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials, timeout_s=timeout_s,
-                   search_space=search_space, **{"sampler.name": sampler, "sampler.seed": seed})
+                   budget_gpu_minutes=budget_gpu_minutes, search_space=search_space,
+                   **{"sampler.name": sampler, "sampler.seed": seed})
     envs = None
     if workers > 1 and cfg.profiles:
         raise ConfigError("--workers: a suite scores every trial against the baseline trial, "
@@ -261,6 +266,16 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
         console.print(note, highlight=False)
     for line in deploy_lines(st, cfg, res, config_path):
         out.print(line, highlight=False, soft_wrap=True)
+    from autotune.bill import bill, over_budget
+
+    cost = bill(st, cfg)
+    for line in cost.lines():
+        out.print(line, highlight=False, soft_wrap=True)
+    if held < cfg.n_trials and (spent := over_budget(cost, cfg.budget_gpu_minutes)):
+        console.print(f"stopped for --budget-gpu-minutes: {spent}. {held} of {cfg.n_trials} "
+                      "trials done; a larger budget resumes the study.", highlight=False)
+    if tracker is not None:
+        tracker.log_study_metrics(cost.metrics())
     if held < cfg.n_trials and grid_done(st, cfg):
         console.print(f"The grid is done: each of its configs tried, {held} of "
                       f"{cfg.n_trials} trials. `autotune replay --config {config_path} --repeat "

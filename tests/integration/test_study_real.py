@@ -311,6 +311,8 @@ def test_confirm_phase_and_validate_boot_interleaved_repeats(
     # boots it rests on (or the defaults, said so), and the export command
     assert "deploy: " in text and " serve " in text and "autotune export --config" in text
     assert ("boots)" in text) or ("deploy: vLLM's defaults (trial 0)" in text)
+    # and with its bill: device-minutes of the trials and of the confirm repeats
+    assert "bill: " in text and "confirm repeats" in text and "per trial (CPU-min)" in text
 
     v = autotune("export", "--config", str(study_file), "--trial", str(best), "--validate")
     assert v.returncode == 0, v.stderr[-3000:]

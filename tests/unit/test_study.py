@@ -44,7 +44,7 @@ def test_run_stops_before_a_trial_that_would_overrun(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(study_mod.time, "monotonic", lambda: clock[0])
     phases: list[str] = []
     cfg = SimpleNamespace(n_trials=10, timeout_s=700.0, study_dir=lambda: None,
-                          sampler=SimpleNamespace(name="tpe"))
+                          sampler=SimpleNamespace(name="tpe"), budget_gpu_minutes=None)
     st = optuna.create_study(directions=["maximize", "minimize"])
     ran = run_trials(st, cfg, SimpleNamespace(space=None), [],  # type: ignore[arg-type]
                      on_phase=lambda i, text, extra: phases.append(text))
@@ -109,3 +109,60 @@ def test_the_front_is_optunas_best_trials_less_the_repeats() -> None:
         t.set_user_attr("repeat_of", min(want) if want else 0)
         st.tell(t, [10.0, 0.0])
         assert front_numbers(st) == want
+
+
+def test_the_budget_stops_a_study_between_trials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--budget-gpu-minutes: the first trial always runs; after it, no trial starts whose
+    expected length (the longest so far) would take the study past the budget."""
+    class FakeObjective:
+        def __init__(self, *a: Any, **k: Any) -> None:
+            pass
+
+        def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+            return 1.0, 1.0
+
+    monkeypatch.setattr(study_mod, "Objective", FakeObjective)
+    phases: list[str] = []
+    cfg = SimpleNamespace(n_trials=10, timeout_s=None, study_dir=lambda: None,
+                          sampler=SimpleNamespace(name="tpe"), budget_gpu_minutes=1e-9,
+                          gpus_per_trial=None)
+    st = optuna.create_study(directions=["maximize", "minimize"])
+    ran = run_trials(st, cfg, SimpleNamespace(space=None), [],  # type: ignore[arg-type]
+                     on_phase=lambda _n, p, _f: phases.append(p))
+    assert ran == 1 and len(st.trials) == 1
+    assert phases[-1].startswith("budget: ") and "would end past it; stopping" in phases[-1]
+
+
+def test_the_bill_splits_each_trial_and_counts_idle_and_the_rest() -> None:
+    from datetime import datetime, timedelta
+
+    from autotune.bill import bill, over_budget
+    from autotune.results import TrialFacts
+
+    t0 = datetime(2026, 11, 24, 12, 0, 0)
+    st = optuna.create_study(directions=["maximize", "minimize"])
+    # (start s, length s, boot s, load s, a confirm repeat?)
+    for start, length, boot, load, rep in ((0, 300, 200, 90, None), (330, 120, 60, 50, None),
+                                           (450, 120, 60, 50, 0), (5000, 60, 30, 20, None)):
+        facts = TrialFacts(timings={"boot_s": boot, "bench_s": load}, repeat_of=rep)
+        st.add_trial(optuna.trial.FrozenTrial(
+            number=0, state=optuna.trial.TrialState.COMPLETE, value=None, values=[1.0, 1.0],
+            datetime_start=t0 + timedelta(seconds=start),
+            datetime_complete=t0 + timedelta(seconds=start + length), params={},
+            distributions={}, user_attrs=facts.to_attrs(), system_attrs={},
+            intermediate_values={}, trial_id=0))
+    cfg = SimpleNamespace(gpus_per_trial=2, n_trials=5)
+    b = bill(st, cfg, "GPU-min")  # type: ignore[arg-type]
+    assert [round(t.minutes, 1) for t in b.trials] == [10.0, 4.0, 4.0, 2.0]  # 2 GPUs each
+    assert b.part(True) == pytest.approx(4.0) and b.part(False) == pytest.approx(16.0)
+    assert b.idle == pytest.approx(1.0)  # the 30 s gap; the 4,430 s one is a stop, not idle
+    assert b.total == pytest.approx(21.0) and b.left == 2
+    assert b.next_trial() == pytest.approx(4.0)  # the longest after the cold first
+    assert b.estimate_left() == pytest.approx(8.0)  # the median first-pass trial, twice
+    lines = b.lines()
+    assert lines[0] == ("bill: 21.0 GPU-min (2 per trial): 3 trials 16.0, 1 confirm repeats "
+                        "4.0, idle 1.0; boots 11.7, load 7.0, the rest of the trials 1.3")
+    assert lines[2] == "  2 trials left: about 8.0 GPU-min more (the median trial)"
+    assert over_budget(b, 30.0) is None
+    assert over_budget(b, 24.0) == ("budget: 21.0 of 24 GPU-min spent; the next trial (about "
+                                    "4.0) would end past it")
