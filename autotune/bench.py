@@ -36,7 +36,13 @@ from autotune.config import ServerConfig
 from autotune.datasets import Request, build_requests, load_tokenizer, sample_requests
 from autotune.errors import AutotuneError, LoadError, MeasurementWarning, ServerBootError
 from autotune.load import LoadSettings, resolve_processes, run_load
-from autotune.metrics import BenchMetrics, RequestRecord, compute_metrics, steady_share
+from autotune.metrics import (
+    BenchMetrics,
+    RequestRecord,
+    compute_metrics,
+    per_request,
+    steady_share,
+)
 from autotune.process import free_port
 from autotune.profile import CapacityConfig, ProfileConfig, SLOConfig
 from autotune.server import ServerProcess
@@ -135,12 +141,7 @@ def too_short(records: list[RequestRecord], concurrency: int | None, duration_s:
 
 def samples(records: list[RequestRecord]) -> Samples:
     """Per-request values in ms by metric stem, for the intervals of percentile SLOs."""
-    ok = [r for r in records if r.success]
-    return {"ttft": [r.ttft * 1000 for r in ok], "e2el": [r.e2el * 1000 for r in ok],
-            "tpot": [(r.e2el - r.ttft) * 1000 / (r.output_tokens - 1) for r in ok
-                     if r.output_tokens > 1],
-            "itl": [x * 1000 for r in ok for x in r.itls()],
-            "send_lag": [lag * 1000 for r in ok if (lag := r.send_lag) is not None]}
+    return {k: [v * 1000 for v in vals] for k, vals in per_request(records).items()}
 
 
 @contextmanager

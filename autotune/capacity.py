@@ -18,7 +18,7 @@ fail), then bisects the bracket until it is within `tolerance`. Each load point 
 
 A point is not a verdict on the server when the load generator could not offer it: its p99
 send lag (scheduled arrival -> sent) above MAX_SEND_LAG_MS, or its arrivals spanning less than
-MIN_ARRIVALS_S (a burst). The search stops there and says so (`ClientLimit`).
+MIN_ARRIVALS_S (a burst). The search stops there and says so (`client_limit`).
 
 The search assumes that a config meeting the SLOs at some load meets them at every lower load.
 A measured point that contradicts it (noise near the knee) is kept in the curve; the bracket

@@ -121,6 +121,19 @@ METRIC_NAMES = tuple(
 )
 
 
+def per_request(records: Sequence[RequestRecord]) -> dict[str, list[float]]:
+    """Each summarized quantity's values in seconds, by name (SUMMARIZED): what the summaries
+    are taken over, and what a percentile's interval is drawn from (autotune.capacity)."""
+    ok = [r for r in records if r.success]
+    return {"ttft": [r.ttft for r in ok],
+            "tpot": [(r.e2el - r.ttft) / (r.output_tokens - 1) for r in ok
+                     if r.output_tokens > 1],
+            "itl": [x for r in ok for x in r.itls()],
+            "e2el": [r.e2el for r in ok],
+            "send_lag": [lag for r in records if (lag := r.send_lag) is not None
+                         and r.error is None]}
+
+
 def compute_metrics(records: Sequence[RequestRecord], duration_s: float) -> BenchMetrics:
     ok = [r for r in records if r.success]
     errors: dict[str, int] = {}
@@ -130,7 +143,7 @@ def compute_metrics(records: Sequence[RequestRecord], duration_s: float) -> Benc
             errors[key] = errors.get(key, 0) + 1
     in_tok = sum(r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len for r in ok)
     out_tok = sum(r.output_tokens for r in ok)
-    tpots = [(r.e2el - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
+    values = per_request(records)
     dur = max(duration_s, 1e-9)
     return BenchMetrics(
         duration_s=duration_s,
@@ -141,12 +154,11 @@ def compute_metrics(records: Sequence[RequestRecord], duration_s: float) -> Benc
         request_throughput=len(ok) / dur,
         output_throughput=out_tok / dur,
         total_token_throughput=(in_tok + out_tok) / dur,
-        ttft_ms=Summary.of([r.ttft for r in ok]),
-        tpot_ms=Summary.of(tpots),
-        itl_ms=Summary.of([x for r in ok for x in r.itls()]),
-        e2el_ms=Summary.of([r.e2el for r in ok]),
-        send_lag_ms=Summary.of([lag for r in records if (lag := r.send_lag) is not None
-                                and r.error is None]),
+        ttft_ms=Summary.of(values["ttft"]),
+        tpot_ms=Summary.of(values["tpot"]),
+        itl_ms=Summary.of(values["itl"]),
+        e2el_ms=Summary.of(values["e2el"]),
+        send_lag_ms=Summary.of(values["send_lag"]),
         errors=errors,
     )
 
