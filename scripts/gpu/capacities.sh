@@ -17,7 +17,7 @@ export PYTHONUNBUFFERED=1
 res=$root/w/cap
 mkdir -p "$res"
 pack() {
-  tar -C "$res" -czf "$OUT/cap.tgz" --exclude='*.sqlite*' . 2>/dev/null
+  tar -C "$res" -czf "$OUT/cap.tgz" --exclude='*.sqlite*' --exclude=vllm-cache . 2>/dev/null
   cp "$res"/*.json "$OUT/" 2>/dev/null || true
   cat "$res"/done.txt 2>/dev/null
 }
