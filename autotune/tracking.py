@@ -24,9 +24,11 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune import __version__
+from autotune.command import params_to_args, shell_join
 from autotune.config import StudyConfig
 from autotune.confirm import ConfirmResult
 from autotune.results import (
+    TrialRecord,
     baseline,
     curve_profiles,
     deltas,
@@ -42,6 +44,14 @@ STUDY_TAG = "autotune.study"
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 STUDY_RUN_TAG = "autotune.study_run"  # on a trial's run: the run id of its study's run
 KIND_TAG = "autotune.kind"
+GAIN_TAG = "autotune.gain"  # on a trial's run: its first objective against vLLM's defaults, as text
+# MLflow's runs view reads a saved view (sort, columns, expanded runs) from this experiment tag
+# when the address carries `viewStateShareKey=<key>` (what its Share button writes)
+SHARED_VIEW_TAG = "mlflow.sharedViewState."
+VIEW_KEY = "autotune"
+# the address parameter that keeps MLflow 3 in its model-training mode; without it, MLflow reads
+# the mode from the browser's local storage, where it starts as GenAI
+ML_MODE = "workflowType=machine_learning"
 TRIAL_TAG = "autotune.trial_number"
 
 
@@ -131,10 +141,12 @@ class Tracker:
         self.experiment_id = self._experiment()
         self.parent_id = self._find(f"tags.`{KIND_TAG}` = 'study'")
         if self.parent_id is not None:
+            self._write_view()
             return
         run = self.client.create_run(self.experiment_id, run_name=f"study {self.cfg.name}",
                                      tags={KIND_TAG: "study", STUDY_TAG: self.cfg.name})
         self.parent_id = run.info.run_id
+        self._write_view()
         params = {
             "model": self.cfg.server.model, "profile": self.cfg.profile.name,
             "search_space": self.cfg.search_space, "sampler": self.cfg.sampler.name,
@@ -154,6 +166,11 @@ class Tracker:
         space = load_search_space(self.cfg.search_space)
         self.client.log_dict(self.parent_id, space.model_dump(mode="json"), "search_space.yaml")
 
+    def _write_view(self) -> None:
+        assert self.experiment_id is not None
+        self.client.set_experiment_tag(self.experiment_id, SHARED_VIEW_TAG + VIEW_KEY,
+                                       json.dumps(runs_view(self.cfg, self.parent_id)))
+
     # -- trials --------------------------------------------------------------------------------
     def log_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         t0 = time.perf_counter()
@@ -171,11 +188,15 @@ class Tracker:
         recs = records(study)
         rec = next(r for r in recs if r.number == trial.number)
         facts = rec.facts
-        # not nested under the study's run (mlflow.parentRunId): MLflow 3's runs view shows
-        # nested runs collapsed under their parent, with their metrics hidden
-        tags = {STUDY_RUN_TAG: self.parent_id, KIND_TAG: "trial", STUDY_TAG: self.cfg.name,
+        # nested under the study's run; the view `autotune ui` opens (runs_view) expands it, so
+        # every trial is listed with its metrics
+        tags = {STUDY_RUN_TAG: self.parent_id, "mlflow.parentRunId": self.parent_id,
+                KIND_TAG: "trial", STUDY_TAG: self.cfg.name,
                 TRIAL_TAG: str(trial.number), "autotune.state": rec.status.value,
                 "autotune.baseline": str(rec.baseline).lower()}
+        gain = gain_text(rec, baseline(recs), self.cfg.metric_names()[0])
+        if gain:
+            tags[GAIN_TAG] = gain
         if rec.cause:
             tags["autotune.cause"] = rec.cause[:5000]
         if facts.reused_from is not None:
@@ -275,6 +296,12 @@ class Tracker:
             if imp:
                 (d / "importances.json").write_text(json.dumps(imp, indent=2))
             self.client.log_artifacts(self.parent_id, str(d), artifact_path="pareto")
+        assert self.experiment_id is not None
+        ids = {int(r.data.tags[TRIAL_TAG]): r.info.run_id for r in self.client.search_runs(
+            [self.experiment_id], f"tags.`{KIND_TAG}` = 'trial'", max_results=5000)
+            if TRIAL_TAG in r.data.tags}
+        self.client.set_tag(self.parent_id, "mlflow.note.content",
+                            study_note(self.cfg, recs, front, self.experiment_id, ids))
         ts = int(time.time() * 1000)
         n = len(recs)
         self.client.log_batch(self.parent_id, metrics=[
@@ -315,6 +342,9 @@ class Tracker:
                     metrics.append(Metric(f"confirm_trial_{num}_{k}", float(row[k]), ts, 0))
         tags = [RunTag("autotune.recommended", str(res.recommended))] \
             if res.recommended is not None else []
+        note = self.client.get_run(self.parent_id).data.tags.get("mlflow.note.content", "")
+        if res.recommended is not None and "**Confirm phase**" not in note:
+            tags.append(RunTag("mlflow.note.content", note + "\n\n" + confirm_note(res)))
         self.client.log_batch(self.parent_id, metrics=metrics, tags=tags)
         # on each finalist's own run too, so the runs view shows the interval beside the trial
         for num, row in res.configs.items():
@@ -325,8 +355,11 @@ class Tracker:
                     Metric("confirm_median", float(row["median"]), ts, 0)]
             mine += [Metric(f"confirm_{k}", float(row[k]), ts, 0)
                      for k in ("gain", "gain_low", "gain_high") if k in row]
-            self.client.log_batch(rid, metrics=mine, tags=[RunTag(
-                "autotune.confirm", row.get("text", "baseline"))])
+            boots = len(row["values"])
+            gain = (f"{row['text']} ({boots} boots)" if "text" in row
+                    else f"vLLM's defaults ({boots} boots)")
+            self.client.log_batch(rid, metrics=mine, tags=[
+                RunTag("autotune.confirm", row.get("text", "baseline")), RunTag(GAIN_TAG, gain)])
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
             (d / "confirm.json").write_text(json.dumps(res.to_json(), indent=2) + "\n")
@@ -354,11 +387,102 @@ def sync(cfg: StudyConfig, study: optuna.Study, tracking_uri: str | None = None)
     return len(finished) if tr.failures == 0 else -tr.failures
 
 
-def runs_url(ui_url: str, experiment_id: str) -> str:
-    """The MLflow UI page of a study's runs: the model-training view (not the GenAI overview
-    MLflow 3 opens by default), as charts: every trial's metrics and capacity curves."""
-    return (f"{ui_url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
-            "&compareRunsMode=CHART")
+def objective_columns(cfg: StudyConfig) -> list[str]:
+    """The metric names the runs view shows for the objectives: a suite's scores are logged as
+    `objective_<name>`, a single profile's objectives under their own names."""
+    return [f"objective_{m}" if cfg.profiles else m for m in cfg.metric_names()]
+
+
+def runs_view(cfg: StudyConfig, parent_id: str | None) -> dict[str, Any]:
+    """The saved view of a study's runs (MLflow 3.17's shared view state): every trial, sorted
+    by the first objective, with the objectives, the gain against vLLM's defaults, the SLO
+    metrics, the state and the searched flags (empty = vLLM's default) as the first columns."""
+    from autotune.search_space import load_search_space
+
+    objs = objective_columns(cfg)
+    slos = [] if cfg.profiles else [s.metric for s in cfg.slos if s.metric not in objs]
+    flags = list(load_search_space(cfg.search_space).parameters)
+    cols = ([f"metrics.`{m}`" for m in objs] + [f"tags.`{GAIN_TAG}`"]
+            + [f"metrics.`{m}`" for m in dict.fromkeys(slos)] + ["tags.`autotune.state`"]
+            + [f"params.`{p}`" for p in flags])
+    return {
+        # the search facets
+        "searchFilter": "", "orderByKey": cols[0],
+        "orderByAsc": cfg.objectives[0].direction == "minimize", "startTime": "ALL",
+        "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
+        # the table
+        "selectedColumns": cols, "columnOrder": cols,
+        "columnWidths": {c: 150 if c == f"tags.`{GAIN_TAG}`" else 110 for c in cols},
+        "runsExpanded": {parent_id: True} if parent_id else {},
+        "runsHiddenMode": "SHOW_ALL", "runsPinned": [], "runsHidden": [],
+        "viewMaximized": False, "runListHidden": False,
+    }
+
+
+def study_note(cfg: StudyConfig, recs: list[TrialRecord], front: set[int], experiment_id: str,
+               run_ids: dict[int, str]) -> str:
+    """The study run's description (Markdown, shown on its page): what was asked, the front
+    with links to its trials, and where the whole table is."""
+    objs = cfg.metric_names()
+    measured = [r for r in recs if r.measured]
+    base = baseline(recs)
+    asked = ", ".join(f"{o.direction} {n}" for o, n in zip(cfg.objectives, objs, strict=True))
+    slos = ", ".join(s.text() for s in cfg.slos) or "none"
+    link = runs_url("", experiment_id)[1:]  # "#/experiments/..." on the same page
+    lines = [f"**autotune study `{cfg.name}`**: {len(recs)} trials, {len(measured)} measured. "
+             f"Objectives: {asked}. SLOs: {slos}.", "",
+             f"[Every trial, sorted by {objs[0]}]({link})", "",
+             "The Pareto front (no trial is better on every objective):", "",
+             "| trial | " + " | ".join(objs) + " | vs vLLM's defaults | flags |",
+             "|---|" + "---:|" * len(objs) + "---|---|"]
+    for r in sorted((r for r in recs if r.number in front), key=lambda r: r.number):
+        name = f"trial {r.number}"
+        if r.number in run_ids:
+            name = f"[{name}](#/experiments/{experiment_id}/runs/{run_ids[r.number]}?{ML_MODE})"
+        flags = shell_join(params_to_args(r.flags)) or "vLLM's defaults"
+        vals = " | ".join(f"{r.values[m]:,.2f}" if m in r.values else "-" for m in objs)
+        lines.append(f"| {name} | {vals} | {gain_text(r, base, objs[0]) or '-'} | "
+                     f"`{flags}` |")
+    lines += ["", "Plots and tables: this run's artifacts, `pareto/` (pareto.html, trials.csv)."]
+    return "\n".join(lines)
+
+
+def confirm_note(res: ConfirmResult) -> str:
+    row = res.configs.get(res.recommended or -1, {})
+    if res.recommended == res.base:
+        return (f"**Confirm phase**: keep vLLM's defaults (trial {res.base}); no finalist beat "
+                f"them on {res.metric} beyond the noise.")
+    return (f"**Confirm phase**: trial {res.recommended}, {res.metric} "
+            f"{row.get('text', '')} against vLLM's defaults over {len(row.get('values', []))} "
+            "boots.")
+
+
+def gain_text(rec: TrialRecord, base: TrialRecord | None, metric: str) -> str:
+    """A trial's first objective against vLLM's defaults, as the runs view shows it."""
+    if rec.baseline:
+        return "vLLM's defaults"
+    d = deltas(rec, base).get(metric)
+    return "" if d is None else f"{d * 100:+.1f}% (one boot)"
+
+
+def runs_url(ui_url: str, experiment_id: str, shared_view: bool = True) -> str:
+    """The MLflow UI page of a study's runs: the model-training table (not the GenAI overview
+    MLflow 3 opens by default) in the study's saved view (runs_view), or, for a study logged
+    before it had one, the table sorted by nothing in particular."""
+    view = f"viewStateShareKey={VIEW_KEY}&" if shared_view else ""
+    return f"{ui_url}/#/experiments/{experiment_id}/runs?{view}{ML_MODE}&compareRunsMode=TABLE"
+
+
+def run_url(ui_url: str, experiment_id: str, run_id: str) -> str:
+    """One trial's page, kept in the model-training mode."""
+    return f"{ui_url}/#/experiments/{experiment_id}/runs/{run_id}?{ML_MODE}"
+
+
+def has_shared_view(tracking_uri: str, experiment_id: str) -> bool:
+    from mlflow.tracking import MlflowClient
+
+    exp = MlflowClient(tracking_uri=tracking_uri).get_experiment(experiment_id)
+    return SHARED_VIEW_TAG + VIEW_KEY in exp.tags
 
 
 def find_study_experiment(tracking_uri: str, study: str | None = None) -> tuple[str, str] | None:

@@ -192,8 +192,10 @@ def test_mlflow_has_parent_child_runs_and_front(study_file: Path,
     assert sorted(children["tags.autotune.trial_number"].astype(int)) == [
         t.number for t in st.get_trials()]
     parent_id = parents["run_id"].iloc[0]
-    # linked to the study's run by a tag, not nested (MLflow 3 hides nested runs' metrics)
+    # nested under the study's run (the saved view expands it), and linked by a tag
     assert set(children["tags.autotune.study_run"]) == {parent_id}
+    assert set(children["tags.mlflow.parentRunId"]) == {parent_id}
+    assert set(children["tags.autotune.gain"]) >= {"vLLM's defaults"}
     by_num = {int(r["tags.autotune.trial_number"]): r for _, r in children.iterrows()}
     for t in st.get_trials():
         r = by_num[t.number]
@@ -242,8 +244,9 @@ def test_mlflow_ui_serves_the_runs(study_file: Path,
 
     found = find_study_experiment(default_tracking_uri(c))  # the latest study: this one
     assert found == (eid, c.name)
-    assert runs_url(ui.url, eid).endswith(
-        f"/#/experiments/{eid}/runs?workflowType=machine_learning&compareRunsMode=CHART")
+    assert runs_url(ui.url, eid).endswith(f"/#/experiments/{eid}/runs?viewStateShareKey="
+                                          "autotune&workflowType=machine_learning"
+                                          "&compareRunsMode=TABLE")
     kinds = [t["value"] for r in res["runs"] for t in r["data"]["tags"]
              if t["key"] == "autotune.kind"]
     assert kinds.count("study") == 1 and kinds.count("trial") == len(load(study_file).trials)
@@ -321,3 +324,101 @@ def test_confirm_phase_and_validate_boot_interleaved_repeats(
     out = " ".join(v.stdout.split())
     assert "the study said" in out and "2 boots; the re-runs say" in out
     assert "%, one measurement" in out and "--repeats 2 or more" in out
+
+
+def test_mlflow_ui_first_screen_in_a_browser(study_file: Path,
+                                            first_run: subprocess.CompletedProcess[str],
+                                            tmp_path: Path) -> None:
+    """`autotune ui` on this study, its printed address opened in headless Chromium: the first
+    screen lists every trial, sorted by the first objective, with the objectives, the gain
+    against vLLM's defaults and the SLO metric as columns; a trial's page (the link in the study
+    run's description) opens in the runs view, not MLflow's GenAI mode. With
+    $AUTOTUNE_UI_RESULTS set (docs/results/ui), it writes the screenshot and summary.json there
+    (the README's picture)."""
+    import shutil
+
+    from mlflow.tracking import MlflowClient
+
+    from autotune.tracking import default_tracking_uri
+    from tests.browser import chrome, wait_text
+
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        if os.environ.get("CI"):
+            pytest.fail("CI needs Debian's chromium and chromium-driver (.ci/run installs them)")
+        pytest.skip("no chromium/chromedriver on this machine (apt install chromium "
+                    "chromium-driver)")
+    c = load_study_config(study_file)
+    st = load(study_file)
+    port = free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "autotune", "ui", "--workdir", c.workdir,
+                           "--port", str(port)], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert ui.stdout is not None
+        lines: list[str] = []
+        for line in ui.stdout:
+            lines.append(line)
+            if line.startswith("http"):
+                break
+        url = lines[-1].strip()
+        assert url.startswith(f"http://127.0.0.1:{port}/#/experiments/"), lines
+        with chrome() as d:
+            d.get(url)
+            body = wait_text(d, "trial-0000", 90)
+            shot = (Path(os.environ["AUTOTUNE_UI_RESULTS"]) / "first-screen.png"
+                    if os.environ.get("AUTOTUNE_UI_RESULTS") else tmp_path / "ui.png")
+            shot.parent.mkdir(parents=True, exist_ok=True)
+            d.save_screenshot(str(shot))
+            from selenium.webdriver.common.by import By
+
+            heads = [e.text for e in d.find_elements(By.CSS_SELECTOR, "[role=columnheader]")]
+            for col in ("total_token_throughput", "mean_tpot_ms", "autotune.gain"):
+                assert any(h.startswith(col[:20]) for h in heads), (col, heads)
+            listed = [t.number for t in st.get_trials() if f"trial-{t.number:04d}" in body]
+            assert listed == [t.number for t in st.get_trials()], body[:2000]
+            assert "Evaluation runs" not in body  # the model-training mode, not GenAI's
+            # the rows come sorted by the first objective (maximize): the best measured first
+            names = [e.text for e in d.find_elements(By.CSS_SELECTOR, "a")
+                     if e.text.startswith("trial-")]
+            # what MLflow does when a trial's name in the table is clicked (recorded, not
+            # asserted: its links drop the mode, and the mode then comes from the browser's
+            # local storage, where a browser that never chose one has GenAI)
+            d.find_element(By.LINK_TEXT, names[0]).click()
+            clicked = wait_text(d, "Model metrics", 60)
+            d.get(url)
+            wait_text(d, "trial-0000", 60)
+            best = max((t for t in st.get_trials() if t.values and not
+                        t.user_attrs.get("failure")), key=lambda t: t.values[0])
+            assert names[0] == f"trial-{best.number:04d}", names
+            # a trial's page, from the link the study run's description gives
+            client = MlflowClient(default_tracking_uri(c))
+            parent = client.search_runs([url.split("/experiments/")[1].split("/")[0]],
+                                        "tags.`autotune.kind` = 'study'")[0]
+            note = parent.data.tags["mlflow.note.content"]
+            link = note.split("](#/experiments/", 2)[2].split(")")[0]
+            d.get(f"http://127.0.0.1:{port}/#/experiments/{link}")
+            page = wait_text(d, "Model metrics", 60)
+            assert "Evaluation runs" not in page and "Evaluations" not in page, page[:1500]
+        out = os.environ.get("AUTOTUNE_UI_RESULTS")
+        if out:  # docs/results/ui: what the first screen showed
+            import json
+
+            Path(out).mkdir(parents=True, exist_ok=True)
+            (Path(out) / "summary.json").write_text(json.dumps({
+                "mlflow": __import__("mlflow").__version__, "window": [1600, 1000],
+                # column headers (the grid renders each twice; group headers left out)
+                "columns_visible": [h for h in dict.fromkeys(heads)
+                                    if h and h not in ("Metrics", "Tags", "Parameters")],
+                "trials_listed": len(listed), "trials_in_study": len(st.get_trials()),
+                "first_row": names[0], "best_by_first_objective": f"trial-{best.number:04d}",
+                "first_screen_has_objectives": all(
+                    any(h.startswith(m[:20]) for h in heads) for m in c.metric_names()),
+                "genai_mode_on_trial_page": "Evaluation runs" in page,
+                "genai_mode_on_trial_page_clicked_from_table": "Evaluation runs" in clicked,
+                "screenshot": "first-screen.png",
+            }, indent=2) + "\n")
+    finally:
+        import signal
+
+        os.killpg(ui.pid, signal.SIGINT)
+        ui.wait(60)
