@@ -11,6 +11,7 @@ else raised inside a trial is recorded on it and stops the study (TrialError).
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -122,9 +123,11 @@ class Objective:
         workdir = self.study_dir / f"trial-{trial.number:04d}"
         log_path = str(workdir / "server.log")
         phase = ["starting"]
+        began: dict[str, float] = {}  # when the boot and what follows it began
 
         def on_phase(p: str) -> None:
             phase[0] = p
+            began.setdefault("boot" if p.startswith("booting") else "after", time.monotonic())
             hook(trial.number, p, flags)
 
         try:
@@ -151,7 +154,8 @@ class Objective:
             fatal = baseline and isinstance(e, ServerBootError) and unfixable_by(self.space,
                                                                                   cause)
             return self._fail(trial, TrialFacts(log_path=log_path, cause=cause,
-                                                failure=type(e).__name__, fatal=fatal or None))
+                                                failure=type(e).__name__, fatal=fatal or None,
+                                                timings=failed_timings(began)))
         except Exception as e:  # not a verdict on the config: record it, stop the study
             write_facts(trial, TrialFacts(
                 cause=f"{type(e).__name__}: {e}", log_path=log_path,
@@ -297,3 +301,14 @@ class Objective:
                     not t.user_attrs.get("fatal"):
                 return t
         return None
+
+
+def failed_timings(began: dict[str, float]) -> dict[str, float]:
+    """A failed trial's boot and bench seconds, up to its failure: the report counts them as
+    the server's time, not the tuner's."""
+    now = time.monotonic()
+    boot = began.get("boot")
+    if boot is None:
+        return {}
+    after = began.get("after")
+    return {"boot_s": (after or now) - boot, "bench_s": now - after if after else 0.0}

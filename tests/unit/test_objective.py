@@ -157,3 +157,19 @@ def test_a_confirm_repeat_of_a_capacity_trial_never_stops_early(
     assert seen[1] == (4.0, 4.0)  # a first-pass trial starts at, and may stop below, the best
     assert seen[2] == (8.0, None)  # the baseline's repeat starts at the best, searches it all
     assert study.trials[2].values == [4.0]
+
+
+def test_a_failed_boot_records_its_seconds_as_the_servers() -> None:
+    """A boot that failed after 29 s was counted by report.md as the tuner's overhead: the
+    failure now records the boot (and any bench) seconds up to it."""
+    import time
+
+    from autotune.objective import failed_timings
+
+    now = time.monotonic()
+    assert failed_timings({}) == {}  # refused before the boot: no server time
+    t = failed_timings({"boot": now - 29.0})
+    assert t["boot_s"] == pytest.approx(29.0, abs=0.5) and t["bench_s"] == 0.0
+    t = failed_timings({"boot": now - 40.0, "after": now - 10.0})
+    assert t["boot_s"] == pytest.approx(30.0, abs=0.5)
+    assert t["bench_s"] == pytest.approx(10.0, abs=0.5)
