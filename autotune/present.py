@@ -21,6 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from autotune.config import StudyConfig
 from autotune.confirm import ConfirmResult, config_gains
 from autotune.metrics import BenchMetrics
 from autotune.results import Status, TrialRecord, records
@@ -183,8 +184,10 @@ STATUS_STYLE = {Status.OK: "[green]{}[/green]", Status.SLO_MISS: "[yellow]{}[/ye
 class StudyView:
     """Live progress of a study: an overall bar and the current trial's phase."""
 
-    def __init__(self, total: int, done: int, metrics: list[str]) -> None:
+    def __init__(self, total: int, done: int, metrics: list[str],
+                 cfg: StudyConfig | None = None) -> None:
         self.metrics = metrics
+        self.cfg = cfg  # for the bill so far, printed with each trial
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
             MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
@@ -223,7 +226,14 @@ class StudyView:
             msg = rec.label()
         what = f"repeat of trial {rec.facts.repeat_of}" if rec.facts.repeat_of is not None \
             else params_text(trial.params)
-        console.print(f"trial {trial.number}: {msg}  [dim]{escape(what)}[/dim]", highlight=False)
+        cost = ""
+        if self.cfg is not None:
+            from autotune.bill import bill
+
+            b = bill(study, self.cfg)
+            cost = f" [dim](bill so far {b.total:.1f} {b.unit})[/dim]"
+        console.print(f"trial {trial.number}: {msg}  [dim]{escape(what)}[/dim]{cost}",
+                      highlight=False)
 
 
 def confirm_table(res: ConfirmResult) -> Table:

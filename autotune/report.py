@@ -180,6 +180,11 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
                   f"![load curves]({name})", ""]
         lines += curves_markdown(recs, axis, prof)
     lines += ["", "## Where the time went", ""] + time_markdown(time_split(recs))
+    from autotune.bill import bill
+
+    cost = bill(study, cfg).lines()
+    if cost:
+        lines += ["", "## The bill", "", "```", *cost, "```"]
     trial_dirs = sorted(cfg.study_dir().glob("trial-*"))
     if trial_dirs:
         lines += ["", "## Raw files", "",

@@ -52,7 +52,7 @@ def tracked(cfg: StudyConfig, tracker: Tracker | None, total: int, done: int, *,
     is printed and logged to MLflow (unless workers log their own), the front refreshed every
     `front_every` trials; on the way out (success or not) the front is logged and the study's
     run closed, after logging whatever workers could not (`backfill`)."""
-    with StudyView(total, done, cfg.metric_names()) as view:
+    with StudyView(total, done, cfg.metric_names(), cfg) as view:
 
         def on_trial(st: optuna.Study, trial: FrozenTrial) -> None:
             view.on_trial(st, trial)
