@@ -27,7 +27,8 @@ from autotune.metrics import BenchMetrics
 from autotune.results import Status, TrialRecord, records
 from autotune.stats import Gain
 
-console = Console(stderr=True)
+# piped (CI logs, `| tee`), a line is not broken at 80 columns in the middle of a value
+console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
 # tables are wide: when stdout is not a terminal (CI logs, pipes) give them room
 out = Console(width=None if sys.stdout.isatty() else 180)
 
