@@ -172,7 +172,7 @@ def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Tria
         text = escape(f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
                       else params_text(r.params))
         if r.cause:
-            text += f"\n[red]{escape(r.cause[:200])}[/red]"
+            text += f"\n[red]{escape(short_cause(r.cause, 200))}[/red]"
         cells.append(text)
         t.add_row(*cells)
     return t
@@ -180,6 +180,19 @@ def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Tria
 
 STATUS_STYLE = {Status.OK: "[green]{}[/green]", Status.SLO_MISS: "[yellow]{}[/yellow]",
                 Status.INFEASIBLE: "[red]{}[/red]", Status.ERROR: "[red]{}[/red]"}
+
+
+def short_cause(cause: str, n: int) -> str:
+    """A failure's cause cut to about `n` characters at the end of a sentence (else of a word),
+    marked with an ellipsis: not in the middle of a value ("-> (")."""
+    first = cause.strip().splitlines()[0] if cause.strip() else ""
+    if len(first) <= n:
+        return first
+    cut = first.rfind(". ", 0, n)
+    if cut >= n // 3:
+        return first[:cut + 1] + " …"
+    cut = first.rfind(" ", 0, n)
+    return (first[:cut] if cut > 0 else first[:n]) + " …"
 
 
 class StudyView:
@@ -222,7 +235,7 @@ class StudyView:
             if rec.status == Status.SLO_MISS:
                 msg = "[yellow]SLO miss[/yellow]: " + msg
         elif rec.cause:
-            msg = f"[red]{rec.label()}[/red]: {escape(rec.cause[:150])}"
+            msg = f"[red]{rec.label()}[/red]: {escape(short_cause(rec.cause, 150))}"
         else:
             msg = rec.label()
         what = f"repeat of trial {rec.facts.repeat_of}" if rec.facts.repeat_of is not None \

@@ -12,7 +12,14 @@ import optuna
 
 from autotune.config import StudyConfig
 from autotune.confirm import config_gains
-from autotune.present import confirm_lines, gain_text, is_base, params_text, short_metric
+from autotune.present import (
+    confirm_lines,
+    gain_text,
+    is_base,
+    params_text,
+    short_cause,
+    short_metric,
+)
 from autotune.results import TrialRecord, curve_profiles, front_numbers, records
 
 
@@ -81,7 +88,7 @@ def trials_markdown(recs: list[TrialRecord], metrics: list[str], front: set[int]
             f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
             else params_text(r.params))
         if r.cause:
-            what += f" -- {r.cause[:160]}"
+            what += f" -- {short_cause(r.cause, 160)}"
         cells += [_f(r.timings.get("boot_s")), _f(r.timings.get("bench_s")),
                   "yes" if r.number in front else "", what.replace("|", "\\|")]
         lines.append("| " + " | ".join(cells) + " |")

@@ -99,3 +99,15 @@ def test_export_picks_on_the_median_of_a_configs_boots_not_its_luckiest(tmp_path
     pick = choose(st, cfg, "throughput")
     assert pick.number == 1 and pick.values["total_token_throughput"] == 9000.0
     assert sorted(boots_of(st, cfg, pick)["total_token_throughput"]) == [8900.0, 9000.0, 9100.0]
+
+
+def test_a_cause_is_cut_at_a_sentence_not_mid_value() -> None:
+    """The CPU demo printed an infeasible trial's cause cut at "-> (" (150 characters)."""
+    from autotune.present import short_cause
+
+    cause = ("RuntimeError: _C::static_scaled_fp8_quant() expected at most 0 argument(s) but "
+             "received 4 argument(s). Declaration: _C::static_scaled_fp8_quant() -> ()")
+    assert short_cause(cause, 150) == ("RuntimeError: _C::static_scaled_fp8_quant() expected at "
+                                       "most 0 argument(s) but received 4 argument(s). …")
+    assert short_cause("short\nsecond line", 150) == "short"
+    assert short_cause("a " * 100, 20).endswith(" …") and len(short_cause("a " * 100, 20)) <= 22
