@@ -121,11 +121,16 @@ def gain_text(g: Gain) -> str:
 
 
 def value_text(r: TrialRecord, m: str, v: Any, g: Gain | None) -> str:
-    """A trial's value of `m` with its change against the baseline. A capacity search that
+    """A trial's value of `m` with its change against the baseline (and, where the change
+    pools several boots of the config, their median, which the change is of). A capacity search that
     stopped early below the incumbent gives a lower bound: "≥42.19, stopped early" (no change
     printed: a bound's change against the baseline's measurement would read as a loss)."""
     if v is not None and r.lower_bound(m):
         return f"≥{_fmt(v)}, stopped early"
+    if g is not None and g.n > 1 and g.median is not None:
+        # the change is of the config's median over its boots: show that median beside it,
+        # so a boot reading above the baseline's median is not read as the loss printed
+        return f"{_fmt(v)}; median {_fmt(g.median)} ({gain_text(g)})"
     return _fmt(v) + (f" ({gain_text(g)})" if g is not None else "")
 
 

@@ -86,6 +86,7 @@ class Gain:
     n: int  # A's measurements
     n_base: int
     noise_floor: float  # the baseline's relative standard deviation
+    median: float | None = None  # A's median, the value the gain is of
 
     @property
     def significant(self) -> bool:
@@ -107,12 +108,12 @@ def gain_ci(values: Sequence[float], base: Sequence[float], level: float = LEVEL
     a, b = np.asarray(values, dtype=float), np.asarray(base, dtype=float)
     g = float(np.median(a) / np.median(b) - 1)
     if len(a) < 2 or len(b) < 2:
-        return Gain(g, g, g, len(a), len(b), rel_sd(base))
+        return Gain(g, g, g, len(a), len(b), rel_sd(base), float(np.median(a)))
     rng = np.random.default_rng(seed)
     boots = _boot_medians(a, rng, n) / _boot_medians(b, rng, n) - 1
     q = (1 - level) / 2
     return Gain(g, float(np.quantile(boots, q)), float(np.quantile(boots, 1 - q)), len(a),
-                len(b), rel_sd(base))
+                len(b), rel_sd(base), float(np.median(a)))
 
 
 def pick(samples: Mapping[str, Sequence[float]], rule: str = "lower_bound",

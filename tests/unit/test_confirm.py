@@ -253,3 +253,20 @@ def test_an_early_stopped_capacity_reads_as_a_lower_bound_in_the_tables() -> Non
     md = "\n".join(trials_markdown([dataclasses.replace(base, values={"capacity": 50.0}), early,
                                     full], ["capacity"], front=set()))
     assert "| ≥40.0 | stopped early |" in md and "-20.0%" not in md
+
+
+def test_a_pooled_change_is_shown_beside_the_median_it_is_of() -> None:
+    """The CPU demo's table showed a repeat's own 9,242.72, above the baseline's median, beside
+    the config's pooled -45.1%: the config's median now stands beside the change."""
+    from autotune.present import value_text
+    from autotune.results import Status, TrialFacts, TrialRecord
+    from autotune.stats import gain_ci
+
+    r = TrialRecord(number=7, status=Status.OK, facts=TrialFacts(), params={},
+                    values={"total_token_throughput": 9242.72})
+    g = gain_ci([9242.72, 4000.0, 4540.0], [8268.23, 7000.0, 13517.94])
+    text = value_text(r, "total_token_throughput", 9242.72, g)
+    assert text.startswith("9,242.72; median 4,540.00 (") and text.endswith(", 3 boots)")
+    one = gain_ci([9242.72], [8268.23])
+    assert value_text(r, "total_token_throughput", 9242.72, one) == \
+        "9,242.72 (+11.8%, one measurement)"
