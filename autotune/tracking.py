@@ -194,7 +194,7 @@ class Tracker:
                 KIND_TAG: "trial", STUDY_TAG: self.cfg.name,
                 TRIAL_TAG: str(trial.number), "autotune.state": rec.status.value,
                 "autotune.baseline": str(rec.baseline).lower()}
-        gain = gain_text(rec, baseline(recs), self.cfg.metric_names()[0])
+        gain = gain_tag(rec, baseline(recs), self.cfg.metric_names()[0])
         if gain:
             tags[GAIN_TAG] = gain
         if rec.cause:
@@ -438,10 +438,10 @@ def study_note(cfg: StudyConfig, recs: list[TrialRecord], front: set[int], exper
     for r in sorted((r for r in recs if r.number in front), key=lambda r: r.number):
         name = f"trial {r.number}"
         if r.number in run_ids:
-            name = f"[{name}](#/experiments/{experiment_id}/runs/{run_ids[r.number]}?{ML_MODE})"
+            name = f"[{name}]({run_url('', experiment_id, run_ids[r.number])[1:]})"
         flags = shell_join(params_to_args(r.flags)) or "vLLM's defaults"
         vals = " | ".join(f"{r.values[m]:,.2f}" if m in r.values else "-" for m in objs)
-        lines.append(f"| {name} | {vals} | {gain_text(r, base, objs[0]) or '-'} | "
+        lines.append(f"| {name} | {vals} | {gain_tag(r, base, objs[0]) or '-'} | "
                      f"`{flags}` |")
     lines += ["", "Plots and tables: this run's artifacts, `pareto/` (pareto.html, trials.csv)."]
     return "\n".join(lines)
@@ -457,7 +457,7 @@ def confirm_note(res: ConfirmResult) -> str:
             "boots.")
 
 
-def gain_text(rec: TrialRecord, base: TrialRecord | None, metric: str) -> str:
+def gain_tag(rec: TrialRecord, base: TrialRecord | None, metric: str) -> str:
     """A trial's first objective against vLLM's defaults, as the runs view shows it."""
     if rec.baseline:
         return "vLLM's defaults"

@@ -9,7 +9,7 @@ import optuna
 from autotune.config import StudyConfig
 from autotune.results import TrialFacts, baseline, front_numbers, records
 from autotune.search_space import load_search_space
-from autotune.tracking import gain_text, run_url, runs_url, runs_view, study_note
+from autotune.tracking import gain_tag, run_url, runs_url, runs_view, study_note
 
 
 def _cfg(tmp_path: Path, direction: str = "maximize") -> StudyConfig:
@@ -60,8 +60,8 @@ def test_gain_and_the_study_note(tmp_path: Path) -> None:
     st = _study()
     recs = records(st)
     base = baseline(recs)
-    assert gain_text(recs[0], base, "total_token_throughput") == "vLLM's defaults"
-    assert gain_text(recs[1], base, "total_token_throughput") == "+50.0% (one boot)"
+    assert gain_tag(recs[0], base, "total_token_throughput") == "vLLM's defaults"
+    assert gain_tag(recs[1], base, "total_token_throughput") == "+50.0% (one boot)"
     note = study_note(_cfg(tmp_path), recs, front_numbers(st), "7", {1: "r1"})
     assert "(#/experiments/7/runs?viewStateShareKey=autotune" in note
     assert ("| [trial 1](#/experiments/7/runs/r1?workflowType=machine_learning) | 150.00 | "
