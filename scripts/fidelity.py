@@ -34,17 +34,17 @@ from typing import Any
 
 import httpx
 
-from autotune.bench import measure, server_env, write_records
-from autotune.capacity import judge
 from autotune.cli.bench import parse_slo
-from autotune.command import serve_argv
-from autotune.config import ServerConfig
-from autotune.datasets import build_requests, sharegpt_json_for_vllm
-from autotune.process import free_port
-from autotune.profile import ProfileConfig, SLOConfig
-from autotune.scrape import ServerStats, scrape_once
-from autotune.server import ServerProcess
-from autotune.tinymodel import make_tiny_model
+from autotune.config.study import ServerConfig
+from autotune.config.workload import ProfileConfig, SLOConfig
+from autotune.load.datasets import build_requests, sharegpt_json_for_vllm
+from autotune.load.tinymodel import make_tiny_model
+from autotune.measure.capacity import judge
+from autotune.measure.runner import measure, server_env, write_records
+from autotune.server.command import serve_argv
+from autotune.server.lifecycle import ServerProcess
+from autotune.server.process import free_port
+from autotune.server.scrape import ServerStats, scrape_once
 
 KEYS = ("p50_ttft_ms", "p99_ttft_ms", "mean_ttft_ms", "p99_tpot_ms", "total_token_throughput",
         "request_throughput")

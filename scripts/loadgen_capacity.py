@@ -25,9 +25,9 @@ import time
 from typing import Any
 
 import autotune
-from autotune.datasets import Request
 from autotune.load import LoadSettings, run_load
-from autotune.metrics import compute_metrics
+from autotune.load.datasets import Request
+from autotune.measure.metrics import compute_metrics
 
 EVENT = ("data: " + json.dumps({
     "id": "cmpl-0123456789abcdef0123456789abcdef", "object": "text_completion", "created": 1,

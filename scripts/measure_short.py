@@ -19,10 +19,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from autotune.bench import booted, measure
-from autotune.config import load_study_config
-from autotune.datasets import build_requests
-from autotune.metrics import steady_share
+from autotune.config.study import load_study_config
+from autotune.load.datasets import build_requests
+from autotune.measure.metrics import steady_share
+from autotune.measure.runner import booted, measure
 
 
 def main() -> None:

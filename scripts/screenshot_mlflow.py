@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 
-from autotune.mlflow_ui import MlflowUI
-from autotune.process import free_port
-from autotune.tracking import runs_url
+from autotune.outputs.mlflow_ui import MlflowUI
+from autotune.outputs.tracking import runs_url
+from autotune.server.process import free_port
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from autotune.tinymodel import make_tiny_model
+    from autotune.load.tinymodel import make_tiny_model
 
     cache = os.environ.get("AUTOTUNE_TEST_MODEL_DIR")
     out = Path(cache) if cache else tmp_path_factory.mktemp("models") / "tiny-qwen3"

@@ -7,9 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.bench import BenchResult, Timings
 from autotune.errors import ServerBootError
-from autotune.metrics import RequestRecord, compute_metrics
+from autotune.load.record import RequestRecord
+from autotune.measure.metrics import compute_metrics
+from autotune.measure.runner import BenchResult, Timings
 
 
 def fake_bench(calls: list[dict[str, Any]],

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from autotune.process import ProcessGroup, free_port
+from autotune.server.process import ProcessGroup, free_port
 
 
 def wait_ready(url: str, timeout_s: float = 120) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from autotune.process import free_port
+from autotune.server.process import free_port
 
 
 def _bindir() -> Path | None:

@@ -6,11 +6,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from autotune.bench import server_env
-from autotune.command import serve_argv
-from autotune.config import ServerConfig
-from autotune.process import free_port
-from autotune.server import ServerProcess
+from autotune.config.study import ServerConfig
+from autotune.measure.runner import server_env
+from autotune.server.command import serve_argv
+from autotune.server.lifecycle import ServerProcess
+from autotune.server.process import free_port
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from autotune import __version__
 from autotune.errors import AutotuneError
-from autotune.present import console
+from autotune.outputs.console import console
 
 DEBUG = {"on": False}
 

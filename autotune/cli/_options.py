@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import click
 
-from autotune.config import SamplerName, StudyConfig, load_study_config
-from autotune.present import console
-from autotune.profile import CapacityConfig, Endpoint, ProfileConfig, ProfileName
-from autotune.schema import parse_model
+from autotune.config.base import parse_model
+from autotune.config.study import SamplerName, StudyConfig, load_study_config
+from autotune.config.workload import CapacityConfig, Endpoint, ProfileConfig, ProfileName
+from autotune.outputs.console import console
 
 if TYPE_CHECKING:  # imported when used: `autotune --help` need not load Optuna or MLflow
-    from autotune.preflight import Preflight
-    from autotune.tracking import Tracker
+    from autotune.outputs.tracking import Tracker
+    from autotune.tuning.preflight import Preflight
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -119,14 +119,14 @@ def load_cfg(config_path: Path, study_name: str | None, storage: str | None,
 
 
 def study_extra(cfg: StudyConfig, pre: Preflight, requests: list[Any]) -> dict[str, str]:
-    from autotune.datasets import requests_digest
+    from autotune.load.datasets import requests_digest
 
     return {"vllm_version": pre.vllm.version, "dataset_hash": requests_digest(requests),
             "vllm_executable": " ".join(cfg.server.executable)}
 
 
 def make_tracker(cfg: StudyConfig, tracking_uri: str | None, no_mlflow: bool) -> Tracker | None:
-    from autotune.tracking import Tracker
+    from autotune.outputs.tracking import Tracker
 
     if no_mlflow:
         return None

@@ -21,11 +21,11 @@ from autotune.cli._options import (
     profile_from,
     profile_options,
 )
-from autotune.config import ServerConfig
+from autotune.config.base import parse_model
+from autotune.config.study import ServerConfig
+from autotune.config.workload import Axis, SLOConfig
 from autotune.errors import ConfigError
-from autotune.present import console, metrics_table, out, trial_progress
-from autotune.profile import Axis, SLOConfig
-from autotune.schema import parse_model
+from autotune.outputs.console import console, metrics_table, out, trial_progress
 
 _SLO = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([0-9.eE+-]+)\s*$")
 
@@ -91,7 +91,7 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
     With --capacity-axis and --slo, it searches the most load the server sustains within the
     SLOs (one boot, many load points), as each trial of a capacity study does.
     """
-    from autotune import bench as lib
+    from autotune.measure import runner as lib
 
     profile = profile_from(kw)
     slos = [parse_slo(s) for s in slo_texts]
@@ -117,7 +117,7 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
         raise ConfigError("--url: the server is already running; vLLM flags after -- cannot "
                           "apply to it")
     if profile.name == "dataset":  # read it whole before any boot: a bad line is an error
-        from autotune.datasets import load_dataset, load_tokenizer
+        from autotune.load.datasets import load_dataset, load_tokenizer
 
         ds = load_dataset(profile, load_tokenizer(server.tokenizer_dir), server.tokenizer_dir)
         console.print(ds.note(str(profile.path)), highlight=False)
@@ -152,7 +152,7 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
                 console.print(f"boot {t.boot_s:.1f} s, benchmark {t.bench_s:.1f} s, stop "
                               f"{t.stop_s:.1f} s; log {res.log_path}")
             else:
-                from autotune.datasets import build_requests
+                from autotune.load.datasets import build_requests
 
                 tp.phase("benchmarking")
                 reqs = build_requests(profile, server.tokenizer_dir,

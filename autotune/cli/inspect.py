@@ -11,19 +11,19 @@ from rich.table import Table
 
 from autotune.cli._options import choice, load_cfg, study_options
 from autotune.cli.study import print_tables
-from autotune.config import StudyConfig
+from autotune.config.study import StudyConfig
 from autotune.errors import StudyError
-from autotune.export import Preference
-from autotune.present import console, out, trials_table
-from autotune.results import TrialRecord
+from autotune.outputs.console import console, out, trials_table
+from autotune.outputs.export import Preference
+from autotune.tuning.record import TrialRecord
 
 
 @click.command()
 @study_options
 def trials(config_path: Path, study_name: str | None, storage: str | None) -> None:
     """Table of every trial, with deltas against the baseline."""
-    from autotune.results import records
-    from autotune.study import open_study
+    from autotune.tuning.record import records
+    from autotune.tuning.study import open_study
 
     cfg = load_cfg(config_path, study_name, storage)
     st = open_study(cfg, create=False)
@@ -35,8 +35,8 @@ def trials(config_path: Path, study_name: str | None, storage: str | None) -> No
 @study_options
 def pareto(config_path: Path, study_name: str | None, storage: str | None) -> None:
     """Table of the feasible Pareto front."""
-    from autotune.results import front, records
-    from autotune.study import open_study
+    from autotune.tuning.record import front, records
+    from autotune.tuning.study import open_study
 
     cfg = load_cfg(config_path, study_name, storage)
     st = open_study(cfg, create=False)
@@ -71,9 +71,9 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
                k8s_path: Path | None, image: str) -> None:
     """Print the chosen configuration's `vllm serve` command, config file and bench command;
     for a capacity study, what one replica sustains and what a target load takes."""
-    from autotune.export import boots_of, choose, export, find_trial, pooled
-    from autotune.stats import median_ci
-    from autotune.study import open_study
+    from autotune.measure.stats import median_ci
+    from autotune.outputs.export import boots_of, choose, export, find_trial, pooled
+    from autotune.tuning.study import open_study
 
     cfg = load_cfg(config_path, study_name, storage)
     st = open_study(cfg, create=False)
@@ -92,9 +92,9 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
     console.print(f"{who}{f' (trial {trial.number})' if trial.baseline else ''}: "
                   + "; ".join(shown(k, v) for k, v in res["values"].items()), highlight=False,
                   soft_wrap=True)
-    from autotune.confirm import config_gains
-    from autotune.present import gain_text
-    from autotune.results import records as all_records
+    from autotune.outputs.console import gain_text
+    from autotune.tuning.confirm import config_gains
+    from autotune.tuning.record import records as all_records
 
     recs = all_records(st)
     gains = config_gains(recs, cfg.metric_names()).get(trial.number, {})
@@ -118,7 +118,7 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
     out.print(res["serve_command"], highlight=False, soft_wrap=True, markup=False)
     size = None
     if cfg.capacity is not None:
-        from autotune.deploy import sizing
+        from autotune.outputs.deploy import sizing
 
         size = sizing(cfg, trial, target_load, recs)
         out.print(size.text(", ".join(s.text() for s in cfg.slos)), highlight=False,
@@ -126,7 +126,7 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
     elif target_load is not None:
         raise StudyError("--target-load: sizing needs a capacity study (a capacity: section)")
     if k8s_path is not None:
-        from autotune.deploy import k8s_deployment
+        from autotune.outputs.deploy import k8s_deployment
 
         k8s_path.parent.mkdir(parents=True, exist_ok=True)
         k8s_path.write_text(k8s_deployment(cfg, trial, (size.replicas if size else None) or 1,
@@ -141,11 +141,11 @@ def print_validation(cfg: StudyConfig, st: optuna.Study, trial: TrialRecord,
     """`export --validate`: the baseline and the chosen config booted again, interleaved."""
     from autotune.cli._options import make_tracker
     from autotune.cli.study import tracked
-    from autotune.datasets import build_requests
-    from autotune.export import validate
-    from autotune.preflight import preflight
-    from autotune.present import gain_text
-    from autotune.study import completed
+    from autotune.load.datasets import build_requests
+    from autotune.outputs.console import gain_text
+    from autotune.outputs.export import validate
+    from autotune.tuning.preflight import preflight
+    from autotune.tuning.study import completed
 
     pre = preflight(cfg)
     requests = build_requests(cfg.profile, cfg.server.tokenizer_dir,

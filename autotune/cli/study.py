@@ -22,14 +22,14 @@ from autotune.cli._options import (
     study_extra,
     study_options,
 )
-from autotune.config import StudyConfig
+from autotune.config.study import StudyConfig
 from autotune.errors import ConfigError
-from autotune.present import StudyView, console, out, trials_table
-from autotune.results import front, records
+from autotune.outputs.console import StudyView, console, out, trials_table
+from autotune.tuning.record import front, records
 
 if TYPE_CHECKING:
-    from autotune.confirm import ConfirmResult
-    from autotune.tracking import Tracker
+    from autotune.outputs.tracking import Tracker
+    from autotune.tuning.confirm import ConfirmResult
 
 TrialHook = Callable[[optuna.Study, FrozenTrial], None]
 
@@ -66,7 +66,7 @@ def tracked(cfg: StudyConfig, tracker: Tracker | None, total: int, done: int, *,
             yield view, on_trial
         finally:
             if tracker is not None and tracker.parent_id is not None:
-                from autotune.study import open_study
+                from autotune.tuning.study import open_study
 
                 final = open_study(cfg, create=False)
                 if backfill:
@@ -81,7 +81,7 @@ def confirm_phase(st: optuna.Study, cfg: StudyConfig, pre: Any, requests: list[A
                   top: int, repeats: int, on_trial: TrialHook, view: StudyView,
                   tracker: Tracker | None, deadline: float | None = None) -> ConfirmResult:
     """Run (or resume) the confirm phase in `view`; log its result to the study's run."""
-    from autotune.confirm import run_confirm
+    from autotune.tuning.confirm import run_confirm
 
     def on_plan(base: int, numbers: list[int], plan: list[int]) -> None:
         view.progress.update(view.task, total=view.progress.tasks[0].completed + len(plan))
@@ -103,8 +103,8 @@ def deploy_lines(st: optuna.Study, cfg: StudyConfig, res: ConfirmResult | None,
     (best lower confidence bound, else the defaults); without one, the config `autotune
     export` picks by default, whose gain is one measurement."""
     from autotune.errors import StudyError
-    from autotune.export import choose, find_trial, serve_line
-    from autotune.results import baseline
+    from autotune.outputs.export import choose, find_trial, serve_line
+    from autotune.tuning.record import baseline
 
     metric = cfg.metric_names()[0]
     base = baseline(records(st))
@@ -136,7 +136,7 @@ def deploy_lines(st: optuna.Study, cfg: StudyConfig, res: ConfirmResult | None,
 
 
 def print_confirm(res: ConfirmResult, cfg: StudyConfig) -> None:
-    from autotune.present import confirm_lines, confirm_table
+    from autotune.outputs.console import confirm_lines, confirm_table
 
     out.print(confirm_table(res))
     for line in confirm_lines(res):
@@ -183,9 +183,9 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
           no_mlflow: bool, front_every: int, workers: int, gpus_per_trial: int | None,
           warm_from: str | None, confirm_flag: bool | None) -> None:
     """Run (or resume) a multi-objective study over vLLM's flags."""
-    from autotune.preflight import preflight
-    from autotune.search_space import load_search_space
-    from autotune.study import (
+    from autotune.tuning.preflight import preflight
+    from autotune.tuning.search_space import load_search_space
+    from autotune.tuning.study import (
         completed,
         grid_done,
         open_study,
@@ -193,7 +193,7 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
         run_study,
         warm_start,
     )
-    from autotune.workers import run_pool, running_text, worker_config, worker_envs
+    from autotune.tuning.workers import run_pool, running_text, worker_config, worker_envs
 
     began = time.monotonic()
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials, timeout_s=timeout_s,
@@ -266,7 +266,7 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
         console.print(note, highlight=False)
     for line in deploy_lines(st, cfg, res, config_path):
         out.print(line, highlight=False, soft_wrap=True)
-    from autotune.bill import bill, over_budget
+    from autotune.tuning.bill import bill, over_budget
 
     cost = bill(st, cfg)
     for line in cost.lines():
@@ -303,9 +303,9 @@ def create_study(config_path: Path, study_name: str | None, storage: str | None,
     """Create a study and its tables once, before workers join it (`autotune worker`).
 
     On an existing study it updates the stored config (a larger --n-trials resumes it)."""
-    from autotune.datasets import build_requests
-    from autotune.preflight import preflight
-    from autotune.study import prepare_study
+    from autotune.load.datasets import build_requests
+    from autotune.tuning.preflight import preflight
+    from autotune.tuning.study import prepare_study
 
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials)
     pre = preflight(cfg)
@@ -332,12 +332,12 @@ def create_study(config_path: Path, study_name: str | None, storage: str | None,
 def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial: int,
            tracking_uri: str | None, no_mlflow: bool) -> None:
     """Join a study and run its trials until it holds its trial count."""
-    from autotune.datasets import build_requests
-    from autotune.preflight import preflight
-    from autotune.schema import parse_model
-    from autotune.search_space import SearchSpace
-    from autotune.study import completed, run_trials
-    from autotune.workers import load_worker_study, worker_config, worker_identity
+    from autotune.config.base import parse_model
+    from autotune.load.datasets import build_requests
+    from autotune.tuning.preflight import preflight
+    from autotune.tuning.search_space import SearchSpace
+    from autotune.tuning.study import completed, run_trials
+    from autotune.tuning.workers import load_worker_study, worker_config, worker_identity
 
     st, cfg, space_data = load_worker_study(storage, study_name)
     space = parse_model(SearchSpace, space_data, f"study {study_name!r}: search_space")
@@ -371,7 +371,7 @@ def confirm_now(st: optuna.Study, cfg: StudyConfig, flag: bool | None, *, comple
     """(why the confirm phase runs now, or None; the note to print when it does not): it runs
     when wanted (`--confirm`, or confirm.when) on a complete study that ran in this process.
     The note says plainly that every gain printed is one measurement, and how to confirm."""
-    from autotune.confirm import wanted
+    from autotune.tuning.confirm import wanted
 
     on, why = wanted(cfg, st, flag)
     if on and complete and not pooled:
@@ -405,10 +405,10 @@ def confirm(config_path: Path, study_name: str | None, storage: str | None, top:
     """The confirm phase: boot the front's top configs and the baseline again, interleaved, on
     the same requests; report each gain with its bootstrap interval and the noise floor, and
     recommend on the lower confidence bound (resumable: the same command goes on)."""
-    from autotune.confirm import finalists
-    from autotune.datasets import build_requests
-    from autotune.preflight import preflight
-    from autotune.study import completed, open_study
+    from autotune.load.datasets import build_requests
+    from autotune.tuning.confirm import finalists
+    from autotune.tuning.preflight import preflight
+    from autotune.tuning.study import completed, open_study
 
     deadline = time.monotonic() + timeout_s if timeout_s else None
     cfg = load_cfg(config_path, study_name, storage)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from autotune.cli._options import load_cfg, study_options
 from autotune.errors import StudyError
-from autotune.present import console, out, trial_progress
+from autotune.outputs.console import console, out, trial_progress
 
 
 @click.command()
@@ -19,8 +19,8 @@ from autotune.present import console, out, trial_progress
 def report(config_path: Path, study_name: str | None, storage: str | None,
            out_dir: Path | None) -> None:
     """Write a study's report: Markdown with every trial, the front, the time split, plots."""
-    from autotune.report import write_report
-    from autotune.study import open_study
+    from autotune.outputs.report import write_report
+    from autotune.tuning.study import open_study
 
     cfg = load_cfg(config_path, study_name, storage)
     path = write_report(open_study(cfg, create=False), cfg, out_dir or cfg.study_dir() / "report")
@@ -33,8 +33,8 @@ def report(config_path: Path, study_name: str | None, storage: str | None,
 def sync(config_path: Path, study_name: str | None, storage: str | None,
          tracking_uri: str | None) -> None:
     """Backfill MLflow from the Optuna storage (after MLflow was down or read-only)."""
-    from autotune.study import open_study
-    from autotune.tracking import sync as do_sync
+    from autotune.outputs.tracking import sync as do_sync
+    from autotune.tuning.study import open_study
 
     cfg = load_cfg(config_path, study_name, storage)
     n = do_sync(cfg, open_study(cfg, create=False), tracking_uri)
@@ -52,8 +52,8 @@ def sync(config_path: Path, study_name: str | None, storage: str | None,
 def ui(workdir: Path, port: int, tracking_uri: str | None, study: str | None) -> None:
     """Start the MLflow UI on 127.0.0.1 for the studies under mlruns/ and print the address of
     a study's runs (Ctrl-C stops it)."""
-    from autotune.mlflow_ui import MlflowUI
-    from autotune.tracking import find_study_experiment, has_shared_view, runs_url
+    from autotune.outputs.mlflow_ui import MlflowUI
+    from autotune.outputs.tracking import find_study_experiment, has_shared_view, runs_url
 
     uri = tracking_uri or f"sqlite:///{workdir.resolve() / 'mlflow.db'}"
     found = find_study_experiment(uri, study)
@@ -77,7 +77,7 @@ def ui(workdir: Path, port: int, tracking_uri: str | None, study: str | None) ->
 @click.argument("out_dir", type=click.Path(path_type=Path))
 def make_tiny_model_cmd(out_dir: Path) -> None:
     """Write a tiny Qwen3 config and tokenizer (serve it with --load-format dummy)."""
-    from autotune.tinymodel import make_tiny_model
+    from autotune.load.tinymodel import make_tiny_model
 
     make_tiny_model(out_dir)
     out.print(str(out_dir))
@@ -118,7 +118,7 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
     import json
     import random
 
-    from autotune.replay import (
+    from autotune.tuning.replay import (
         SAMPLERS,
         Plan,
         plot,
@@ -127,7 +127,7 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
         table_from_json,
         table_from_study,
     )
-    from autotune.study import open_study
+    from autotune.tuning.study import open_study
 
     cfg = load_cfg(config_path, study_name, storage)
     name = metric or cfg.metric_names()[0]

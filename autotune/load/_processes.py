@@ -23,7 +23,7 @@ from typing import Any
 
 from autotune.errors import ClientError
 from autotune.load._slots import WATCH_S, Abort, ShardPlan, run_shard
-from autotune.metrics import RequestRecord
+from autotune.load.record import RequestRecord
 
 
 # -- the messages a shard process sends to the parent ------------------------------------------

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 import httpx
 
-from autotune.datasets import Request
-from autotune.metrics import RequestRecord
+from autotune.load.datasets import Request
+from autotune.load.record import RequestRecord
 
 Endpoint = Literal["completions", "chat"]
 TIMEOUT_PREFIX = "timeout:"

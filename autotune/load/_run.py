@@ -16,12 +16,12 @@ from typing import Any, Literal
 import httpx
 import numpy as np
 
-from autotune.datasets import Request
 from autotune.load._processes import run_processes
 from autotune.load._request import Endpoint, RequestOptions
 from autotune.load._slots import LocalControl, ShardPlan, run_shard
-from autotune.metrics import RequestRecord
-from autotune.scrape import ServerStats, poll, scrape_once
+from autotune.load.datasets import Request
+from autotune.load.record import RequestRecord
+from autotune.server.scrape import ServerStats, poll, scrape_once
 
 
 @dataclass(frozen=True)

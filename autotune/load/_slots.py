@@ -28,10 +28,10 @@ from typing import Protocol
 
 import httpx
 
-from autotune.datasets import Request
 from autotune.errors import ClientError
 from autotune.load._request import TIMEOUT_PREFIX, RequestOptions, send
-from autotune.metrics import RequestRecord
+from autotune.load.datasets import Request
+from autotune.load.record import RequestRecord
 
 WATCH_S = 0.2  # how often a shard checks for an abort
 

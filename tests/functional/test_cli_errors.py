@@ -107,7 +107,7 @@ def test_worker_on_a_missing_study(tmp_path: Path) -> None:
 
 
 def test_worker_envs_split_gpus_and_cores() -> None:
-    from autotune.workers import worker_envs
+    from autotune.tuning.workers import worker_envs
 
     assert worker_envs(2, 2, gpus=["0", "1", "2", "3"]) == [
         {"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "2,3"}]

@@ -9,8 +9,8 @@ from pathlib import Path
 import optuna
 import yaml
 
-from autotune.config import SamplerConfig, load_study_config
-from autotune.study import open_study
+from autotune.config.study import SamplerConfig, load_study_config
+from autotune.tuning.study import open_study
 
 
 def table_study(tmp_path: Path, tiny_model: Path) -> Path:

@@ -12,11 +12,11 @@ import optuna
 import pytest
 import yaml
 
-from autotune import objective, preflight
 from autotune.cli import main
-from autotune.config import load_study_config
-from autotune.results import Status, records
-from autotune.vllm_info import VllmInfo
+from autotune.config.study import load_study_config
+from autotune.server.vllm_help import VllmInfo
+from autotune.tuning import objective, preflight
+from autotune.tuning.record import Status, records
 from tests.fakes import fake_bench
 
 SPACE = {"name": "t", "parameters": {"max_num_seqs": {"type": "categorical",

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config import ServerConfig, default_executable
-from autotune.server import ServerProcess
+from autotune.config.study import ServerConfig, default_executable
+from autotune.server.lifecycle import ServerProcess
 from tests.cpu import CPU_ARGS
 from tests.servers import serving
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config import ServerConfig
-from autotune.datasets import build_requests
+from autotune.config.study import ServerConfig
+from autotune.config.workload import ProfileConfig
 from autotune.load import LoadResult, LoadSettings, run_load
-from autotune.metrics import compute_metrics
-from autotune.profile import ProfileConfig
-from autotune.server import ServerProcess
+from autotune.load.datasets import build_requests
+from autotune.measure.metrics import compute_metrics
+from autotune.server.lifecycle import ServerProcess
 from tests.cpu import CPU_ARGV, INFEASIBLE_CAUSE, REFUSED_FP8_CAUSE, refusing_fp8_env
 from tests.procs import servers_of
 
@@ -129,7 +129,7 @@ def test_boot_failures_are_one_clear_error(tiny_model: Path, tmp_path: Path, mod
     assert took < 180
     assert set(servers_of(tiny_model)) <= before  # none of this command's servers is left
     if "--no-enable-chunked-prefill" in flags:  # a study rejects it without a boot: same verdict
-        from autotune.preboot import refusal
+        from autotune.server.refusals import refusal
 
         t1 = time.monotonic()
         rule = refusal({"max_model_len": 512, "max_num_batched_tokens": 256,

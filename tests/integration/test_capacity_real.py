@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.bench import capacity_on
-from autotune.config import ServerConfig
-from autotune.profile import CapacityConfig, ProfileConfig, SLOConfig
-from autotune.server import ServerProcess
+from autotune.config.study import ServerConfig
+from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
+from autotune.measure.runner import capacity_on
+from autotune.server.lifecycle import ServerProcess
 from tests.cpu import CPU_BASE
 from tests.servers import serving
 
@@ -94,8 +94,8 @@ def test_search_agrees_with_a_dense_sweep(three_seq_server: ServerProcess, tiny_
 def test_capacity_study_carries_curves_to_mlflow(tiny_model: Path, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from autotune.config import load_study_config
-    from autotune.tracking import default_tracking_uri
+    from autotune.config.study import load_study_config
+    from autotune.outputs.tracking import default_tracking_uri
 
     (tmp_path / "space.yaml").write_text(yaml.safe_dump({
         "name": "cap", "parameters": {"max_num_seqs": {"type": "categorical",

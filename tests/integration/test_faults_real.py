@@ -18,8 +18,8 @@ import optuna
 import pytest
 import yaml
 
-from autotune.config import load_study_config
-from autotune.process import port_is_free
+from autotune.config.study import load_study_config
+from autotune.server.process import port_is_free
 from tests.cpu import CPU_BASE
 from tests.procs import servers_of, wait_for
 
@@ -243,9 +243,9 @@ def test_taken_port_boots_on_another(tiny_model: Path, tmp_path: Path,
     with "Address already in use" and the trial boots again on another port."""
     import socket
 
-    from autotune import bench
-    from autotune.config import ServerConfig
-    from autotune.profile import ProfileConfig
+    from autotune.config.study import ServerConfig
+    from autotune.config.workload import ProfileConfig
+    from autotune.measure import runner as bench
 
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))
@@ -308,7 +308,7 @@ def test_sigkilled_study_trial_is_retried(tiny_model: Path, tmp_path: Path, pg_u
 
 
 def test_mlflow_down_study_goes_on_then_sync(tiny_model: Path, tmp_path: Path) -> None:
-    from autotune.process import free_port
+    from autotune.server.process import free_port
 
     port = free_port()
     uri = f"http://127.0.0.1:{port}"

@@ -13,7 +13,7 @@ import optuna
 import pytest
 import yaml
 
-from autotune.config import load_study_config
+from autotune.config.study import load_study_config
 from tests.cpu import CPU_BASE
 
 pytestmark = pytest.mark.integration

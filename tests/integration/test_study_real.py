@@ -14,9 +14,9 @@ import optuna
 import pytest
 import yaml
 
-from autotune.config import default_executable, load_study_config
-from autotune.process import free_port
-from autotune.server import ServerProcess
+from autotune.config.study import default_executable, load_study_config
+from autotune.server.lifecycle import ServerProcess
+from autotune.server.process import free_port
 from tests.cpu import CPU_BASE, INFEASIBLE_CAUSE
 
 pytestmark = pytest.mark.integration
@@ -59,7 +59,7 @@ def study_file(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     # Infeasible on every platform: a budget below max_model_len. Enqueued twice: the second
     # must not boot again.
     c = load_study_config(path)
-    from autotune.study import open_study
+    from autotune.tuning.study import open_study
 
     st = open_study(c)
     st.enqueue_trial({}, user_attrs={"baseline": True})
@@ -94,7 +94,7 @@ def test_study_records_feasible_and_infeasible_trials(study_file: Path,
     bad = [t for t in trials if t.user_attrs.get("failure")]
     assert [t.number for t in bad] == [1, 2]
     assert INFEASIBLE_CAUSE in bad[0].user_attrs["cause"]
-    # refused without a boot: vLLM's own argument check (autotune.preboot; the bench test
+    # refused without a boot: vLLM's own argument check (autotune.server.refusals; the bench test
     # compares it with a real boot)
     assert bad[0].user_attrs["preboot"] == "budget_below_model_len"
     assert bad[1].user_attrs["reused_from"] == 1 and "timings" not in bad[1].user_attrs
@@ -178,7 +178,7 @@ def test_mlflow_has_parent_child_runs_and_front(study_file: Path,
     import pandas as pd
     from mlflow.tracking import MlflowClient
 
-    from autotune.tracking import default_tracking_uri
+    from autotune.outputs.tracking import default_tracking_uri
 
     assert first_run.returncode == 0
     c = load_study_config(study_file)
@@ -227,9 +227,9 @@ def test_mlflow_has_parent_child_runs_and_front(study_file: Path,
 def test_mlflow_ui_serves_the_runs(study_file: Path,
                                    first_run: subprocess.CompletedProcess[str],
                                    tmp_path: Path) -> None:
-    from autotune.mlflow_ui import MlflowUI
-    from autotune.process import group_pids
-    from autotune.tracking import default_tracking_uri
+    from autotune.outputs.mlflow_ui import MlflowUI
+    from autotune.outputs.tracking import default_tracking_uri
+    from autotune.server.process import group_pids
 
     c = load_study_config(study_file)
     with MlflowUI(default_tracking_uri(c), port=free_port(), log_path=tmp_path / "ui.log") as ui:
@@ -240,7 +240,7 @@ def test_mlflow_ui_serves_the_runs(study_file: Path,
         res = httpx.post(f"{ui.url}/api/2.0/mlflow/runs/search", timeout=30,
                          json={"experiment_ids": [eid], "max_results": 100}).json()
         pg = ui.pid
-    from autotune.tracking import find_study_experiment, runs_url
+    from autotune.outputs.tracking import find_study_experiment, runs_url
 
     found = find_study_experiment(default_tracking_uri(c))  # the latest study: this one
     assert found == (eid, c.name)
@@ -339,7 +339,7 @@ def test_mlflow_ui_first_screen_in_a_browser(study_file: Path,
 
     from mlflow.tracking import MlflowClient
 
-    from autotune.tracking import default_tracking_uri
+    from autotune.outputs.tracking import default_tracking_uri
     from tests.browser import chrome, wait_text
 
     if not (shutil.which("chromium") and shutil.which("chromedriver")):

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.integration
 def test_two_profile_suite_study(tiny_model: Path, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from autotune.config import load_study_config
-    from autotune.tracking import default_tracking_uri
+    from autotune.config.study import load_study_config
+    from autotune.outputs.tracking import default_tracking_uri
 
     (tmp_path / "space.yaml").write_text(yaml.safe_dump({
         "name": "suite", "parameters": {"max_num_seqs": {"type": "categorical",

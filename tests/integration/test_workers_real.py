@@ -14,7 +14,7 @@ import optuna
 import pytest
 import yaml
 
-from autotune.config import load_study_config
+from autotune.config.study import load_study_config
 from tests.cpu import CPU_BASE
 
 pytestmark = pytest.mark.integration
@@ -65,7 +65,7 @@ def finished_lines(logs: list[Path]) -> Counter[int]:
 def check_mlflow(study_file: Path, st: optuna.Study) -> None:
     import mlflow
 
-    from autotune.tracking import default_tracking_uri
+    from autotune.outputs.tracking import default_tracking_uri
 
     c = load_study_config(study_file)
     mlflow.set_tracking_uri(default_tracking_uri(c))

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.bench import measure
-from autotune.config import ServerConfig
-from autotune.datasets import build_requests
-from autotune.profile import ProfileConfig
-from autotune.server import ServerProcess
+from autotune.config.study import ServerConfig
+from autotune.config.workload import ProfileConfig
+from autotune.load.datasets import build_requests
+from autotune.measure.runner import measure
+from autotune.server.lifecycle import ServerProcess
 from tests.servers import serving
 
 pytestmark = pytest.mark.integration

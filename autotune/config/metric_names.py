@@ -1,0 +1,15 @@
+"""The metric vocabulary a study file may name (objectives, SLOs): `vllm bench serve`'s summary
+fields, flattened as `BenchMetrics.flat` writes them (measure/metrics.py computes them)."""
+
+from __future__ import annotations
+
+SUMMARIZED = ("ttft", "tpot", "itl", "e2el", "send_lag")
+METRIC_NAMES = tuple(
+    ["duration_s", "completed", "failed", "total_input_tokens", "total_output_tokens"]
+    + ["request_throughput", "output_throughput", "total_token_throughput"]
+    + [
+        f"{s}_{n}_ms"
+        for n in SUMMARIZED
+        for s in ("mean", "median", "p90", "p99", "std")
+    ]
+)

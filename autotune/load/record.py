@@ -1,0 +1,52 @@
+"""One request's record: what the load generator observed, in seconds from the benchmark's start.
+
+The measure layer turns a run's records into `vllm bench serve`'s summary (measure/metrics.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """What happened to one request; times in seconds relative to the benchmark's start."""
+
+    index: int
+    send_time: float
+    prompt_len: int
+    expected_output_len: int
+    first_token_time: float | None = None
+    end_time: float | None = None
+    chunk_times: tuple[float, ...] = ()
+    prompt_tokens: int | None = None  # from the server's `usage`
+    output_tokens: int = 0
+    error: str | None = None
+    # open loop: when the arrival schedule said to send it (send_time - this is the send lag)
+    scheduled_time: float | None = None
+    # seconds spent opening a new connection for it (None: a kept-alive one was reused)
+    connect_s: float | None = None
+    # when the response's headers came back: vLLM sends them once the request is in its engine
+    headers_time: float | None = None
+
+    @property
+    def success(self) -> bool:
+        return self.error is None and self.first_token_time is not None
+
+    @property
+    def ttft(self) -> float:
+        assert self.first_token_time is not None
+        return self.first_token_time - self.send_time
+
+    @property
+    def e2el(self) -> float:
+        assert self.end_time is not None
+        return self.end_time - self.send_time
+
+    @property
+    def send_lag(self) -> float | None:
+        """Seconds between the scheduled arrival and the actual send (open loop only)."""
+        return None if self.scheduled_time is None else self.send_time - self.scheduled_time
+
+    def itls(self) -> list[float]:
+        return [b - a for a, b in zip(self.chunk_times, self.chunk_times[1:], strict=False)]

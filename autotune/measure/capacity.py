@@ -1,0 +1,295 @@
+"""Capacity under SLOs: the most load one server sustains while every SLO holds.
+
+One boot, many load points. The search brackets the capacity (starting at the incumbent's
+capacity when there is one, else at `low`; doubling while the SLOs hold, halving while they
+fail), then bisects the bracket until it is within `tolerance`. Each load point is judged by
+`verdict`:
+
+- every request of the point succeeded, and
+- each SLO holds on the point's measured requests, a percentile SLO computed from at least
+  `min_requests(metric)` successful requests (p99 needs 100: with fewer, the "p99" is the
+  maximum of a small sample; p90 needs 10, the median 2), and
+- with the requests' samples at hand (`judge`), each percentile carries a 95% order-statistic
+  interval (stats.percentile_interval): an SLO is met when the whole interval is within its
+  target, missed when the whole interval is beyond it, and close otherwise. A close point is
+  measured once more with fresh requests and decided on the pooled requests' value
+  (autotune.measure.runner.capacity_on), so a verdict that one run's tail could flip gets twice the
+  requests.
+
+A point is not a verdict on the server when the load generator could not offer it: its p99
+send lag (scheduled arrival -> sent) above MAX_SEND_LAG_MS, or its arrivals spanning less than
+MIN_ARRIVALS_S (a burst). The search stops there and says so (`client_limit`).
+
+The search assumes that a config meeting the SLOs at some load meets them at every lower load.
+A measured point that contradicts it (noise near the knee) is kept in the curve; the bracket
+uses the latest verdicts.
+
+Early stop: once the search has a failing load at or below the incumbent's capacity, this config
+cannot beat the incumbent; with `stop_below` set, the search ends there and reports the highest
+passing load it measured (a lower bound, marked `stopped`), saving the bisection steps.
+
+Pure: the measurement is a callback, so the search is tested against a synthetic server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from autotune.config.workload import SLOConfig, min_requests
+from autotune.measure.stats import percentile_interval
+
+# how a search stopped early below the incumbent begins its `stopped`: its capacity is a bound
+EARLY_STOP = "cannot reach the incumbent"
+
+
+def stopped_early(stopped: str | None) -> bool:
+    """Whether a search's `stopped` says it ended early below the incumbent (a lower bound)."""
+    return (stopped or "").startswith(EARLY_STOP)
+
+# per-point metrics kept in a curve (the rest stays in the point's requests CSV)
+CURVE_METRICS = (
+    "completed", "failed", "duration_s", "request_throughput", "output_throughput",
+    "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
+    "mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
+    "p99_itl_ms", "mean_e2el_ms", "p99_e2el_ms", "mean_send_lag_ms", "p99_send_lag_ms",
+)
+
+
+# a point whose client TTFT is this much above the server's own is read as time spent before
+# the engine (docs/capacity.md, "Where the time went")
+BEFORE_ENGINE_MS = 500.0
+
+
+def before_engine(load: float, metrics: dict[str, float], server: dict[str, float],
+                  cpu_busy: float) -> str | None:
+    """What to say when a point's TTFT went mostly before the engine saw its requests: the
+    client's mean TTFT at least BEFORE_ENGINE_MS above vLLM's own (its histogram, from when
+    its API server handed the request on) and more than twice it. On the H100 one API server
+    process capped capacity this way while the engine had no request waiting. `cpu_busy`: the
+    client CPU fraction over which the client is the likelier cause (bench.CLIENT_BUSY)."""
+    client, engine = metrics.get("mean_ttft_ms"), server.get("server_mean_ttft_ms")
+    if client is None or engine is None or client - engine < BEFORE_ENGINE_MS or \
+            client < 2 * engine:
+        return None
+    busy = server.get("client_cpu_fraction", 0.0)
+    who = (f"the load generator was busy ({busy:.0%} of a core): raise "
+           "profile.client_processes" if busy > cpu_busy else
+           "vLLM's API server, one process unless --api-server-count says otherwise: add "
+           "api_server_count to the search space (or the server's args)")
+    return (f"at load {load:g} the mean TTFT was {client:,.0f} ms, of which vLLM's engine saw "
+            f"{engine:,.0f} ms: the rest went before the engine, most likely in {who}")
+
+
+# A point the load generator could not offer is no verdict on the server (module docstring):
+# a p99 send lag above this (ms), or arrivals spanning less than this (s)
+MAX_SEND_LAG_MS = 50.0
+MIN_ARRIVALS_S = 10.0
+
+
+def verdict(metrics: dict[str, float], slos: Sequence[SLOConfig]) -> tuple[bool, list[str]]:
+    """(passed, what was missed) for one load point's flat metrics (point estimates only)."""
+    state, misses, _ = judge(metrics, slos, {})
+    return state == "met", misses
+
+
+Samples = dict[str, Sequence[float]]  # per-request values by metric stem (ttft, tpot, ...)
+
+
+def intervals(slos: Sequence[SLOConfig], samples: Samples) -> dict[str, tuple[float, float]]:
+    """The 95% interval of each percentile SLO's metric, from the point's per-request values
+    in ms (`samples["ttft"]`, ...): p99_ttft_ms -> (low, high)."""
+    out = {}
+    for slo in slos:
+        stat, _, rest = slo.metric.partition("_")
+        q = {"p99": 99.0, "p90": 90.0, "median": 50.0}.get(stat)
+        stem = rest.removesuffix("_ms")
+        if q is not None and samples.get(stem):
+            out[slo.metric] = percentile_interval(samples[stem], q)
+    return out
+
+
+def judge(metrics: dict[str, float], slos: Sequence[SLOConfig],
+          bounds: dict[str, tuple[float, float]]) -> tuple[str, list[str], list[str]]:
+    """("met" | "missed" | "close", what was missed, what was close) for one point's flat
+    metrics and the intervals of its percentile metrics (`intervals`; a metric without one is
+    judged on its value alone)."""
+    misses, close = [], []
+    failed, completed = int(metrics.get("failed", 0)), int(metrics.get("completed", 0))
+    if failed:
+        misses.append(f"{failed} of {failed + completed} requests failed")
+    for slo in slos:
+        need = min_requests(slo.metric)
+        value = metrics.get(slo.metric, math.nan)
+        lo, hi = bounds.get(slo.metric, (value, value))
+        if completed < need:
+            misses.append(f"{slo.metric}: {completed} successful requests, fewer than the "
+                          f"{need} it needs")
+        elif slo.violation(lo) > 0 and slo.violation(hi) > 0:
+            misses.append(f"{slo.text()} (got {value:,.1f}"
+                          + (f", 95% [{lo:,.1f}, {hi:,.1f}])" if lo != hi else ")"))
+        elif slo.violation(lo) > 0 or slo.violation(hi) > 0:
+            close.append(f"{slo.text()}: {value:,.1f}, 95% [{lo:,.1f}, {hi:,.1f}]")
+    return ("missed" if misses else "close" if close else "met"), misses, close
+
+
+def client_limit(metrics: dict[str, float], requests: int, load: float, axis: str
+                 ) -> str | None:
+    """Why a point measured the load generator rather than the server, or None: on the rate
+    axis, a p99 send lag above MAX_SEND_LAG_MS or arrivals spanning under MIN_ARRIVALS_S."""
+    if axis != "rate":
+        return None
+    span = requests / load
+    if span < MIN_ARRIVALS_S:
+        return (f"burst: {requests} requests in {span:.1f} s (< {MIN_ARRIVALS_S:g} s of "
+                "arrivals); raise capacity.min_duration_s or requests_per_point")
+    lag = metrics.get("p99_send_lag_ms", 0.0)
+    if lag > MAX_SEND_LAG_MS:
+        return (f"client limit: p99 send lag {lag:,.0f} ms (> {MAX_SEND_LAG_MS:g} ms): the "
+                "load generator sent late; raise profile.client_processes")
+    return None
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    load: float
+    passed: bool
+    misses: tuple[str, ...]
+    metrics: dict[str, float]  # CURVE_METRICS of the point
+    seconds: float = 0.0  # wall time of the point, warm-up included
+    # what the server's /metrics and the client said about the point (server_mean_ttft_ms,
+    # client_cpu_fraction, ...): where a client TTFT far above the server's went
+    server: dict[str, float] = field(default_factory=dict)
+    # the 95% interval of each percentile SLO metric: {"p99_ttft_ms": [low, high]}
+    intervals: dict[str, list[float]] = field(default_factory=dict)
+    runs: int = 1  # 2: it was close, measured again, and judged on both runs' requests
+    flag: str | None = None  # the load generator's limit (client_limit): no server verdict
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    axis: str
+    capacity: float  # the highest passing load (0: none passed)
+    at: LoadPoint | None  # the point at capacity
+    points: tuple[LoadPoint, ...]  # in the order measured
+    fail: float | None  # the lowest failing load above capacity (None: `high` passed)
+    stopped: str | None = None  # why the search ended before the tolerance, if it did
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def curve(self) -> list[LoadPoint]:
+        """The points by load."""
+        return sorted(self.points, key=lambda p: p.load)
+
+    def summary(self) -> dict[str, float]:
+        """Flat numbers for the trial record: capacity, capacity_req_s, goodput_tok_s, the
+        metrics at capacity (at the lowest load tried when none passed), the number of points
+        and the seconds they took."""
+        out = {"capacity": self.capacity, "capacity_points": float(len(self.points)),
+               "capacity_seconds": sum(p.seconds for p in self.points)}
+        if self.at is not None:
+            out.update(self.at.metrics)
+            out["capacity_req_s"] = self.at.metrics["request_throughput"]
+            out["goodput_tok_s"] = self.at.metrics["total_token_throughput"]
+        else:  # nothing passed: the lowest load tried stands for the rest
+            out.update(min(self.points, key=lambda p: p.load).metrics if self.points else {})
+            out["capacity_req_s"] = out["goodput_tok_s"] = 0.0
+        return out | self.extra
+
+    def to_json(self) -> dict[str, Any]:
+        return {"axis": self.axis, "capacity": self.capacity, "fail": self.fail,
+                "stopped": self.stopped, "points": [p.to_json() for p in self.points]}
+
+
+Measure = Callable[[float], LoadPoint]
+
+
+def _round(x: float, integer: bool, up: bool = False) -> float:
+    if not integer:
+        return x
+    return float(math.ceil(x) if up else math.floor(x))
+
+
+class _Flagged(Exception):
+    """A point the load generator could not offer: the search ends below it."""
+
+
+def search(measure: Measure, *, axis: str, low: float, high: float, tolerance: float,
+           start: float | None = None, stop_below: float | None = None) -> CapacityResult:
+    """Bracket, then bisect. `measure(load)` returns the judged point; loads on the
+    concurrency axis are whole numbers. A flagged point (`LoadPoint.flag`) ends the search:
+    the capacity is the highest passing load below it, `stopped` says why."""
+    integer = axis == "concurrency"
+    points: list[LoadPoint] = []
+
+    def probe(x: float) -> bool:
+        p = measure(x)
+        points.append(p)
+        if p.flag:
+            raise _Flagged(p.flag)
+        return p.passed
+
+    try:
+        return _bracket(probe, points, axis, low, high, tolerance, start, stop_below, integer)
+    except _Flagged as e:
+        ok = [p.load for p in points if p.passed and not p.flag]
+        lo = max(ok) if ok else None
+        at = next((p for p in reversed(points) if p.load == lo and p.passed), None)
+        return CapacityResult(axis, lo or 0.0, at, tuple(points), points[-1].load,
+                              f"not a server verdict at {points[-1].load:g}: {e}")
+
+
+def _bracket(probe: Callable[[float], bool], points: list[LoadPoint], axis: str, low: float,
+             high: float, tolerance: float, start: float | None, stop_below: float | None,
+             integer: bool) -> CapacityResult:
+
+    def result(lo: float | None, hi: float | None, stopped: str | None) -> CapacityResult:
+        at = next((p for p in reversed(points) if p.load == lo and p.passed), None)
+        return CapacityResult(axis, lo or 0.0, at, tuple(points), hi, stopped)
+
+    x = min(max(_round(start if start else low, integer), low), high)
+    lo: float | None = None
+    hi: float | None = None
+    if probe(x):
+        lo = x
+        while hi is None:
+            if x >= high:
+                return result(lo, None, f"met the SLOs at the highest load ({high:g})")
+            x = min(_round(x * 2, integer, up=True), high)
+            if probe(x):
+                lo = x
+            else:
+                hi = x
+    else:
+        hi = x
+        while lo is None:
+            if x <= low:
+                return result(None, hi, f"missed the SLOs at the lowest load ({low:g})")
+            x = max(_round(x / 2, integer), low)
+            if probe(x):
+                lo = x
+            else:
+                hi = x
+    while (hi - lo) / lo > tolerance:
+        if stop_below is not None and hi <= stop_below:
+            return result(lo, hi, f"{EARLY_STOP}'s {stop_below:g}: failed at {hi:g}")
+        mid = _round((lo + hi) / 2, integer)
+        if mid <= lo or mid >= hi:
+            break
+        if probe(mid):
+            lo = mid
+        else:
+            hi = mid
+    return result(lo, hi, None)
+
+
+def point_seed(seed: int, load: float) -> int:
+    """The seed of a load point's requests: the same for every trial at that load (common
+    random numbers), different between loads (no prefix cached by one point serves the next)."""
+    digest = hashlib.sha256(f"{seed}:{round(load, 6)}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")

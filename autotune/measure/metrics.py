@@ -1,0 +1,127 @@
+"""Pure: per-request records -> the summary `vllm bench serve` prints, with its definitions.
+
+- duration: from the benchmark's start (after warm-up) to the last request's end;
+- total token throughput = (input + output tokens of successful requests) / duration;
+- TTFT: first content chunk - send; E2EL: last content chunk - send;
+- TPOT per request (output > 1 token) = (E2EL - TTFT) / (output tokens - 1);
+- ITL: every gap between consecutive content chunks, pooled over requests;
+- summaries: mean, median, p90, p99 (numpy's linear percentiles), in milliseconds;
+- send lag (open loop): actual send - scheduled arrival, for requests that had a schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from autotune.config.metric_names import SUMMARIZED
+from autotune.load.record import RequestRecord
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class Summary:
+    mean: float
+    median: float
+    p90: float
+    p99: float
+    std: float
+
+    @classmethod
+    def of(cls, values_s: Sequence[float]) -> Summary:
+        if not values_s:
+            return cls(0.0, 0.0, 0.0, 0.0, 0.0)
+        a = np.asarray(values_s, dtype=float) * 1000.0
+        p50, p90, p99 = np.percentile(a, PERCENTILES)
+        return cls(float(a.mean()), float(p50), float(p90), float(p99), float(a.std()))
+
+
+@dataclass(frozen=True)
+class BenchMetrics:
+    duration_s: float
+    completed: int
+    failed: int
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    ttft_ms: Summary
+    tpot_ms: Summary
+    itl_ms: Summary
+    e2el_ms: Summary
+    send_lag_ms: Summary = field(default_factory=lambda: Summary.of([]))
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def flat(self) -> dict[str, float]:
+        """`{"total_token_throughput": ..., "mean_ttft_ms": ..., "p99_tpot_ms": ...}`."""
+        out: dict[str, float] = {
+            k: float(v) for k, v in asdict(self).items() if isinstance(v, int | float)
+        }
+        for name in SUMMARIZED:
+            s: Summary = getattr(self, f"{name}_ms")
+            for stat in ("mean", "median", "p90", "p99", "std"):
+                out[f"{stat}_{name}_ms"] = getattr(s, stat)
+        return out
+
+
+def per_request(records: Sequence[RequestRecord]) -> dict[str, list[float]]:
+    """Each summarized quantity's values in seconds, by name (SUMMARIZED): what the summaries
+    are taken over, and what a percentile's interval is drawn from (autotune.measure.capacity)."""
+    ok = [r for r in records if r.success]
+    return {"ttft": [r.ttft for r in ok],
+            "tpot": [(r.e2el - r.ttft) / (r.output_tokens - 1) for r in ok
+                     if r.output_tokens > 1],
+            "itl": [x for r in ok for x in r.itls()],
+            "e2el": [r.e2el for r in ok],
+            "send_lag": [lag for r in records if (lag := r.send_lag) is not None
+                         and r.error is None]}
+
+
+def compute_metrics(records: Sequence[RequestRecord], duration_s: float) -> BenchMetrics:
+    ok = [r for r in records if r.success]
+    errors: dict[str, int] = {}
+    for r in records:
+        if not r.success:
+            key = (r.error or "no tokens received")[:200]
+            errors[key] = errors.get(key, 0) + 1
+    in_tok = sum(r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len for r in ok)
+    out_tok = sum(r.output_tokens for r in ok)
+    values = per_request(records)
+    dur = max(duration_s, 1e-9)
+    return BenchMetrics(
+        duration_s=duration_s,
+        completed=len(ok),
+        failed=len(records) - len(ok),
+        total_input_tokens=in_tok,
+        total_output_tokens=out_tok,
+        request_throughput=len(ok) / dur,
+        output_throughput=out_tok / dur,
+        total_token_throughput=(in_tok + out_tok) / dur,
+        ttft_ms=Summary.of(values["ttft"]),
+        tpot_ms=Summary.of(values["tpot"]),
+        itl_ms=Summary.of(values["itl"]),
+        e2el_ms=Summary.of(values["e2el"]),
+        send_lag_ms=Summary.of(values["send_lag"]),
+        errors=errors,
+    )
+
+
+def steady_share(records: Sequence[RequestRecord], concurrency: int, duration_s: float) -> float:
+    """The share of the benchmark's duration during which `concurrency` requests were in flight
+    (a closed loop's steady state; the rest is the ramp-up and the drain after the last send)."""
+    if concurrency <= 0 or duration_s <= 0:
+        return 0.0
+    events = sorted([(r.send_time, 1) for r in records]
+                    + [(r.end_time if r.end_time is not None else r.send_time, -1)
+                       for r in records])
+    full, level, last = 0.0, 0, 0.0
+    for t, step in events:
+        if level >= concurrency:
+            full += max(min(t, duration_s) - last, 0.0)
+        level += step
+        last = max(t, 0.0)
+    return min(full / duration_s, 1.0)

@@ -1,0 +1,287 @@
+"""From the feasible Pareto front to one configuration: the `vllm serve` line a user pastes, a
+vLLM `--config` YAML, and the `vllm bench serve` line that reproduces the measurement."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import optuna
+import yaml
+
+from autotune.config.study import StudyConfig, default_executable
+from autotune.config.workload import ProfileConfig
+from autotune.errors import StudyError
+from autotune.measure.stats import Gain, gain_ci
+from autotune.server.command import flag_name, serve_argv, shell_join
+from autotune.tuning.confirm import TrialHook, config_boots, config_gains, run_repeats
+from autotune.tuning.objective import PhaseHook
+from autotune.tuning.preflight import Preflight
+from autotune.tuning.record import TrialRecord, baseline, records
+
+Preference = Literal["throughput", "latency", "knee", "capacity"]
+
+
+def _metric(t: TrialRecord, name: str) -> float:
+    v = t.value(name)
+    if v is None:
+        raise StudyError(f"metric {name!r} was not recorded on trial {t.number}")
+    return float(v)
+
+
+def find_trial(study: optuna.Study, number: int) -> TrialRecord:
+    found = [r for r in records(study) if r.number == number]
+    if not found:
+        raise StudyError(f"--trial: study {study.study_name!r} has no trial {number}")
+    if not found[0].measured:
+        raise StudyError(f"--trial: trial {number} has no measurement ({found[0].label()}"
+                         f"{': ' + found[0].cause if found[0].cause else ''})")
+    return found[0]
+
+
+def pooled(study: optuna.Study, cfg: StudyConfig, trials: list[TrialRecord]
+           ) -> list[TrialRecord]:
+    """The trials with each objective's value replaced by the median of its config's boots
+    where the config was booted more than once (a repeat, the confirm phase, a config drawn
+    twice): a choice made on these never rests on one lucky boot (the CPU demo's defaults read
+    13,518 tok/s on one boot and 8,268 as the median of three)."""
+    boots = config_boots(records(study), cfg.metric_names())
+    out = []
+    for t in trials:
+        b = boots.get(t.number, {})
+        out.append(replace(t, values={m: statistics.median(b[m]) if b.get(m) else v
+                                      for m, v in t.values.items()}) if b else t)
+    return out
+
+
+def pooled_front(study: optuna.Study, cfg: StudyConfig) -> list[TrialRecord]:
+    """The feasible Pareto front of the first-pass configs on their pooled values (`pooled`):
+    a config whose one lucky boot dominated the others is judged on the median of its boots."""
+    signs = [1.0 if o.direction == "maximize" else -1.0 for o in cfg.objectives]
+    names = cfg.metric_names()
+    cands = pooled(study, cfg, [r for r in records(study) if r.feasible and r.measured
+                                and r.facts.repeat_of is None and not r.bound_only])
+
+    def key(t: TrialRecord) -> list[float]:
+        return [s * t.values[m] for s, m in zip(signs, names, strict=True)]
+
+    def dominated(t: TrialRecord) -> bool:
+        a = key(t)
+        return any(all(x >= y for x, y in zip(key(o), a, strict=True)) and key(o) != a
+                   for o in cands if o is not t)
+
+    return [t for t in cands if not dominated(t)]
+
+
+def boots_of(study: optuna.Study, cfg: StudyConfig, trial: TrialRecord
+             ) -> dict[str, list[float]]:
+    """Every boot's value of each objective of the trial's config (empty: one boot)."""
+    return config_boots(records(study), cfg.metric_names()).get(trial.number, {})
+
+
+def choose(study: optuna.Study, cfg: StudyConfig, prefer: Preference = "knee",
+           max_tpot_ms: float | None = None) -> TrialRecord:
+    """The front's trial that best matches the stated preference, judged on its config's
+    pooled values (`pooled_front`)."""
+    front_ = pooled_front(study, cfg)
+    if not front_:
+        raise StudyError(f"study {study.study_name!r} has no feasible complete trial yet")
+    if prefer == "capacity":
+        if cfg.capacity is None:
+            raise StudyError("--prefer capacity: this study measured no capacity (its config "
+                             "has no capacity: section); prefer throughput, latency or knee")
+        if cfg.profiles:
+            return max(front_, key=lambda t: suite_rank(t, cfg, baseline(records(study))))
+        return max(front_, key=lambda t: _metric(t, "capacity"))
+    thr = next((o for o in cfg.objectives if o.direction == "maximize"), cfg.objectives[0])
+    lat = next((o for o in cfg.objectives if o.direction == "minimize"), cfg.objectives[-1])
+    if max_tpot_ms is not None:
+        ok = [t for t in front_ if _metric(t, "mean_tpot_ms") <= max_tpot_ms]
+        if not ok:
+            best = min(_metric(t, "mean_tpot_ms") for t in front_)
+            raise StudyError(f"no feasible trial has mean TPOT <= {max_tpot_ms} ms "
+                             f"(the lowest is {best:.2f} ms)")
+        return max(ok, key=lambda t: _metric(t, thr.metric))
+    if prefer == "throughput":
+        return max(front_, key=lambda t: _metric(t, thr.metric) * _sign(thr.direction))
+    if prefer == "latency":
+        return min(front_, key=lambda t: _metric(t, lat.metric) * _sign(lat.direction, -1))
+    return knee(front_, cfg.metric_names(), [o.direction for o in cfg.objectives])
+
+
+def suite_rank(t: TrialRecord, cfg: StudyConfig, base: TrialRecord | None
+               ) -> tuple[float, float]:
+    """A suite's capacity ranking: its score (the worst or weighted ratio to the defaults),
+    then, to break a tie (the worst profile unchanged), the mean ratio over its profiles."""
+    o = cfg.objectives[0].metric
+    ratios = [t.metrics[f"{p.key}/{o}"] / base.metrics[f"{p.key}/{o}"]
+              for p in cfg.workloads() if base is not None
+              and base.metrics.get(f"{p.key}/{o}") and f"{p.key}/{o}" in t.metrics]
+    return _metric(t, cfg.metric_names()[0]), sum(ratios) / len(ratios) if ratios else 0.0
+
+
+def _sign(direction: str, flip: int = 1) -> float:
+    return flip * (1.0 if direction == "maximize" else -1.0)
+
+
+def knee(front: list[TrialRecord], metrics: list[str], directions: list[str]) -> TrialRecord:
+    """The trial closest to the utopia point (each objective's best on the front). Distances are
+    relative: |log(value / best)| per objective, so a 0.2% throughput loss weighs 0.002 against
+    a 30% TPOT gain's 0.26 whatever the front's spread (scaling each objective to [0, 1] over
+    the front made any two-trial front a tie, each trial one unit from utopia). With a value
+    <= 0 the objective is scaled to [0, 1] over the front instead."""
+    values = np.array([[t.values[m] for m in metrics] for t in front], dtype=float)
+    columns = []
+    for i, d in enumerate(directions):
+        col = values[:, i]
+        best = col.max() if d == "maximize" else col.min()
+        if (col > 0).all():
+            columns.append(np.abs(np.log(col / best)))
+        else:
+            lo, hi = col.min(), col.max()
+            scaled = (col - lo) / (hi - lo if hi > lo else 1.0)
+            columns.append(1 - scaled if d == "maximize" else scaled)
+    regret = np.stack(columns, axis=1)
+    return front[int(np.argmin(np.linalg.norm(regret, axis=1)))]
+
+
+def display_executable(executable: list[str]) -> list[str]:
+    """`vllm` for the default (this venv's) executable, else the configured command."""
+    return ["vllm"] if executable == default_executable() else executable
+
+
+def serve_command(cfg: StudyConfig, trial: TrialRecord) -> list[str]:
+    return serve_argv(display_executable(cfg.server.executable), cfg.server.model,
+                      cfg.server.serve_flags(trial.flags), cfg.server.extra_args)
+
+
+def serve_line(cfg: StudyConfig, trial: TrialRecord) -> str:
+    """The serve command as a shell line, after the environment the trials' servers had
+    (`server.env`): a setting such as VLLM_ALLREDUCE_USE_SYMM_MEM=0 is part of what was
+    measured, and the config without it is not the config that was measured."""
+    env = [f"{k}={shlex.quote(v)}" for k, v in cfg.server.env.items()]
+    return " ".join([*env, shell_join(serve_command(cfg, trial))])
+
+
+def config_yaml(cfg: StudyConfig, trial: TrialRecord) -> str:
+    """A file for `vllm serve --config FILE` (kebab-case keys, nested JSON flags as maps)."""
+    flags = cfg.server.serve_flags(trial.flags)
+    doc: dict[str, Any] = {"model": cfg.server.model}
+    doc.update({flag_name(k)[2:]: v for k, v in flags.items() if v is not None})
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
+                  executable: list[str]) -> list[str]:
+    """The `vllm bench serve` line for the same workload, against a running server."""
+    i, o = profile.lengths()
+    backend = ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"] if (
+        profile.endpoint == "chat") else ["--backend", "vllm"]
+    argv = [*display_executable(executable), "bench", "serve", *backend,
+            "--model", model, "--tokenizer", tokenizer]
+    if profile.name == "sharegpt":
+        from autotune.load.datasets import sharegpt_json_for_vllm
+
+        argv += ["--dataset-name", "sharegpt", "--dataset-path", str(sharegpt_json_for_vllm())]
+        if o is not None:
+            argv += ["--sharegpt-output-len", str(o)]
+    elif profile.name == "dataset":  # vLLM's custom dataset reads the prompt lines
+        argv += ["--dataset-name", "custom", "--dataset-path", str(profile.path),
+                 "--custom-output-len", str(o or 128)]
+    else:
+        argv += ["--dataset-name", "random", "--random-input-len", str(i),
+                 "--random-output-len", str(o)]
+        if profile.prefix_len:  # vLLM's random dataset shares one prefix
+            argv += ["--random-prefix-len", str(profile.prefix_len)]
+        if profile.range_ratio:
+            argv += ["--random-range-ratio", str(profile.range_ratio)]
+    argv += ["--ignore-eos", "--num-prompts", str(profile.num_prompts), "--seed",
+             str(profile.seed)]
+    if profile.max_concurrency:
+        argv += ["--max-concurrency", str(profile.max_concurrency)]
+    if not math.isinf(profile.request_rate):
+        argv += ["--request-rate", str(profile.request_rate)]
+    if profile.warmup:
+        argv += ["--num-warmups", str(profile.warmup)]
+    return argv
+
+
+def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) -> dict[str, Any]:
+    """Everything export prints, and the files it writes (config YAML, JSON summary)."""
+    serve = serve_line(cfg, trial)
+    benches = {p.key: shell_join(bench_command(p, cfg.server.model, cfg.server.tokenizer_dir,
+                                               cfg.server.executable))
+               for p in cfg.workloads()}
+    result = {
+        "trial": trial.number,
+        "values": dict(trial.values),
+        "flags": trial.flags,
+        "serve_command": serve,
+        "bench_command": next(iter(benches.values())),
+    }
+    if cfg.profiles:  # a suite: one line per profile, and each profile's values
+        result["bench_commands"] = benches
+        result["profile_metrics"] = {k: trial.metrics[k] for k in cfg.profile_metrics()
+                                     if k in trial.metrics}
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "vllm-config.yaml").write_text(config_yaml(cfg, trial))
+        (out_dir / "export.json").write_text(json.dumps(result, indent=2) + "\n")
+        result["config_path"] = str(out_dir / "vllm-config.yaml")
+    return result
+
+
+@dataclass(frozen=True)
+class Validation:
+    """A chosen config and the baseline booted again, interleaved: each objective's study value
+    and the median of the re-runs, the gain of the first objective measured by the re-runs
+    alone (with its interval from two re-runs each), and the gain the study had printed."""
+
+    trial: int
+    base: int
+    metric: str
+    rows: list[tuple[str, float, float]]  # objective, study value, median of the re-runs
+    gain: Gain  # the re-runs only
+    study_gain: Gain  # every boot before the validation (`n`: the chosen config's boots)
+    boots: list[int]  # the validation's trials
+
+    @property
+    def inside(self) -> bool | None:
+        """Whether the study's gain lies inside the re-runs' interval (None without one)."""
+        if self.gain.n < 2 or self.gain.n_base < 2:
+            return None
+        return self.gain.low <= self.study_gain.gain <= self.gain.high
+
+
+def validate(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: list[Any],
+             trial: TrialRecord, repeats: int, *, on_phase: PhaseHook | None = None,
+             on_trial: TrialHook | None = None) -> Validation:
+    """Boot the baseline and the trial's config again, interleaved (base A base A ...),
+    `repeats` times each, as repeat trials of the study (so nothing measured is lost and every
+    view pools them); a capacity study searches each boot's capacity anew."""
+    recs = records(study)
+    base = baseline(recs)
+    if base is None:
+        raise StudyError("--validate: the study has no measured baseline trial to compare with")
+    metrics = cfg.metric_names()
+    before = config_gains(recs, metrics).get(trial.number, {})
+    first = len(study.get_trials(deepcopy=False))
+    run_repeats(study, cfg, pre, requests, [base.number, trial.number] * repeats,
+                on_phase=on_phase, on_trial=on_trial)
+    new = [r for r in records(study)[first:] if r.measured]
+    mine = [r for r in new if r.facts.repeat_of == trial.number]
+    theirs = [r for r in new if r.facts.repeat_of == base.number]
+    if not mine or not theirs:
+        raise StudyError("--validate: a re-run was not measured (see `autotune trials`)")
+    rows = [(m, v, float(np.median([r.values[m] for r in mine]))) for m, v in
+            trial.values.items()]
+    m0 = metrics[0]
+    gain = gain_ci([r.values[m0] for r in mine], [r.values[m0] for r in theirs])
+    return Validation(trial.number, base.number, m0, rows, gain, before[m0],
+                      [r.number for r in new])

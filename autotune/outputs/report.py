@@ -1,0 +1,203 @@
+"""A study's report as files: Markdown with every trial's numbers, the Pareto front, where the
+time went, and the raw files behind them; plus the Pareto plot. `autotune report` writes it, and
+the study pages in docs/results/ are made by it."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from autotune.config.study import StudyConfig
+from autotune.outputs.console import (
+    confirm_lines,
+    gain_text,
+    is_base,
+    params_text,
+    short_cause,
+    short_metric,
+)
+from autotune.tuning.confirm import config_gains
+from autotune.tuning.record import TrialRecord, curve_profiles, front_numbers, records
+
+
+@dataclass(frozen=True)
+class TimeSplit:
+    """Where one trial's wall time went (seconds)."""
+
+    number: int
+    label: str
+    boot_s: float
+    bench_s: float
+    stop_s: float
+    in_trial_s: float  # wall time in the storage - boot - bench - stop
+    between_s: float | None  # from its end to the next trial's start
+
+    @property
+    def overhead_s(self) -> float:
+        """The tuner's own time: in the trial but outside boot/bench/stop, and until the next
+        trial starts (sampling, storage, MLflow logging, progress)."""
+        return self.in_trial_s + (self.between_s or 0.0)
+
+
+def time_split(recs: list[TrialRecord]) -> list[TimeSplit]:
+    done = [r for r in recs if r.started is not None and r.completed is not None]
+    out = []
+    for i, r in enumerate(done):
+        assert r.started is not None and r.completed is not None
+        wall = (r.completed - r.started).total_seconds()
+        tm = r.timings
+        boot, bench, stop = (tm.get(k, 0.0) for k in ("boot_s", "bench_s", "stop_s"))
+        nxt = done[i + 1] if i + 1 < len(done) else None
+        gap = (nxt.started - r.completed).total_seconds() if nxt and nxt.started else None
+        label = "reused" if r.facts.reused_from is not None else r.label()
+        out.append(TimeSplit(r.number, label, boot, bench, stop, wall - boot - bench - stop,
+                             gap))
+    return out
+
+
+def _f(v: float | None, pct: bool = False) -> str:
+    if v is None:
+        return ""
+    return f"{v * 100:+.1f}%" if pct else f"{v:,.1f}"
+
+
+def trials_markdown(recs: list[TrialRecord], metrics: list[str], front: set[int],
+                    all_recs: list[TrialRecord] | None = None) -> list[str]:
+    """A Markdown table of `recs`; a change against the baseline pools every boot of a config
+    in `all_recs` (default `recs`), with its interval once repeats exist."""
+    head = ["#", "state"]
+    for m in metrics:
+        head += [short_metric(m), "vs base"]
+    head += ["boot s", "bench s", "front", "params / cause"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    pool = all_recs if all_recs is not None else recs
+    gains = config_gains(pool, metrics)
+    for r in recs:
+        g = gains.get(r.number, {})
+        cells = [str(r.number), r.label() + (" (base)" if r.baseline else "")]
+        for m in metrics:
+            if r.lower_bound(m):  # no change against the base: it would read as a loss
+                cells += [f"≥{_f(r.values.get(m))}", "stopped early"]
+                continue
+            cells += [_f(r.values.get(m)), gain_text(g[m])
+                      if m in g and not is_base(r, pool) else ""]
+        what = "vLLM defaults" if r.baseline else (
+            f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
+            else params_text(r.params))
+        if r.cause:
+            what += f" -- {short_cause(r.cause, 160)}"
+        cells += [_f(r.timings.get("boot_s")), _f(r.timings.get("bench_s")),
+                  "yes" if r.number in front else "", what.replace("|", "\\|")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def curves_markdown(recs: list[TrialRecord], axis: str, profile: str | None = None
+                    ) -> list[str]:
+    """Every load point of every capacity search (of `profile`, in a capacity suite), in the
+    order measured."""
+    lines = [f"| trial | load ({axis}) | verdict | req/s | total tok/s | p99 TTFT ms | "
+             "p99 TPOT ms | mean TPOT ms | requests | s | missed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in recs:
+        cap = r.facts.capacity or {}
+        for p in (cap.get("profiles", {}).get(profile, {}) if profile else cap).get("points", []):
+            m = p["metrics"]
+            lines.append(
+                f"| {r.number} | {p['load']:g} | {'met' if p['passed'] else 'missed'} | "
+                f"{m['request_throughput']:,.1f} | {m['total_token_throughput']:,.0f} | "
+                f"{m['p99_ttft_ms']:,.0f} | {m['p99_tpot_ms']:,.1f} | {m['mean_tpot_ms']:,.1f} | "
+                f"{m['completed']:.0f} | {p['seconds']:.1f} | {'; '.join(p['misses'])} |")
+    return lines
+
+
+def confirm_markdown(path: Path, out_dir: Path) -> list[str]:
+    """The confirm phase's table from its `confirm.json`, with its plot."""
+    import json
+
+    from autotune.outputs import plots
+    from autotune.tuning.confirm import ConfirmResult
+
+    d = json.loads(path.read_text())
+    res = ConfirmResult(d["metric"], d["repeats"], d["baseline"], d["noise_floor"],
+                        d.get("maximize", True), {int(k): v for k, v in d["configs"].items()},
+                        d.get("recommended"), d.get("by_point_estimate"))
+    plots.confirm_png(res, out_dir / "confirm.png")
+    lines = [f"{res.metric}; noise floor {res.noise_floor:.1%} (the baseline's relative sd "
+             "across its boots).", "", "![confirm phase](confirm.png)", "",
+             "| trial | boots | median [95% CI] | gain vs defaults |", "|---|---|---|---|"]
+    for num, row in res.configs.items():
+        lines.append(f"| {num}{' (base)' if num == res.base else ''} | {len(row['values'])} | "
+                     f"{row['median']:,.2f} [{row['ci_low']:,.2f}, {row['ci_high']:,.2f}] | "
+                     f"{row.get('text', '')} |")
+    lines += ["", *confirm_lines(res)]
+    return lines
+
+
+def time_markdown(split: list[TimeSplit]) -> list[str]:
+    lines = ["| # | state | boot s | bench s | stop s | in-trial s | between s | overhead s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in split:
+        lines.append(f"| {s.number} | {s.label} | {s.boot_s:.1f} | {s.bench_s:.1f} | "
+                     f"{s.stop_s:.1f} | {s.in_trial_s:.2f} | "
+                     f"{'' if s.between_s is None else f'{s.between_s:.2f}'} | "
+                     f"{s.overhead_s:.2f} |")
+    measured = [s.overhead_s for s in split if s.boot_s > 0]
+    if measured:
+        lines += ["", f"Tuner overhead per measured trial: mean {statistics.mean(measured):.2f} s, "
+                      f"max {max(measured):.2f} s ({len(measured)} trials)."]
+    return lines
+
+
+def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
+    """Write `report.md` and `pareto.png` into `out_dir`; return the Markdown's path."""
+    from autotune.outputs import plots
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    recs = records(study)
+    metrics = cfg.metric_names()
+    front = front_numbers(study)
+    lines = [f"# Study `{cfg.name}`", "",
+             f"- vLLM {study.user_attrs.get('vllm_version', '?')}; model `{cfg.server.model}`; "
+             f"fixed args `{params_text(cfg.server.args)}`",
+             f"- profile `{cfg.profile.name}` ({cfg.profile.num_prompts} prompts, concurrency "
+             f"{cfg.profile.max_concurrency or 'all'}); space `{cfg.search_space}`; sampler "
+             f"{cfg.sampler.name} (seed {cfg.sampler.seed})",
+             "- objectives: " + ", ".join(f"{o.direction} {o.metric}" for o in cfg.objectives)
+             + (f"; SLOs: {', '.join(s.text() for s in cfg.slos)}" if cfg.slos else ""),
+             f"- {len(recs)} trials, {sum(r.measured for r in recs)} measured; "
+             f"storage `{cfg.storage_url()}`", "", "## Trials", ""]
+    lines += trials_markdown(recs, metrics, front)
+    if len(metrics) >= 2 and any(r.measured for r in recs):
+        plots.pareto_png(study, out_dir / "pareto.png", cfg.name)
+        lines += ["", "## Pareto front", "", "![Pareto front](pareto.png)", ""]
+        lines += trials_markdown([r for r in recs if r.number in front], metrics, front, recs)
+    confirmed = cfg.study_dir() / "confirm.json"
+    if confirmed.is_file():
+        lines += ["", "## Confirm phase", ""] + confirm_markdown(confirmed, out_dir)
+    axis = cfg.capacity.axis if cfg.capacity is not None else None
+    for prof in curve_profiles(recs) if axis is not None else []:
+        assert axis is not None
+        name = f"capacity_curves{'-' + prof if prof else ''}.png"
+        plots.capacity_overlay_png(recs, cfg.slos, axis, out_dir / name, prof)
+        lines += ["", "## Load curves" + (f": {prof}" if prof else ""), "",
+                  f"![load curves]({name})", ""]
+        lines += curves_markdown(recs, axis, prof)
+    lines += ["", "## Where the time went", ""] + time_markdown(time_split(recs))
+    from autotune.tuning.bill import bill
+
+    cost = bill(study, cfg).lines()
+    if cost:
+        lines += ["", "## The bill", "", "```", *cost, "```"]
+    trial_dirs = sorted(cfg.study_dir().glob("trial-*"))
+    if trial_dirs:
+        lines += ["", "## Raw files", "",
+                  f"Per trial under `{cfg.study_dir()}`: `server.log` (the server's output), "
+                  "`result.json` (metrics, argv, timings), `requests.csv` (one row per "
+                  f"request); {len(trial_dirs)} trial folders."]
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,117 @@
+"""What the vLLM that will run accepts: its version and `vllm serve --help=all`, parsed and cached.
+
+A space that names a flag or a choice this vLLM lacks is rejected before any boot. The help text
+is cached per executable (resolved path, size, mtime), since producing it costs ~15 s of imports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.config.cache import cache_dir
+from autotune.errors import ConfigError
+from autotune.server.command import param_name
+
+_OPTION = re.compile(r"^\s{2}(-\S.*?)(?:\s{2,}|$)")
+_LONG = re.compile(r"--([A-Za-z0-9][\w-]*)(?:\s+\{([^}]*)\})?")
+
+
+@dataclass(frozen=True)
+class VllmInfo:
+    version: str
+    flags: frozenset[str]  # snake_case, `no_` forms included
+    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {"version": self.version, "flags": sorted(self.flags),
+                "choices": {k: list(v) for k, v in self.choices.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> VllmInfo:
+        return cls(str(d["version"]), frozenset(d["flags"]),
+                   {k: tuple(v) for k, v in d["choices"].items()})
+
+
+def parse_help(text: str, version: str = "unknown") -> VllmInfo:
+    flags: set[str] = set()
+    choices: dict[str, tuple[str, ...]] = {}
+    for line in text.splitlines():
+        m = _OPTION.match(line)
+        if not m:
+            continue
+        for name, ch in _LONG.findall(m.group(1)):
+            p = param_name(name)
+            flags.add(p)
+            if ch:
+                choices[p] = tuple(c.strip() for c in ch.split(","))
+    return VllmInfo(version, frozenset(flags), choices)
+
+
+def _exe_key(executable: list[str]) -> str:
+    exe = shutil.which(executable[0]) or executable[0]
+    parts = [*executable]
+    try:
+        st = os.stat(os.path.realpath(exe))
+        parts += [os.path.realpath(exe), str(st.st_size), str(st.st_mtime_ns)]
+    except OSError:
+        pass
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def get_vllm_info(executable: list[str], env: dict[str, str] | None = None) -> VllmInfo:
+    """Version and flags of `executable`'s vLLM (cached per executable)."""
+    path = cache_dir() / "vllm-help" / f"{_exe_key(executable)}.json"
+    if path.exists():
+        return VllmInfo.from_json(json.loads(path.read_text()))
+    run_env = {**os.environ, **(env or {})}
+    try:
+        ver = subprocess.Popen([*executable, "--version"], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, env=run_env)
+        hlp = subprocess.Popen([*executable, "serve", "--help=all"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=run_env)
+    except OSError as e:
+        raise ConfigError(
+            f"server.executable: cannot run {executable[0]!r}: {e.strerror}"
+        ) from None
+    help_text, _ = hlp.communicate(timeout=300)
+    version_text, _ = ver.communicate(timeout=300)
+    if hlp.returncode != 0 or "--max-num-seqs" not in help_text:
+        tail = "\n".join(help_text.strip().splitlines()[-3:])
+        raise ConfigError(f"server.executable: `{' '.join(executable)} serve --help=all` failed "
+                          f"(exit {hlp.returncode}): {tail}")
+    version = (version_text.strip().splitlines() or ["unknown"])[-1]
+    info = parse_help(help_text, version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(info.to_json()))
+    return info
+
+
+def check_flags(info: VllmInfo, flags: dict[str, list[object] | None], source: str) -> None:
+    """Raise one ConfigError listing each flag (or choice) that this vLLM does not accept.
+
+    `flags` maps a snake_case flag to the values that will be passed (None: not checked).
+    """
+    problems = []
+    for flag, values in flags.items():
+        if flag not in info.flags:
+            close = sorted(f for f in info.flags if f.split("_")[0] == flag.split("_")[0])[:6]
+            hint = f"; similar: {', '.join(close)}" if close else ""
+            problems.append(f"{source}: {flag}: vLLM {info.version} has no flag "
+                            f"--{flag.replace('_', '-')}{hint}")
+            continue
+        accepted = info.choices.get(flag)
+        if accepted and values:
+            bad = [v for v in values if isinstance(v, str) and v not in accepted]
+            if bad:
+                problems.append(f"{source}: {flag}: vLLM {info.version} does not accept "
+                                f"{', '.join(map(repr, bad))}; accepted: {', '.join(accepted)}")
+    if problems:
+        raise ConfigError("\n".join(problems))
+

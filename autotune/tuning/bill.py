@@ -1,0 +1,124 @@
+"""The bill: the device-minutes a study's trials held, from its storage (so a resumed study and
+every worker's trials count), split into boots, load and the rest of each trial, confirm
+repeats, and the idle time between trials; an estimate for the trials left; and the budget
+check that starts no trial expected to end past `budget_gpu_minutes`.
+
+Device-minutes are a trial's wall minutes times the GPUs it held (`gpus_per_trial`, 1 without
+it); on a machine without GPUs the unit is the whole machine's minutes ("CPU-min").
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.config.study import StudyConfig
+from autotune.tuning.record import records
+
+IDLE_GAP_S = 600.0  # a gap between trials longer than this is a stop (a resume later), not idle
+
+
+@dataclass(frozen=True)
+class TrialCost:
+    number: int
+    confirm: bool  # a confirm-phase or validation repeat of an earlier trial's config
+    minutes: float  # device-minutes, start to end
+    boot: float  # of which the server's boot (0 where the trial recorded no timings)
+    load: float  # the benchmark or the capacity search's load points
+
+
+@dataclass(frozen=True)
+class Bill:
+    unit: str  # "GPU-min" or "CPU-min"
+    devices: int  # per trial
+    trials: tuple[TrialCost, ...]
+    idle: float  # device-minutes between trials (the span less the trials; one worker)
+    left: int  # trials of n_trials not run yet
+
+    @property
+    def total(self) -> float:
+        return sum(t.minutes for t in self.trials) + self.idle
+
+    def part(self, confirm: bool) -> float:
+        return sum(t.minutes for t in self.trials if t.confirm == confirm)
+
+    def next_trial(self) -> float:
+        """Device-minutes the next trial may take: the longest first-pass trial, leaving out
+        the first (a cold boot) once there are others; 0 before any."""
+        first = [t.minutes for t in self.trials if not t.confirm]
+        if not first:
+            return 0.0
+        return max(first[1:]) if len(first) > 1 else first[0]
+
+    def estimate_left(self) -> float:
+        first = [t.minutes for t in self.trials if not t.confirm]
+        return statistics.median(first) * self.left if first else 0.0
+
+    def lines(self) -> list[str]:
+        if not self.trials:
+            return []
+        boot, load = sum(t.boot for t in self.trials), sum(t.load for t in self.trials)
+        other = self.part(False) + self.part(True) - boot - load
+        n, c = sum(not t.confirm for t in self.trials), sum(t.confirm for t in self.trials)
+        per = ", ".join(f"{t.number}: {t.minutes:.1f}" for t in self.trials)
+        out = [f"bill: {self.total:.1f} {self.unit} ({self.devices} per trial): {n} trials "
+               f"{self.part(False):.1f}" + (f", {c} confirm repeats {self.part(True):.1f}"
+                                             if c else "") + f", idle {self.idle:.1f}; "
+               f"boots {boot:.1f}, load {load:.1f}, the rest of the trials {other:.1f}",
+               f"  per trial ({self.unit}): {per}"]
+        if self.left:
+            out.append(f"  {self.left} trials left: about {self.estimate_left():.1f} "
+                       f"{self.unit} more (the median trial)")
+        return out
+
+    def metrics(self) -> dict[str, float]:
+        """For MLflow: the study's totals."""
+        return {"bill_total_min": self.total, "bill_trials_min": self.part(False),
+                "bill_confirm_min": self.part(True), "bill_idle_min": self.idle,
+                "bill_boot_min": sum(t.boot for t in self.trials),
+                "bill_load_min": sum(t.load for t in self.trials),
+                "bill_left_estimate_min": self.estimate_left()}
+
+
+def device_unit() -> str:
+    return "GPU-min" if shutil.which("nvidia-smi") else "CPU-min"
+
+
+def bill(study: optuna.Study, cfg: StudyConfig, unit: str | None = None) -> Bill:
+    devices = cfg.gpus_per_trial or 1
+    costs = []
+    spans = []
+    for r, t in zip(records(study), study.get_trials(deepcopy=False), strict=True):
+        if t.state != TrialState.COMPLETE or t.datetime_start is None or \
+                t.datetime_complete is None:
+            continue
+        wall = (t.datetime_complete - t.datetime_start).total_seconds()
+        spans.append((t.datetime_start, t.datetime_complete))
+        tm = r.timings
+        boot = min(tm.get("boot_s", 0.0), wall)
+        load = min(tm.get("bench_s", 0.0), wall - boot)
+        costs.append(TrialCost(r.number, r.facts.repeat_of is not None, wall * devices / 60,
+                               boot * devices / 60, load * devices / 60))
+    idle, end = 0.0, None
+    for s, e in sorted(spans):  # gaps between trials; a longer one is a machine not held
+        if end is not None and 0 < (gap := (s - end).total_seconds()) < IDLE_GAP_S:
+            idle += gap * devices / 60
+        end = e if end is None else max(end, e)
+    first = sum(not c.confirm for c in costs)
+    return Bill(unit or device_unit(), devices, tuple(costs), idle,
+                max(cfg.n_trials - first, 0))
+
+
+def over_budget(b: Bill, budget_minutes: float | None) -> str | None:
+    """Why the next trial must not start under the budget, or None."""
+    if budget_minutes is None or not b.trials:
+        return None
+    nxt = b.next_trial()
+    if b.total + nxt <= budget_minutes:
+        return None
+    return (f"budget: {b.total:.1f} of {budget_minutes:g} {b.unit} spent; the next trial "
+            f"(about {nxt:.1f}) would end past it")

@@ -1,0 +1,314 @@
+"""One trial: sampled params -> flags -> server -> load -> metrics -> values + constraints.
+
+The objective returns numbers and sets constraints; it logs nothing (tracking is a callback).
+An expected failure (the server does not boot, crashes, times out, or serves nothing) is a
+COMPLETE trial that violates the `boot_ok` constraint, with worst-case values for the sampler
+and its cause recorded: TPE and GP skip FAIL trials and would keep proposing the same region.
+Flags that failed once are never booted again; the earlier trial's verdict is reused. Anything
+else raised inside a trial is recorded on it and stops the study (TrialError).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.config.study import SUITE_PREFIX, StudyConfig, gpus_per_replica, layout_text
+from autotune.config.workload import PER_GPU, per_gpu
+from autotune.errors import (
+    LoadError,
+    MeasurementWarning,
+    ServerBootError,
+    ServerError,
+    TrialError,
+)
+from autotune.load.datasets import Request
+from autotune.measure.runner import run_bench, run_capacities, run_capacity, run_suite
+from autotune.server.refusals import refusal
+from autotune.tuning.record import TrialFacts, records, write_facts
+from autotune.tuning.record import baseline as baseline_record
+from autotune.tuning.search_space import SearchSpace
+from autotune.tuning.suite import combine, ratio
+
+_SHOWN: dict[Any, Any] = {}  # the warnings a trial's measurement gave, shown once a process
+BOOT_OK = "boot_ok"
+REQUESTS_OK = "requests_ok"
+CAPACITY_OK = "capacity_ok"  # some load met the SLOs
+# what the sampler learns from a trial without a measurement (never shown to a user)
+WORST = {"maximize": 0.0, "minimize": 1e6}
+
+# (trial number, phase, flags) -> None; phases: booting, benchmarking, stopping, reused
+PhaseHook = Callable[[int, str, dict[str, Any]], None]
+
+
+def flags_key(flags: dict[str, Any]) -> str:
+    return json.dumps(flags, sort_keys=True, separators=(",", ":"))
+
+
+def incumbent(study: optuna.Study, per_gpu: bool = False, key: str = "capacity"
+              ) -> float | None:
+    """The highest capacity (`key`: a suite's `<label>/capacity`) a feasible trial of the study
+    has reached so far (per GPU its server used, with `per_gpu`)."""
+    caps = [r.metrics[key] / (r.metrics.get("gpus", 1.0) if per_gpu else 1.0)
+            for r in records(study) if r.feasible and key in r.metrics]
+    return max(caps) if caps else None
+
+
+def unfixable_by(space: SearchSpace, cause: str) -> bool:
+    """Whether a boot failure's cause names none of the space's parameters (as snake_case or
+    as a flag): then no trial of the space can boot either (the model, the fixed args)."""
+    text = cause.lower()
+    names = {n for n, p in space.parameters.items()} | {p.into for p in
+                                                        space.parameters.values() if p.into}
+    return not any(n.lower() in text or n.replace("_", "-").lower() in text for n in names)
+
+
+@dataclass
+class Objective:
+    cfg: StudyConfig
+    space: SearchSpace
+    requests: list[Request]
+    study_dir: Path
+    on_phase: PhaseHook | None = None
+    worker: dict[str, Any] | None = None  # which worker ran the trial (id, host, devices)
+
+    def constraint_names(self) -> list[str]:
+        if self.cfg.capacity is not None:  # the SLOs judge each load point instead
+            return [BOOT_OK, REQUESTS_OK, CAPACITY_OK]
+        return [BOOT_OK, REQUESTS_OK, *(s.key for s in self.cfg.slos)]
+
+    def __call__(self, trial: optuna.Trial) -> list[float]:
+        baseline = bool(trial.user_attrs.get("baseline"))
+        repeat = trial.user_attrs.get("repeat_of")
+        if repeat is not None:  # the confirm phase: the repeated trial's flags, as they were
+            flags = dict(trial.study.trials[int(repeat)].user_attrs["flags"])
+        else:
+            sampled = {} if baseline else self.space.suggest(trial)
+            flags = {**self.space.fixed, **self.space.to_flags(sampled)}
+        key = flags_key(flags)
+        write_facts(trial, TrialFacts(flags=flags, flags_key=key, worker=self.worker))
+        hook = self.on_phase or (lambda *_: None)
+
+        prior = self._failed_before(trial, key)
+        if prior is not None:
+            hook(trial.number, "reused", flags)
+            return self._fail(trial, TrialFacts(
+                reused_from=prior.number, cause=prior.user_attrs.get("cause", "failed before"),
+                failure=prior.user_attrs.get("failure", "ServerError")))
+
+        served = self.cfg.server.serve_flags(flags)
+        gpus = gpus_per_replica(served)
+        have = self.cfg.gpus_per_trial
+        if have and gpus > have:  # a layout the trial's GPUs cannot hold: no boot
+            hook(trial.number, "rejected", flags)
+            return self._fail(trial, TrialFacts(
+                cause=f"layout {layout_text(served)} needs {gpus} GPUs; the trial has {have} "
+                      f"(--gpus-per-trial {have})",
+                failure="LayoutError"))
+
+        refused = refusal(served, self.cfg.server.model)
+        if refused is not None:  # vLLM's own argument check, without a boot
+            hook(trial.number, "rejected", flags)
+            return self._fail(trial, TrialFacts(cause=refused[1], failure="ServerBootError",
+                                                preboot=refused[0]))
+
+        workdir = self.study_dir / f"trial-{trial.number:04d}"
+        log_path = str(workdir / "server.log")
+        phase = ["starting"]
+        began: dict[str, float] = {}  # when the boot and what follows it began
+
+        def on_phase(p: str) -> None:
+            phase[0] = p
+            began.setdefault("boot" if p.startswith("booting") else "after", time.monotonic())
+            hook(trial.number, p, flags)
+
+        try:
+            if self.cfg.capacity is not None:
+                return self._capacity(trial, flags, gpus, workdir, on_phase)
+            if self.cfg.profiles:
+                return self._suite(trial, flags, gpus, workdir, on_phase, baseline)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = run_bench(self.cfg.server, self.cfg.profile, flags, workdir,
+                                   requests=self.requests, on_phase=on_phase)
+            caught = [w for w in caught if issubclass(w.category, MeasurementWarning)]
+            for w in caught:  # kept with the trial, and shown once each as they would have been
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
+                                       registry=_SHOWN)
+        except KeyboardInterrupt:
+            # Optuna marks the trial FAIL and re-raises; the server was stopped on the way out.
+            # The next `autotune study` re-enqueues these params (study.requeue_interrupted).
+            write_facts(trial, TrialFacts(interrupted=True,
+                                          cause=f"interrupted while {phase[0]}"))
+            raise
+        except (ServerError, LoadError) as e:
+            cause = getattr(e, "cause", None) or str(e)
+            fatal = baseline and isinstance(e, ServerBootError) and unfixable_by(self.space,
+                                                                                  cause)
+            return self._fail(trial, TrialFacts(log_path=log_path, cause=cause,
+                                                failure=type(e).__name__, fatal=fatal or None,
+                                                timings=failed_timings(began)))
+        except Exception as e:  # not a verdict on the config: record it, stop the study
+            write_facts(trial, TrialFacts(
+                cause=f"{type(e).__name__}: {e}", log_path=log_path,
+                error={"type": type(e).__name__, "message": str(e)[:2000], "phase": phase[0]}))
+            raise TrialError(trial.number, e, log_path) from e
+
+        metrics = result.metrics.flat()
+        metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
+        cause = None
+        if result.metrics.errors:
+            first = next(iter(result.metrics.errors))
+            cause = f"{result.metrics.failed} of {len(result.records)} requests failed: {first}"
+        write_facts(trial, TrialFacts(
+            metrics=metrics, timings=asdict(result.timings), argv=result.argv,
+            server_stats=result.server_stats or None, log_path=result.log_path,
+            request_errors=result.metrics.errors or None, cause=cause,
+            warnings=[str(w.message) for w in caught] or None))
+        trial.set_constraint(BOOT_OK, 0.0)
+        trial.set_constraint(REQUESTS_OK, float(result.metrics.failed))
+        for slo in self.cfg.slos:
+            trial.set_constraint(slo.key, slo.violation(metrics[slo.metric]))
+        return [float(metrics[o.metric]) for o in self.cfg.objectives]
+
+    def _capacity(self, trial: optuna.Trial, flags: dict[str, Any], gpus: int, workdir: Path,
+                  on_phase: Callable[[str], None]) -> list[float]:
+        """Capacity mode: search the most load this config sustains within the SLOs, starting
+        at the incumbent's capacity (and, except in a confirm-phase repeat, stopping early below
+        it). When the study maximizes capacity per GPU, the incumbent is per GPU, scaled by this
+        server's GPUs."""
+        cap = self.cfg.capacity
+        assert cap is not None
+        by_gpu = any(o.metric.endswith(PER_GPU) for o in self.cfg.objectives)
+        if self.cfg.profiles:
+            return self._capacity_suite(trial, flags, gpus, workdir, on_phase, by_gpu)
+        best = incumbent(trial.study, per_gpu=by_gpu)
+        if best is not None and by_gpu:
+            best *= gpus
+        # a confirm-phase repeat measures the whole capacity: an early stop gives only a bound
+        early = cap.early_stop and trial.user_attrs.get("repeat_of") is None
+        run = run_capacity(self.cfg.server, self.cfg.profile, cap, self.cfg.slos, flags,
+                           workdir, start=best, stop_below=best if early else None,
+                           on_phase=on_phase)
+        res = run.result
+        metrics = res.summary()
+        metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
+        cause = None
+        if res.at is None:  # why the lowest load failed; an early stop is not a failure
+            lowest = min(res.points, key=lambda p: p.load)
+            cause = f"{res.stopped}: {'; '.join(lowest.misses)}"
+        write_facts(trial, TrialFacts(
+            metrics=metrics, capacity=res.to_json(), timings=asdict(run.timings),
+            argv=run.argv, log_path=run.log_path, cause=cause))
+        trial.set_constraint(BOOT_OK, 0.0)
+        trial.set_constraint(REQUESTS_OK, 0.0)
+        trial.set_constraint(CAPACITY_OK, 0.0 if res.at is not None else 1.0)
+        return [float(metrics[o.metric]) for o in self.cfg.objectives]
+
+    def _suite(self, trial: optuna.Trial, flags: dict[str, Any], gpus: int, workdir: Path,
+               on_phase: Callable[[str], None], is_baseline: bool) -> list[float]:
+        """A suite: every profile on one boot; each objective scored per profile as a ratio to
+        the baseline trial's value, combined by `suite_score` (autotune.tuning.suite)."""
+        profiles = self.cfg.workloads()
+        run = run_suite(self.cfg.server, profiles, flags, workdir, on_phase=on_phase)
+        metrics = run.metrics()
+        for label, pt in run.points.items():
+            metrics.update({f"{label}/{k}": v for k, v in per_gpu(pt.metrics.flat(),
+                                                                  gpus).items()})
+        self._score_suite(trial, metrics, is_baseline)
+        failed = sum(pt.metrics.failed for pt in run.points.values())
+        write_facts(trial, TrialFacts(
+            metrics=metrics, timings=asdict(run.timings), argv=run.argv, log_path=run.log_path,
+            cause=f"{failed} requests failed" if failed else None))
+        trial.set_constraint(BOOT_OK, 0.0)
+        trial.set_constraint(REQUESTS_OK, float(failed))
+        for slo in self.cfg.slos:  # an SLO holds on every profile
+            trial.set_constraint(slo.key, max(slo.violation(pt.metrics.flat()[slo.metric])
+                                              for pt in run.points.values()))
+        return [float(metrics[SUITE_PREFIX + o.metric]) for o in self.cfg.objectives]
+
+    def _score_suite(self, trial: optuna.Trial, metrics: dict[str, float],
+                     is_baseline: bool) -> None:
+        """Each objective's suite score (`suite_<metric>`): its per-profile ratios to the
+        baseline trial's values, combined by `suite_score` (autotune.tuning.suite)."""
+        profiles = self.cfg.workloads()
+        base = None if is_baseline else baseline_record(records(trial.study))
+        if not is_baseline and (base is None or not base.metrics):
+            raise RuntimeError("a suite scores each config against the baseline trial, which "
+                               "has no measurement (it failed, or another worker runs it)")
+        weights = {p.key: p.weight for p in profiles}
+        for o in self.cfg.objectives:
+            ratios = {p.key: 1.0 if base is None else ratio(
+                metrics[f"{p.key}/{o.metric}"], base.metrics[f"{p.key}/{o.metric}"])
+                for p in profiles}
+            metrics[SUITE_PREFIX + o.metric] = combine(ratios, weights, o.direction,
+                                                       self.cfg.suite_score)
+
+    def _capacity_suite(self, trial: optuna.Trial, flags: dict[str, Any], gpus: int,
+                        workdir: Path, on_phase: Callable[[str], None], by_gpu: bool
+                        ) -> list[float]:
+        """A suite in capacity mode: each profile's capacity searched in turn on one boot
+        (from the incumbent's capacity on that profile; no early stop, since the score weighs
+        every profile), scored per profile against the baseline like any suite. A profile
+        whose lowest load misses the SLOs makes the config infeasible, with its reason."""
+        cap = self.cfg.capacity
+        assert cap is not None
+        profiles = self.cfg.workloads()
+        starts = {}
+        for p in profiles:
+            best = incumbent(trial.study, per_gpu=by_gpu, key=f"{p.key}/capacity")
+            if best is not None:
+                starts[p.key] = best * gpus if by_gpu else best
+        run = run_capacities(self.cfg.server, profiles, cap, self.cfg.slos, flags, workdir,
+                             starts=starts, on_phase=on_phase)
+        metrics = run.metrics()
+        for label, res in run.results.items():
+            metrics.update({f"{label}/{k}": v for k, v in per_gpu(res.summary(), gpus).items()})
+        metrics["gpus"] = float(gpus)
+        is_baseline = bool(trial.user_attrs.get("baseline"))
+        self._score_suite(trial, metrics, is_baseline)
+        missed = {k: r for k, r in run.results.items() if r.at is None}
+        cause = "; ".join(
+            f"{k}: {r.stopped}: {'; '.join(min(r.points, key=lambda p: p.load).misses)}"
+            for k, r in missed.items()) or None
+        write_facts(trial, TrialFacts(
+            metrics=metrics, capacity={"profiles": {k: r.to_json()
+                                                    for k, r in run.results.items()}},
+            timings=asdict(run.timings), argv=run.argv, log_path=run.log_path, cause=cause))
+        trial.set_constraint(BOOT_OK, 0.0)
+        trial.set_constraint(REQUESTS_OK, 0.0)
+        trial.set_constraint(CAPACITY_OK, 1.0 if missed else 0.0)
+        return [float(metrics[SUITE_PREFIX + o.metric]) for o in self.cfg.objectives]
+
+    def _fail(self, trial: optuna.Trial, facts: TrialFacts) -> list[float]:
+        write_facts(trial, facts)
+        for name in self.constraint_names():
+            trial.set_constraint(name, 1.0)
+        return [WORST[o.direction] for o in self.cfg.objectives]
+
+    @staticmethod
+    def _failed_before(trial: optuna.Trial, key: str) -> optuna.trial.FrozenTrial | None:
+        for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if t.user_attrs.get("flags_key") == key and t.user_attrs.get("failure") and \
+                    not t.user_attrs.get("fatal"):
+                return t
+        return None
+
+
+def failed_timings(began: dict[str, float]) -> dict[str, float]:
+    """A failed trial's boot and bench seconds, up to its failure: the report counts them as
+    the server's time, not the tuner's."""
+    now = time.monotonic()
+    boot = began.get("boot")
+    if boot is None:
+        return {}
+    after = began.get("after")
+    return {"boot_s": (after or now) - boot, "bench_s": now - after if after else 0.0}

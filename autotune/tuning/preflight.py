@@ -1,0 +1,223 @@
+"""Every check that can fail without booting a server, run before the first boot.
+
+The search space parses; the vLLM executable runs and accepts every flag and choice of the space
+(`vllm serve --help=all`); the model directory holds what vLLM and the load generator read;
+max_model_len can hold the profile; the storage URL and the work directory are usable. Each
+failure is one ConfigError naming the field and the fix, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.config.study import (
+    PARALLEL_FLAGS,
+    StudyConfig,
+    gpus_per_replica,
+    layout_text,
+    model_max_len,
+)
+from autotune.config.workload import ProfileConfig
+from autotune.errors import ConfigError
+from autotune.server.vllm_help import VllmInfo, check_flags, get_vllm_info
+from autotune.tuning.search_space import CategoricalParam, IntParam, SearchSpace, load_search_space
+from autotune.tuning.storage import check_url
+
+
+@dataclass(frozen=True)
+class Preflight:
+    space: SearchSpace
+    vllm: VllmInfo
+    dataset: str | None = None  # what reading a dataset profile's file found
+
+
+def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
+    """Every check that can fail without booting a server. A worker passes the space stored
+    in the study, so hosts need not hold the same search-space file."""
+    space = space or load_search_space(cfg.search_space)
+    check_workdir(cfg.workdir)
+    check_url(cfg.storage_url())
+    cfg.server.check_executable()
+    check_model(cfg.server.model, cfg.server.tokenizer)
+    check_model_len(cfg, space)
+    check_layout(cfg, space)
+    check_multicast(cfg, space)
+    if cfg.sampler.name == "grid":
+        try:
+            space.grid()
+        except ValueError as e:
+            raise ConfigError(f"sampler.name: grid: search space {space.name!r}: {e}") from None
+    dataset = check_dataset(cfg)
+    for i, start in enumerate(cfg.starts):
+        try:
+            space.check_start(start, f"starts.{i}")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    info = get_vllm_info(cfg.server.executable, cfg.server.env)  # ~15 s the first time
+    flags: dict[str, list[object] | None] = {f: None for f in cfg.server.args}
+    flags.update({f: [v] for f, v in space.fixed.items()})
+    for name, p in space.parameters.items():
+        flag = p.into or name
+        choices = space.choices_by_flag().get(name) if not p.into else None
+        flags[flag] = list(choices) if choices is not None else None
+    check_flags(info, flags, f"search space {space.name!r}")
+    return Preflight(space, info, dataset)
+
+
+def check_dataset(cfg: StudyConfig) -> str | None:
+    """A dataset profile's file is read in full (a bad line is an error naming it); returns
+    what was kept and dropped."""
+    from autotune.load.datasets import load_dataset, load_tokenizer
+
+    notes = []
+    for profile in cfg.workloads():
+        if profile.name == "dataset":
+            tok_dir = cfg.server.tokenizer_dir
+            ds = load_dataset(profile, load_tokenizer(tok_dir), tok_dir,
+                              cfg.server.args.get("max_model_len"))
+            notes.append(ds.note(str(profile.path)))
+    return "; ".join(notes) or None
+
+
+def _sizes(p: object) -> list[int]:
+    """The parallel sizes a parameter of the space can take."""
+    if isinstance(p, CategoricalParam):
+        return [int(c) for c in p.choices if c is not None]
+    if isinstance(p, IntParam):
+        return list(range(p.low, p.high + 1, p.step))
+    return []
+
+
+def check_layout(cfg: StudyConfig, space: SearchSpace) -> None:
+    """Parallel layouts must fit the GPUs a trial gets (--gpus-per-trial; 1 without it). A
+    fixed layout or a single size larger than that is an error; a combination of sizes larger
+    than that is left to the trial, which records it infeasible without a boot."""
+    have = cfg.gpus_per_trial or 1
+    how = f"--gpus-per-trial {cfg.gpus_per_trial}" if cfg.gpus_per_trial else \
+        "without --gpus-per-trial"
+    fixed = {**cfg.server.args, **space.fixed}
+    if gpus_per_replica(fixed) > have:
+        raise ConfigError(
+            f"server.args: layout {layout_text(fixed)} needs {gpus_per_replica(fixed)} GPUs; "
+            f"each trial gets {have} ({how}): raise --gpus-per-trial or shrink the layout")
+    knobs = {n: _sizes(p) for n, p in space.parameters.items() if n in PARALLEL_FLAGS}
+    for name, sizes in knobs.items():
+        big = max(sizes, default=1)
+        if big > 1 and (cfg.gpus_per_trial or 0) <= 1:
+            raise ConfigError(
+                f"search space {space.name!r}: {name} takes sizes up to {big}, but each trial "
+                f"gets 1 GPU ({how}): run with --gpus-per-trial {big} (or more) or drop the "
+                "larger sizes")
+        if big > have:
+            raise ConfigError(
+                f"search space {space.name!r}: {name} {big} needs {big} GPUs; each trial gets "
+                f"{have} ({how}): drop it or raise --gpus-per-trial")
+    least = gpus_per_replica(fixed)
+    for sizes in knobs.values():
+        least *= min(sizes, default=1)
+    if least > have:
+        raise ConfigError(
+            f"search space {space.name!r}: the smallest layout ({', '.join(knobs)}) needs "
+            f"{least} GPUs; each trial gets {have} ({how})")
+
+
+# Set where a host keeps NVLink multicast off (NCCL, PyTorch, NVSHMEM): the two-H200 machines
+# here, because a program that uses it can take the host's GPUs out of service.
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                 "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def check_multicast(cfg: StudyConfig, space: SearchSpace,
+                    environ: dict[str, str] | None = None) -> None:
+    """Tensor parallelism on a host that keeps NVLink multicast off must not get vLLM's fused
+    all-reduce + RMSNorm, whose FlashInfer workspace vLLM 0.26.0 builds on multicast ("mnnvl",
+    `cuMulticastCreate`) by default for TP > 1 on Hopper. The first two-H200 run did, and its
+    tp2 boot crashed (docs/results/multi-gpu-h200x2.md)."""
+    env = {**(os.environ if environ is None else environ), **cfg.server.env}
+    off = [f"{k}={v}" for k, v in MULTICAST_OFF.items() if env.get(k) == v]
+    tp = max([int(cfg.server.args.get("tensor_parallel_size") or 1),
+              int(space.fixed.get("tensor_parallel_size") or 1),
+              *_sizes(space.parameters.get("tensor_parallel_size"))])
+    if not off or tp <= 1:
+        return
+    cc = cfg.server.args.get("compilation_config")
+    passes = cc.get("pass_config") if isinstance(cc, dict) else None
+    fused = not (isinstance(passes, dict) and passes.get("fuse_allreduce_rms") is False)
+    if fused and env.get("VLLM_FLASHINFER_ALLREDUCE_BACKEND", "auto") in ("auto", "mnnvl"):
+        raise ConfigError(
+            f"server.args: tensor_parallel_size goes up to {tp} on a host that keeps NVLink "
+            f"multicast off ({', '.join(off)}), and vLLM's fused all-reduce + RMSNorm would build "
+            "its FlashInfer workspace on multicast: set server.args.compilation_config: "
+            "{pass_config: {fuse_allreduce_rms: false}} (measured on two H200s) or server.env "
+            "VLLM_FLASHINFER_ALLREDUCE_BACKEND: trtllm (CUDA IPC; not measured here)")
+
+
+def _is_path(model: str) -> bool:
+    return model.startswith((".", "/", "~")) or os.path.exists(model)
+
+
+def check_model(model: str, tokenizer: str | None = None) -> None:
+    """A local model must be a directory with config.json (or a .gguf file), and the load
+    generator needs a tokenizer.json (the model's, or `server.tokenizer`'s). A hub name such
+    as Qwen/Qwen3-8B is left to vLLM."""
+    if _is_path(model):
+        path = Path(model).expanduser()
+        if not path.exists():
+            raise ConfigError(f"server.model: {model!r} does not exist (a model directory "
+                              "or a model name the server can load)")
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise ConfigError(f"server.model: {model!r} is not a model vLLM can load: the "
+                              "directory has no config.json (point it at the folder with the "
+                              "model's config.json and tokenizer)")
+        if path.is_file() and path.suffix != ".gguf":
+            raise ConfigError(f"server.model: {model!r} is a file; vLLM loads a model directory "
+                              "(or a .gguf file)")
+    tok = tokenizer or model
+    if _is_path(tok) and Path(tok).expanduser().is_dir() and \
+            not (Path(tok).expanduser() / "tokenizer.json").is_file():
+        field = "server.tokenizer" if tokenizer else "server.model"
+        raise ConfigError(f"{field}: no tokenizer.json in {tok!r}; the load generator needs the "
+                          "model's fast tokenizer file (set server.tokenizer to a folder "
+                          "that has one)")
+
+
+def check_workdir(workdir: str) -> None:
+    """The work directory exists as a writable folder, or can be created."""
+    path = Path(workdir).expanduser().resolve()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"workdir: {workdir!r} is a file, not a folder")
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"workdir: cannot write under {workdir!r} ({existing} is not a "
+                          "writable folder); set workdir to one")
+
+
+def check_model_len(cfg: StudyConfig, space: SearchSpace) -> None:
+    for profile in cfg.workloads():
+        _check_model_len(cfg, space, profile)
+
+
+def _check_model_len(cfg: StudyConfig, space: SearchSpace, profile: ProfileConfig) -> None:
+    need = profile.required_model_len()
+    fixed = {**cfg.server.args, **space.fixed}
+    where, low = None, None
+    if "max_model_len" in fixed:
+        where, low = "max_model_len", int(fixed["max_model_len"])
+    p = space.parameters.get("max_model_len")
+    if isinstance(p, IntParam):
+        where, low = f"parameters.max_model_len.low ({space.name})", p.low
+    elif isinstance(p, CategoricalParam):
+        nums = [int(c) for c in p.choices if isinstance(c, int | float)]
+        if nums:
+            where, low = f"parameters.max_model_len.choices ({space.name})", min(nums)
+    if low is None:
+        mpe = model_max_len(cfg.server.model)
+        if mpe is not None and mpe < need:
+            raise ConfigError(f"profile: {profile.key} needs {need} tokens per request "
+                              f"but the model allows {mpe} (max_position_embeddings)")
+        return
+    if low < need:
+        raise ConfigError(f"{where}: {low} is shorter than the profile needs ({need} tokens: "
+                          f"{profile.key}); raise it to at least {need}")

@@ -1,0 +1,262 @@
+"""The typed trial record: what a trial stores about itself, and how every reader sees it.
+
+Optuna keeps a trial's facts as string-keyed user attributes. Only this module knows those keys:
+the objective writes a `TrialFacts` through `write_facts`, and every reader (tables, MLflow,
+plots, export, report, scripts) reads a `TrialRecord` built by `TrialRecord.of`. A trial that
+was not measured (infeasible, interrupted, crashed) has no values in its record: the worst-case
+numbers Optuna needs to learn from it never reach a user.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.measure.capacity import stopped_early
+
+
+class Status(enum.StrEnum):
+    OK = "ok"  # measured, every constraint met
+    SLO_MISS = "slo_miss"  # measured, an SLO missed
+    INFEASIBLE = "infeasible"  # no measurement: no boot, no service (the cause says why)
+    INTERRUPTED = "interrupted"  # stopped by a signal, or its worker stopped beating
+    ERROR = "error"  # an unexpected exception (recorded; the study stopped)
+    RUNNING = "running"
+    WAITING = "waiting"  # enqueued, not started
+
+
+@dataclass(frozen=True)
+class TrialFacts:
+    """What a trial stores about itself. Fields left None are not written."""
+
+    flags: dict[str, Any] | None = None  # the sampled flags (space.fixed included)
+    flags_key: str | None = None  # the flags as one canonical string
+    baseline: bool | None = None  # vLLM's defaults (with the fixed args)
+    metrics: dict[str, float] | None = None
+    server_stats: dict[str, float] | None = None
+    timings: dict[str, float] | None = None
+    argv: list[str] | None = None
+    log_path: str | None = None
+    request_errors: dict[str, int] | None = None
+    cause: str | None = None  # the one line to read first
+    failure: str | None = None  # the expected failure's exception type: no measurement
+    fatal: bool | None = None  # a baseline failure no parameter of the space can change
+    reused_from: int | None = None  # failed flags not booted again: the verdict of this trial
+    interrupted: bool | None = None
+    retry_of: int | None = None
+    worker: dict[str, Any] | None = None
+    capacity: dict[str, Any] | None = None  # the capacity search: axis, points, bracket
+    error: dict[str, str] | None = None  # an unexpected exception: type, message, log
+    preboot: str | None = None  # refused without a boot by this rule (autotune.server.refusals)
+    repeat_of: int | None = None  # a confirm-phase repeat of this trial's config
+    warnings: list[str] | None = None  # what the measurement warned (too short, a busy client)
+
+    @property
+    def bound_only(self) -> bool:
+        """A capacity search stopped early below the incumbent: its capacity is a lower bound,
+        not a measurement to pool with full ones."""
+        return stopped_early((self.capacity or {}).get("stopped"))
+
+    def to_attrs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None}
+
+    @classmethod
+    def from_attrs(cls, attrs: dict[str, Any]) -> TrialFacts:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in attrs.items() if k in names})
+
+
+def write_facts(trial: optuna.Trial, facts: TrialFacts) -> None:
+    for k, v in facts.to_attrs().items():
+        trial.set_user_attr(k, v)
+
+
+def _status(t: FrozenTrial, facts: TrialFacts) -> Status:
+    if t.state == TrialState.RUNNING:
+        return Status.RUNNING
+    if t.state == TrialState.WAITING:
+        return Status.WAITING
+    if t.state != TrialState.COMPLETE:
+        return Status.ERROR if facts.error else Status.INTERRUPTED
+    if facts.failure:
+        return Status.INFEASIBLE
+    return Status.OK if all(v <= 0 for v in t.constraints.values()) else Status.SLO_MISS
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    number: int
+    status: Status
+    facts: TrialFacts
+    params: dict[str, Any]
+    values: dict[str, float]  # objective metric -> value; empty when not measured
+    constraints: dict[str, float] = field(default_factory=dict)
+    started: datetime | None = None
+    completed: datetime | None = None
+
+    @classmethod
+    def of(cls, t: FrozenTrial, objective_names: list[str]) -> TrialRecord:
+        facts = TrialFacts.from_attrs(t.user_attrs)
+        status = _status(t, facts)
+        measured = status in (Status.OK, Status.SLO_MISS) and t.values is not None
+        values = dict(zip(objective_names, t.values, strict=False)) if measured else {}
+        # a waiting trial has no params yet: show the config enqueued for it
+        params = t.system_attrs.get("fixed_params", {}) if status is Status.WAITING else t.params
+        return cls(t.number, status, facts, dict(params), values, dict(t.constraints),
+                   t.datetime_start, t.datetime_complete)
+
+    @property
+    def baseline(self) -> bool:
+        return bool(self.facts.baseline)
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.values)
+
+    @property
+    def feasible(self) -> bool:
+        return self.status == Status.OK
+
+    @property
+    def flags(self) -> dict[str, Any]:
+        return self.facts.flags or {}
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return (self.facts.metrics or {}) if self.measured else {}
+
+    @property
+    def cause(self) -> str | None:
+        if self.facts.cause is None and self.status == Status.INTERRUPTED:
+            # failed by the heartbeat check: its worker (or machine) stopped without a word
+            return "its worker stopped beating (killed, or its machine lost); retried once"
+        return self.facts.cause
+
+    @property
+    def timings(self) -> dict[str, float]:
+        return self.facts.timings or {}
+
+    @property
+    def bound_only(self) -> bool:
+        return self.facts.bound_only
+
+    def lower_bound(self, metric: str) -> bool:
+        """Whether this trial's `metric` is a lower bound, not a measurement: the capacity of a
+        search stopped early below the incumbent (every view prints it as "≥", no gain)."""
+        return metric == "capacity" and self.bound_only
+
+    def curve(self, profile: str | None = None) -> list[dict[str, Any]]:
+        """The capacity search's load points by load (empty without a capacity search); in a
+        capacity suite, those of `profile`."""
+        cap = self.facts.capacity or {}
+        if profile is not None:
+            cap = cap.get("profiles", {}).get(profile, {})
+        return sorted(cap.get("points", []), key=lambda p: float(p["load"]))
+
+    def curve_profiles(self) -> list[str | None]:
+        """Whose load curves the trial has: a capacity suite's profiles, else [None] (one
+        search) or [] (none)."""
+        cap = self.facts.capacity or {}
+        if "profiles" in cap:
+            return list(cap["profiles"])
+        return [None] if cap.get("points") else []
+
+    def value(self, metric: str) -> float | None:
+        """An objective's value, else a recorded metric; None when not measured."""
+        if metric in self.values:
+            return self.values[metric]
+        return self.metrics.get(metric)
+
+    def label(self) -> str:
+        """The status as a table shows it."""
+        return {Status.OK: "ok", Status.SLO_MISS: "SLO miss"}.get(self.status, self.status.value)
+
+
+def objective_names(study: optuna.Study) -> list[str]:
+    names = study.metric_names
+    return list(names) if names else [f"objective_{i}" for i in range(len(study.directions))]
+
+
+def records(study: optuna.Study) -> list[TrialRecord]:
+    names = objective_names(study)
+    return [TrialRecord.of(t, names) for t in study.get_trials(deepcopy=False)]
+
+
+def record_of(study: optuna.Study, trial: FrozenTrial) -> TrialRecord:
+    return TrialRecord.of(trial, objective_names(study))
+
+
+def baseline(recs: list[TrialRecord]) -> TrialRecord | None:
+    """The measured baseline trial (vLLM's defaults), if any."""
+    return next((r for r in recs if r.baseline and r.measured), None)
+
+
+def delta(value: float, base: float) -> float:
+    """Relative change of `value` against `base`."""
+    return (value - base) / base if base else 0.0
+
+
+def deltas(rec: TrialRecord, base: TrialRecord | None) -> dict[str, float]:
+    """Each objective's relative change against the baseline's (empty when either is not
+    measured)."""
+    if base is None or not rec.measured:
+        return {}
+    return {m: delta(v, base.values[m]) for m, v in rec.values.items() if m in base.values}
+
+
+def metric_deltas(rec: TrialRecord, base: TrialRecord | None,
+                  keys: list[str]) -> dict[str, float]:
+    """The relative change of any measured metrics (a suite's `<label>/<metric>`) against the
+    baseline's."""
+    if base is None or not rec.measured:
+        return {}
+    return {k: delta(rec.metrics[k], base.metrics[k]) for k in keys
+            if k in rec.metrics and k in base.metrics}
+
+
+def curve_profiles(recs: list[TrialRecord]) -> list[str | None]:
+    """Whose load curves a study's trials have (in order, once each)."""
+    out: list[str | None] = []
+    for r in recs:
+        out += [p for p in r.curve_profiles() if p not in out]
+    return out
+
+
+def front_numbers(study: optuna.Study) -> set[int]:
+    """The trials on the feasible Pareto front among the first-pass trials: a confirm phase's
+    repeats measure a config again, they are not configs of their own. Feasible as Optuna's
+    best_trials has it (every constraint <= 0: infeasible trials carry violated constraints);
+    on the front when no other feasible trial is at least as good in every objective and
+    better in one (equal trials are all on it).
+
+    A capacity search stopped early below the incumbent is left out: its capacity is a lower
+    bound under the incumbent's, and its other objectives were measured at its floor load, not
+    at its capacity, so a lower mean TPOT there is no trade-off (the H100 study put two such
+    trials on the front that way)."""
+    sign = [1.0 if d == optuna.study.StudyDirection.MAXIMIZE else -1.0
+            for d in study.directions]
+
+    def counts(t: FrozenTrial) -> bool:
+        facts = TrialFacts.from_attrs(t.user_attrs)
+        return not facts.failure and not facts.bound_only
+
+    first = [(t.number, [s * v for s, v in zip(sign, t.values, strict=True)])
+             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+             if "repeat_of" not in t.user_attrs and t.values is not None
+             and all(c <= 0.0 for c in t.constraints.values()) and counts(t)]
+
+    def dominated(v: list[float]) -> bool:
+        return any(all(a >= b for a, b in zip(w, v, strict=True)) and w != v for _, w in first)
+
+    return {n for n, v in first if not dominated(v)}
+
+
+def front(study: optuna.Study) -> list[TrialRecord]:
+    nums = front_numbers(study)
+    return [r for r in records(study) if r.number in nums]

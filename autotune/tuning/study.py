@@ -1,0 +1,287 @@
+"""The study's lifecycle: open or create it, prepare it (config and space stored, baseline
+enqueued, interrupted trials enqueued again), and run trials until it holds `n_trials`.
+
+The same command resumes an interrupted study; several workers (processes or hosts) share one
+budget through the storage. The checks before the first boot are autotune.tuning.preflight's, the
+sampler is autotune.tuning.sampler's, the storage autotune.tuning.storage's.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.config.study import StudyConfig
+from autotune.errors import ConfigError, StudyError
+from autotune.load.datasets import build_requests
+from autotune.server.vllm_help import check_flags
+from autotune.tuning.bill import bill, over_budget
+from autotune.tuning.objective import Objective, PhaseHook
+from autotune.tuning.preflight import Preflight, preflight
+from autotune.tuning.record import TrialFacts, front
+from autotune.tuning.sampler import make_sampler
+from autotune.tuning.storage import make_storage
+
+
+def requeue_interrupted(study: optuna.Study) -> list[int]:
+    """Enqueue again (once each) the params of trials stopped by SIGINT/SIGTERM or by an
+    unexpected exception, so the same command resumes them."""
+    done = set(study.user_attrs.get("requeued", []))
+    again = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        facts = TrialFacts.from_attrs(t.user_attrs)
+        if (facts.interrupted or facts.error) and t.number not in done:
+            again.append(t)
+            if not facts.baseline:  # the baseline is enqueued again by _enqueue_baseline
+                study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
+    if again:
+        study.set_user_attr("requeued", sorted(done | {t.number for t in again}))
+    return [t.number for t in again]
+
+
+def open_study(cfg: StudyConfig, *, create: bool = True) -> optuna.Study:
+    storage = make_storage(cfg.storage_url(), cfg.heartbeat_grace_s)
+    directions = [o.direction for o in cfg.objectives]
+    if not create:
+        try:
+            return optuna.load_study(study_name=cfg.name, storage=storage)
+        except KeyError:
+            raise StudyError(f"no study named {cfg.name!r} in {cfg.storage_url()}") from None
+    study = optuna.create_study(study_name=cfg.name, storage=storage, directions=directions,
+                                sampler=make_sampler(cfg), load_if_exists=True)
+    if n := len(study.get_trials(deepcopy=False)):
+        study.sampler = make_sampler(cfg, resumed_at=n)
+    got = [d.name.lower() for d in study.directions]
+    if got != directions:
+        raise StudyError(f"study {cfg.name!r} exists with directions {got}, not {directions}; "
+                         "use another --study-name")
+    return study
+
+
+def completed(study: optuna.Study) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+
+
+def _enqueue_baseline(study: optuna.Study) -> None:
+    """Enqueue vLLM's defaults unless a baseline is done, queued or running. A baseline that
+    failed for a reason no parameter could change (fatal: the model, the fixed args) runs again
+    once that is fixed."""
+    for t in study.get_trials(deepcopy=False):
+        facts = TrialFacts.from_attrs(t.user_attrs)
+        if facts.baseline and not facts.fatal and t.state in (
+                TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING):
+            return
+    study.enqueue_trial({}, user_attrs={"baseline": True})
+
+
+def stop_if_fatal(study: optuna.Study, trial: FrozenTrial) -> None:
+    """(An Optuna callback.) Stop the study when its baseline cannot boot for a reason no
+    trial can change: every later trial would boot the same unusable model or args."""
+    facts = TrialFacts.from_attrs(trial.user_attrs)
+    if facts.baseline and facts.fatal:
+        raise StudyError(f"the baseline (vLLM's defaults with server.args) does not boot: "
+                         f"{facts.cause}. No parameter of the search space changes that, so "
+                         "the study stops; fix server.model or server.args, then the same "
+                         f"command resumes it. Server log: {facts.log_path}")
+
+
+TrialHook = Callable[[optuna.Study, FrozenTrial], None]
+
+
+def prepare_study(cfg: StudyConfig, pre: Preflight) -> optuna.Study:
+    """Create (or load) the study and everything a worker needs from it: the config and the
+    search space as study attributes, the baseline enqueued, interrupted trials enqueued again.
+    `autotune study` calls it; `autotune create-study` calls it once before remote workers."""
+    study = open_study(cfg)
+    study.set_metric_names(cfg.metric_names())
+    study.set_user_attr("config", cfg.model_dump(mode="json"))
+    study.set_user_attr("search_space", pre.space.model_dump(mode="json"))
+    study.set_user_attr("vllm_version", pre.vllm.version)
+    if cfg.baseline:
+        _enqueue_baseline(study)
+    enqueue_starts(study, [*pre.space.starts, *cfg.starts])
+    if cfg.sampler.name == "grid":
+        enqueue_grid(study, pre.space.grid(), cfg.sampler.seed)
+    requeue_interrupted(study)
+    return study
+
+
+def enqueue_grid(study: optuna.Study, grid: list[dict[str, Any]], seed: int | None) -> int:
+    """Enqueue every config of the grid once, in an order shuffled with the seed (so a grid cut
+    short is a random sample of it). Each enqueued trial is taken by exactly one worker (the
+    storage hands out WAITING trials one at a time)."""
+    if study.user_attrs.get("grid_enqueued"):
+        return 0
+    order = list(range(len(grid)))
+    random.Random(seed).shuffle(order)
+    for i in order:
+        study.enqueue_trial(grid[i], user_attrs={"grid": i})
+    study.set_user_attr("grid_enqueued", len(grid))
+    return len(grid)
+
+
+def warm_start(study: optuna.Study, cfg: StudyConfig, pre: Preflight, source: str
+               ) -> tuple[int, list[str]]:
+    """Enqueue another study's Pareto configs (`NAME`, or `NAME@STORAGE-URL` for another
+    storage), once, each re-checked first: its values must be ones this space can take and
+    this vLLM accepts, and this study must not hold it already (measured, running or queued).
+    Parameters this space lacks are left out; ones it has that the other study lacked are
+    sampled. Returns (configs enqueued, why the others were skipped)."""
+    if study.user_attrs.get("warm_started") == source:
+        return 0, []
+    name, _, url = source.partition("@")
+    try:
+        other = optuna.load_study(study_name=name, storage=make_storage(url or
+                                                                        cfg.storage_url()))
+    except KeyError:
+        raise ConfigError(f"--warm-start: no study {name!r} in {url or cfg.storage_url()} "
+                          "(NAME, or NAME@STORAGE-URL for another storage)") from None
+    enqueued, skipped = 0, []
+    have = [t.params if t.state != TrialState.WAITING else t.system_attrs.get("fixed_params", {})
+            for t in study.get_trials(deepcopy=False)
+            if t.state in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)]
+    for rec in front(other):
+        params = {k: v for k, v in rec.params.items() if k in pre.space.parameters}
+        where = f"--warm-start {name} trial {rec.number}"
+        if params in have:  # a boot spent on a config this study already holds is a boot lost
+            skipped.append(f"{where}: this study already has this config")
+            continue
+        try:
+            pre.space.check_start(params, where)
+            flags = pre.space.to_flags(params)
+            check_flags(pre.vllm, {f: [v] if not isinstance(v, dict) else None
+                                   for f, v in flags.items()}, where)
+        except (ValueError, ConfigError) as e:
+            skipped.append(str(e))
+            continue
+        study.enqueue_trial(params, user_attrs={"warm_start": f"{name}#{rec.number}"})
+        have.append(params)
+        enqueued += 1
+    study.set_user_attr("warm_started", source)
+    return enqueued, skipped
+
+
+def waiting(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+
+def grid_done(study: optuna.Study, cfg: StudyConfig) -> bool:
+    """Whether a grid study has nothing left to hand out: its enqueued configs are all taken."""
+    return cfg.sampler.name == "grid" and not waiting(study)
+
+
+def enqueue_starts(study: optuna.Study, starts: list[dict[str, Any]]) -> int:
+    """Enqueue each start config once (a resumed study does not enqueue them again)."""
+    done = int(study.user_attrs.get("starts_enqueued", 0))
+    for i, start in enumerate(starts[done:], done):
+        study.enqueue_trial(start, user_attrs={"start": i})
+    if len(starts) > done:
+        study.set_user_attr("starts_enqueued", len(starts))
+    return max(len(starts) - done, 0)
+
+
+def claimed(study: optuna.Study) -> tuple[int, int]:
+    """(complete, running) trials, after failing those whose worker stopped beating."""
+    optuna.storages.fail_stale_trials(study)
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+    done = sum(t.state == TrialState.COMPLETE for t in trials)
+    return done, len(trials) - done
+
+
+def run_trials(
+    study: optuna.Study,
+    cfg: StudyConfig,
+    pre: Preflight,
+    requests: list[Any],
+    *,
+    on_phase: PhaseHook | None = None,
+    on_trial: TrialHook | None = None,
+    worker: dict[str, Any] | None = None,
+) -> int:
+    """Run trials one at a time until complete + running trials reach `cfg.n_trials`, counted
+    in the storage, so several workers (processes or hosts) share one budget. Returns the
+    number of trials this call ran. Two workers that check at the same moment can overshoot
+    the budget by one trial each; none is ever run twice (Optuna hands each trial to one
+    worker)."""
+    objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase, worker=worker)
+    callbacks = [*([on_trial] if on_trial is not None else []), stop_if_fatal]
+    deadline = time.monotonic() + cfg.timeout_s if cfg.timeout_s else None
+    durations: list[float] = []
+    ran = 0
+    while True:
+        done, running = claimed(study)
+        if done >= cfg.n_trials:
+            return ran
+        why = over_budget(bill(study, cfg), cfg.budget_gpu_minutes) \
+            if cfg.budget_gpu_minutes is not None else None
+        if why is not None:
+            if on_phase is not None:
+                on_phase(-1, f"{why}; stopping", {})
+            return ran
+        if deadline is not None and not fits_before(deadline, time.monotonic(), durations):
+            if on_phase is not None:
+                on_phase(-1, f"timeout: the next trial (about {trial_estimate(durations):.0f} s) "
+                             "would end after it; stopping", {})
+            return ran
+        if grid_done(study, cfg):
+            if not running:  # the grid is done (or n_trials cut it short)
+                return ran
+            if on_phase is not None:
+                on_phase(-1, f"grid done here; waiting for {running} trial(s) of other "
+                             "workers", {})
+            time.sleep(WAIT_POLL_S)
+            continue
+        if done + running >= cfg.n_trials:
+            # the rest is running elsewhere; wait, in case one of them dies: its worker's
+            # heartbeat stops, the trial is failed as stale and retried (by us)
+            if on_phase is not None:
+                on_phase(-1, f"waiting for {running} trial(s) of other workers", {})
+            time.sleep(WAIT_POLL_S)
+            continue
+        started = time.monotonic()
+        study.optimize(objective, n_trials=1, callbacks=callbacks, catch=())
+        durations.append(time.monotonic() - started)
+        ran += 1
+
+
+def trial_estimate(durations: list[float]) -> float:
+    """How long the next trial may take: the longest this run has seen, leaving out its first
+    trial (which boots cold: imports, kernel JIT, a new compile cache) once there are others."""
+    if not durations:
+        return 0.0
+    return max(durations[1:]) if len(durations) > 1 else durations[0]
+
+
+def fits_before(deadline: float, now: float, durations: list[float]) -> bool:
+    """Whether a trial started now is expected to end before `deadline` (`timeout_s`): a study
+    on a machine lent for a fixed time stops between trials, not in the middle of one."""
+    return now + trial_estimate(durations) < deadline
+
+
+WAIT_POLL_S = 5.0
+
+
+def run_study(
+    cfg: StudyConfig,
+    *,
+    on_phase: PhaseHook | None = None,
+    on_trial: TrialHook | None = None,
+    pre: Preflight | None = None,
+    on_start: Callable[[optuna.Study, list[Any]], None] | None = None,
+) -> optuna.Study:
+    """Run trials in this process until the study holds `cfg.n_trials` complete ones (or
+    `timeout_s` passes)."""
+    pre = pre or preflight(cfg)
+    requests = build_requests(cfg.profile, cfg.server.tokenizer_dir,
+                              cfg.server.args.get("max_model_len"))
+    study = prepare_study(cfg, pre)
+    if on_start is not None:
+        on_start(study, requests)
+    run_trials(study, cfg, pre, requests, on_phase=on_phase, on_trial=on_trial)
+    return study
+

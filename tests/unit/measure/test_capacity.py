@@ -1,0 +1,186 @@
+"""The capacity search against a synthetic server with a known knee: bracketing, bisection,
+tolerance, the verdict rule and the early stop."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.config.workload import SLOConfig
+from autotune.measure.capacity import LoadPoint, min_requests, point_seed, search, verdict
+
+SLOS = [SLOConfig(metric="p99_ttft_ms", max=2000.0), SLOConfig(metric="p99_tpot_ms", max=60.0)]
+
+
+def server(knee: float, n: int = 300):  # type: ignore[no-untyped-def]
+    """p99 TTFT stays at 300 ms up to the knee and climbs 400 ms per unit of load after it;
+    p99 TPOT grows slowly and stays within its SLO. Loads measured are logged."""
+    seen: list[float] = []
+
+    def measure(load: float) -> LoadPoint:
+        seen.append(load)
+        m = {"completed": float(n), "failed": 0.0, "request_throughput": load * 0.9,
+             "total_token_throughput": load * 100.0,
+             "p99_ttft_ms": 300.0 + max(0.0, load - knee) * 400.0,
+             "p99_tpot_ms": 20.0 + load * 0.01}
+        ok, misses = verdict(m, SLOS)
+        return LoadPoint(load, ok, tuple(misses), m, seconds=1.0)
+
+    return measure, seen
+
+
+def true_capacity(knee: float) -> float:
+    return knee + (2000.0 - 300.0) / 400.0  # where p99 TTFT reaches 2000 ms
+
+
+@pytest.mark.parametrize("knee", [10.0, 37.0, 150.0, 700.0])
+def test_bisection_lands_within_the_tolerance(knee: float) -> None:
+    measure, seen = server(knee)
+    res = search(measure, axis="rate", low=1.0, high=2000.0, tolerance=0.05)
+    true = true_capacity(knee)
+    assert res.capacity <= true < res.fail  # type: ignore[operator]
+    assert (res.fail - res.capacity) / res.capacity <= 0.05  # type: ignore[operator]
+    assert res.at is not None and res.at.load == res.capacity and res.at.passed
+    assert res.stopped is None and len(res.points) == len(seen)
+    # bracketing doubles from `low` until the first miss
+    first_fail = next(i for i, x in enumerate(seen) if x > true)
+    assert seen[:first_fail + 1] == [2.0 ** i for i in range(first_fail + 1)]
+    assert res.summary()["capacity_req_s"] == pytest.approx(res.capacity * 0.9)
+    assert res.summary()["goodput_tok_s"] == pytest.approx(res.capacity * 100.0)
+
+
+def test_concurrency_axis_finds_the_exact_integer() -> None:
+    measure, seen = server(41.0)  # true capacity 45.25 -> 45 slots
+    res = search(measure, axis="concurrency", low=8, high=1024, tolerance=0.001)
+    assert res.capacity == 45 and res.fail == 46
+    assert all(x == int(x) for x in seen) and len(set(seen)) == len(seen)
+
+
+def test_starts_at_the_incumbent_and_stops_early_when_it_cannot_beat_it() -> None:
+    full, seen_full = server(30.0)
+    a = search(full, axis="rate", low=1.0, high=2000.0, tolerance=0.02)
+    early, seen = server(30.0)
+    b = search(early, axis="rate", low=1.0, high=2000.0, tolerance=0.02, start=100.0,
+               stop_below=100.0)
+    assert seen[0] == 100.0  # started at the incumbent's capacity
+    assert b.stopped is not None and "incumbent" in b.stopped
+    assert b.capacity <= a.capacity  # a lower bound, never above the real answer
+    assert len(seen) < len(seen_full)
+    # a config that beats the incumbent is searched to the tolerance
+    good, _ = server(300.0)
+    c = search(good, axis="rate", low=1.0, high=2000.0, tolerance=0.02, start=100.0,
+               stop_below=100.0)
+    assert c.stopped is None and c.capacity > 100.0
+
+
+def test_misses_at_the_lowest_load_and_passes_at_the_highest() -> None:
+    measure, seen = server(-100.0)  # never meets p99 TTFT
+    res = search(measure, axis="rate", low=2.0, high=64.0, tolerance=0.05, start=16.0)
+    assert res.capacity == 0.0 and res.at is None and seen == [16.0, 8.0, 4.0, 2.0]
+    assert res.stopped == "missed the SLOs at the lowest load (2)"
+    assert res.summary()["capacity_req_s"] == 0.0
+    measure, seen = server(1e9)
+    res = search(measure, axis="rate", low=2.0, high=64.0, tolerance=0.05)
+    assert res.capacity == 64.0 and res.fail is None and "highest load" in (res.stopped or "")
+
+
+def test_verdict_rule() -> None:
+    ok = {"completed": 300.0, "failed": 0.0, "p99_ttft_ms": 1999.0, "p99_tpot_ms": 60.0}
+    assert verdict(ok, SLOS) == (True, [])
+    passed, misses = verdict({**ok, "p99_ttft_ms": 2500.0}, SLOS)
+    assert not passed and misses == ["p99_ttft_ms <= 2000 (got 2,500.0)"]
+    passed, misses = verdict({**ok, "failed": 3.0}, SLOS)
+    assert not passed and misses == ["3 of 303 requests failed"]
+    # a p99 from fewer than 100 requests is not judged: the point fails
+    passed, misses = verdict({**ok, "completed": 99.0}, SLOS)
+    assert not passed and "fewer than the 100 it needs" in misses[0]
+    assert [min_requests(m) for m in ("p99_ttft_ms", "p90_tpot_ms", "median_itl_ms",
+                                      "mean_ttft_ms", "total_token_throughput")] == [
+        100, 10, 2, 1, 1]
+    assert verdict({**ok, "total_token_throughput": 10.0},
+                   [SLOConfig(metric="total_token_throughput", min=50.0)])[0] is False
+
+
+def test_point_seeds_are_common_across_trials_and_distinct_across_loads() -> None:
+    assert point_seed(0, 16.0) == point_seed(0, 16.0000000001)
+    assert len({point_seed(0, x) for x in (1, 2, 4, 8, 16, 12, 14)}) == 7
+    assert point_seed(0, 16.0) != point_seed(1, 16.0)
+
+
+def test_before_engine_names_where_the_ttft_went() -> None:
+    from autotune.measure.capacity import before_engine
+
+    # trial 15 on the H100 at 168.75 req/s: the engine itself queued (client 3,843 ms, vLLM's
+    # own 3,804): nothing to say
+    assert before_engine(168.75, {"mean_ttft_ms": 3843.0}, {"server_mean_ttft_ms": 3804.0},
+                         0.9) is None
+    # small gaps are the HTTP round trip, not a bottleneck
+    assert before_engine(84.4, {"mean_ttft_ms": 300.0}, {"server_mean_ttft_ms": 90.0},
+                         0.9) is None
+    # no server figure (an older vLLM, a failed scrape): nothing to say
+    assert before_engine(84.4, {"mean_ttft_ms": 3000.0}, {}, 0.9) is None
+    # seconds before the engine with an idle client: the API server
+    note = before_engine(58.0, {"mean_ttft_ms": 3189.0},
+                         {"server_mean_ttft_ms": 95.0, "client_cpu_fraction": 0.4}, 0.9)
+    assert note is not None and "3,189 ms" in note and "95 ms" in note
+    assert "api_server_count" in note
+    # ... with a busy client: the client
+    note = before_engine(58.0, {"mean_ttft_ms": 3189.0},
+                         {"server_mean_ttft_ms": 95.0, "client_cpu_fraction": 0.97}, 0.9)
+    assert note is not None and "client_processes" in note and "api_server" not in note
+
+
+def test_intervals_turn_a_percentile_into_met_missed_or_close() -> None:
+    """The verdict rule with intervals: met when the whole 95% interval of the p99 is within
+    the target, missed when the whole interval is beyond it, close when it straddles it."""
+    import numpy as np
+
+    from autotune.measure.capacity import intervals, judge
+
+    rng = np.random.default_rng(0)
+    base = {"completed": 1000.0, "failed": 0.0, "p99_tpot_ms": 30.0}
+
+    def point(scale: float) -> tuple[str, list[str], list[str]]:
+        ttft = list(rng.exponential(scale, size=1000))
+        m = {**base, "p99_ttft_ms": float(np.percentile(ttft, 99))}
+        return judge(m, SLOS, intervals(SLOS, {"ttft": ttft, "tpot": [30.0] * 1000}))
+
+    assert point(200.0)[0] == "met"  # p99 ~ 920 ms, its interval far below 2 s
+    state, misses, _ = point(1000.0)  # p99 ~ 4.6 s
+    assert state == "missed" and "95% [" in misses[0]
+    state, _, close = point(2000.0 / 4.6)  # p99 ~ 2 s: the target inside the interval
+    assert state == "close" and close[0].startswith("p99_ttft_ms <= 2000: ")
+    # a metric without samples is judged on its value
+    assert judge({**base, "p99_ttft_ms": 1999.0}, SLOS, {})[0] == "met"
+
+
+def test_a_point_the_client_could_not_offer_ends_the_search() -> None:
+    """A flagged point (send lag, burst) is no verdict on the server: the search ends and says
+    so, its capacity the highest passing load below."""
+    from autotune.measure.capacity import MAX_SEND_LAG_MS, client_limit
+
+    assert client_limit({"p99_send_lag_ms": 3.0}, 1200, 60.0, "rate") is None
+    lag = client_limit({"p99_send_lag_ms": MAX_SEND_LAG_MS + 1}, 1200, 60.0, "rate")
+    assert lag is not None and lag.startswith("client limit: p99 send lag")
+    # the bench CLI's old default: 200 requests at 176 req/s arrive in 1.1 s
+    assert client_limit({}, 200, 176.0, "rate") == (
+        "burst: 200 requests in 1.1 s (< 10 s of arrivals); raise capacity.min_duration_s or "
+        "requests_per_point")
+    assert client_limit({"p99_send_lag_ms": 999.0}, 10, 64.0, "concurrency") is None
+
+    def measure(load: float) -> LoadPoint:
+        flag = client_limit({}, 200, load, "rate") if load > 16 else None
+        return LoadPoint(load, True, (), {"request_throughput": load}, flag=flag)
+
+    res = search(measure, axis="rate", low=4.0, high=512.0, tolerance=0.1, start=8.0)
+    assert [p.load for p in res.points] == [8.0, 16.0, 32.0]
+    assert res.capacity == 16.0 and res.fail == 32.0
+    assert res.stopped is not None and res.stopped.startswith("not a server verdict at 32: burst")
+
+
+def test_capacity_defaults_measure_a_sustained_rate() -> None:
+    """One set of defaults (bench and study): 20 s of arrivals per rate point."""
+    from autotune.config.workload import CapacityConfig
+
+    cap = CapacityConfig(axis="rate", low=4, high=512)
+    assert cap.min_duration_s == 20.0 and cap.requests_at(176.0) == 3520
+    assert cap.requests_at(4.0) == cap.requests_per_point

@@ -1,0 +1,69 @@
+"""What the MLflow UI opens on: the study's saved view, the gain column and the study's note."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from autotune.config.study import StudyConfig
+from autotune.outputs.tracking import gain_tag, run_url, runs_url, runs_view, study_note
+from autotune.tuning.record import TrialFacts, baseline, front_numbers, records
+from autotune.tuning.search_space import load_search_space
+
+
+def _cfg(tmp_path: Path, direction: str = "maximize") -> StudyConfig:
+    return StudyConfig.model_validate({
+        "name": "t", "server": {"model": "/m", "executable": ["vllm"]},
+        "profile": {"name": "random", "input_len": 8, "output_len": 4, "num_prompts": 2},
+        "objectives": [{"metric": "total_token_throughput", "direction": direction},
+                       {"metric": "mean_tpot_ms", "direction": "minimize"}],
+        "slos": [{"metric": "p99_ttft_ms", "max": 2000}],
+        "search_space": "cpu-demo", "workdir": str(tmp_path)})
+
+
+def _study() -> optuna.Study:
+    st = optuna.create_study(directions=["maximize", "minimize"])
+    st.set_metric_names(["total_token_throughput", "mean_tpot_ms"])
+    for flags, values, base in (({}, [100.0, 20.0], True),
+                                ({"max_num_seqs": 8}, [150.0, 18.0], False),
+                                ({"max_num_seqs": 4}, [90.0, 25.0], False)):
+        facts = TrialFacts(flags=flags, baseline=base or None, metrics={
+            "total_token_throughput": values[0], "mean_tpot_ms": values[1]})
+        st.add_trial(optuna.trial.create_trial(values=values, user_attrs=facts.to_attrs()))
+    return st
+
+
+def test_the_saved_view_sorts_by_the_first_objective_with_the_key_columns_first(
+        tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    v = runs_view(cfg, "p1")
+    flags = list(load_search_space("cpu-demo").parameters)
+    assert v["selectedColumns"] == [
+        "metrics.`total_token_throughput`", "metrics.`mean_tpot_ms`", "tags.`autotune.gain`",
+        "metrics.`p99_ttft_ms`", "tags.`autotune.state`", *[f"params.`{p}`" for p in flags]]
+    assert v["columnOrder"] == v["selectedColumns"]
+    assert v["orderByKey"] == "metrics.`total_token_throughput`" and v["orderByAsc"] is False
+    assert v["runsExpanded"] == {"p1": True} and v["runsHiddenMode"] == "SHOW_ALL"
+    assert runs_view(_cfg(tmp_path, "minimize"), None)["orderByAsc"] is True
+
+
+def test_addresses_keep_the_model_training_mode() -> None:
+    assert runs_url("http://h:1", "7") == ("http://h:1/#/experiments/7/runs?viewStateShareKey="
+                                           "autotune&workflowType=machine_learning"
+                                           "&compareRunsMode=TABLE")
+    assert "viewStateShareKey" not in runs_url("http://h:1", "7", shared_view=False)
+    assert run_url("http://h:1", "7", "abc").endswith("/runs/abc?workflowType=machine_learning")
+
+
+def test_gain_and_the_study_note(tmp_path: Path) -> None:
+    st = _study()
+    recs = records(st)
+    base = baseline(recs)
+    assert gain_tag(recs[0], base, "total_token_throughput") == "vLLM's defaults"
+    assert gain_tag(recs[1], base, "total_token_throughput") == "+50.0% (one boot)"
+    note = study_note(_cfg(tmp_path), recs, front_numbers(st), "7", {1: "r1"})
+    assert "(#/experiments/7/runs?viewStateShareKey=autotune" in note
+    assert ("| [trial 1](#/experiments/7/runs/r1?workflowType=machine_learning) | 150.00 | "
+            "18.00 | +50.0% (one boot) | `--max-num-seqs 8` |") in note
+    assert "| trial 2 |" not in note  # not on the front

@@ -1,0 +1,34 @@
+"""Every `tests/...`, `docs/...`, `autotune/...` or `scripts/...` path that the package, the README
+and the docs name exists: a moved or deleted file cannot leave a dead reference behind."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# a path: one of the four roots, then path characters; a glob or a placeholder is not a path
+PATH = re.compile(r"(?<![\w./-])((?:tests|docs|autotune|scripts)/[\w./-]*[\w/])")
+
+
+def named_paths() -> dict[str, list[str]]:
+    """{path: [files naming it]} over the package's sources, README.md and docs/**/*.md."""
+    sources = [*ROOT.glob("autotune/**/*.py"), ROOT / "README.md", *ROOT.glob("docs/**/*.md")]
+    found: dict[str, list[str]] = {}
+    for src in sources:
+        for m in PATH.finditer(src.read_text()):
+            name = m.group(1).rstrip(".")
+            after = src.read_text()[m.end():m.end() + 1]
+            glob = after != "" and after in "*<{"
+            # a file (its last part has an extension) or a folder (a trailing slash); a bare
+            # word after a slash is a label (a Kubernetes annotation "autotune/study")
+            if glob or not ("." in name.rsplit("/", 1)[-1] or name.endswith("/")):
+                continue
+            found.setdefault(name, []).append(str(src.relative_to(ROOT)))
+    return found
+
+
+def test_named_paths_exist() -> None:
+    found = named_paths()
+    assert len(found) > 30  # the scan sees the references it is meant to check
+    dead = {p: srcs for p, srcs in found.items() if not (ROOT / p).exists()}
+    assert not dead, "named but missing:\n" + "\n".join(f"  {p}  (in {', '.join(sorted(set(s)))})"
+                                                       for p, s in sorted(dead.items()))

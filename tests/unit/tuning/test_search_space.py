@@ -1,0 +1,94 @@
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.errors import ConfigError
+from autotune.tuning.search_space import builtin_spaces, load_search_space
+
+SPEC = """
+name: t
+fixed: {max_model_len: 4096}
+parameters:
+  max_num_seqs: {type: int, low: 8, high: 64, log: true}
+  enable_chunked_prefill: {type: bool}
+  quantization: {type: categorical, choices: [null, fp8]}
+  speculative_method: {type: categorical, choices: [null, ngram], into: speculative_config, key: method}
+  num_speculative_tokens:
+    {type: int, low: 1, high: 5, into: speculative_config, when: {speculative_method: [ngram]}}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "space.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_builtin_spaces_load() -> None:
+    assert {"cpu-demo", "throughput", "latency"} <= set(builtin_spaces())
+    for name in builtin_spaces():
+        assert load_search_space(name).parameters
+
+
+def test_conditions_and_json_flags(tmp_path: Path) -> None:
+    space = load_search_space(write(tmp_path, SPEC))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen_spec = seen_plain = False
+    for _ in range(40):
+        trial = study.ask()
+        values = space.suggest(trial)
+        flags = space.to_flags(values)
+        if values["speculative_method"] == "ngram":
+            seen_spec = True
+            assert flags["speculative_config"] == {
+                "method": "ngram", "num_speculative_tokens": values["num_speculative_tokens"]}
+        else:
+            seen_plain = True
+            assert "num_speculative_tokens" not in values and "speculative_config" not in flags
+        if values["quantization"] is None:
+            assert "quantization" not in flags
+        study.tell(trial, 0.0)
+    assert seen_spec and seen_plain
+    assert space.flag_names() == {"max_num_seqs", "enable_chunked_prefill", "quantization",
+                                  "speculative_config", "max_model_len"}
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("name: x\nparameters: {a: {type: int, low: 1, high: 2}\n", "malformed YAML: "),
+        ("name: x\nparameters: {a: {type: int, low: 1, high: 2, bogus: 1}}\n",
+         "parameters.a.int.bogus: unknown key"),
+        ("name: x\nparameters: {a: {type: int, low: 'x', high: 2}}\n", "parameters.a.int.low"),
+        ("name: x\nparameters: {a: {type: int, low: 5, high: 2}}\n", "low (5) must be <= high (2)"),
+        ("name: x\nparameters: {}\n", "parameters: "),
+        ("name: x\nparameters: {a: {type: bool, when: {zz: [1]}}}\n", "unknown parameter 'zz'"),
+        ("- 1\n", "expected a mapping"),
+    ],
+    ids=["malformed", "unknown-key", "wrong-type", "out-of-range", "empty", "bad-condition",
+         "not-mapping"],
+)
+def test_bad_spaces_name_the_problem(tmp_path: Path, text: str, expect: str) -> None:
+    p = write(tmp_path, text)
+    with pytest.raises(ConfigError) as ei:
+        load_search_space(p)
+    assert str(p) in str(ei.value) and expect in str(ei.value)
+
+
+def test_malformed_yaml_gives_line(tmp_path: Path) -> None:
+    p = write(tmp_path, "name: x\nparameters:\n  a: {type: int\n  b: 3\n")
+    with pytest.raises(ConfigError, match=r"line \d+, column \d+"):
+        load_search_space(p)
+
+
+def test_unknown_space_lists_builtins() -> None:
+    with pytest.raises(ConfigError, match="cpu-demo"):
+        load_search_space("no-such-space")
+
+
+def test_stepped_floats_read_as_stepped() -> None:
+    from autotune.outputs.console import params_text
+
+    assert params_text({"gpu_memory_utilization": 0.8500000000000001, "max_num_seqs": 256}) == \
+        "gpu_memory_utilization=0.85 max_num_seqs=256"
