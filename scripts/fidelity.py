@@ -40,7 +40,8 @@ from autotune.config.workload import ProfileConfig, SLOConfig
 from autotune.load.datasets import build_requests, sharegpt_json_for_vllm
 from autotune.load.tinymodel import make_tiny_model
 from autotune.measure.capacity import judge
-from autotune.measure.runner import measure, server_env, write_records
+from autotune.measure.on_server import measure, write_records
+from autotune.measure.runner import server_env
 from autotune.server.command import serve_argv
 from autotune.server.lifecycle import ServerProcess
 from autotune.server.process import free_port

@@ -22,7 +22,8 @@ from pathlib import Path
 from autotune.config.study import load_study_config
 from autotune.load.datasets import build_requests
 from autotune.measure.metrics import steady_share
-from autotune.measure.runner import booted, measure
+from autotune.measure.on_server import measure
+from autotune.measure.runner import booted
 
 
 def main() -> None:

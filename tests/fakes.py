@@ -8,20 +8,22 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ServerBootError
+from autotune.load import LoadSettings
 from autotune.load.record import RequestRecord
 from autotune.measure.metrics import compute_metrics
-from autotune.measure.runner import BenchResult, Timings
+from autotune.measure.on_server import Point
+from autotune.measure.runner import BootRun, Timings
 
 
 def fake_bench(calls: list[dict[str, Any]],
-               raise_first: BaseException | None = None) -> Callable[..., BenchResult]:
-    """A run_bench that records its flags, refuses kv_cache_dtype fp8 as a boot failure, and
+               raise_first: BaseException | None = None) -> Callable[..., BootRun]:
+    """A run_boot (one profile, load mode) that records its flags, refuses kv_cache_dtype fp8 as a boot failure, and
     measures throughput in proportion to max_num_seqs. `raise_first` is raised by the first
     call (an unexpected exception inside a trial)."""
     pending = [raise_first] if raise_first is not None else []
 
-    def run(server: Any, profile: Any, flags: dict[str, Any], workdir: Path,
-            **kw: Any) -> BenchResult:
+    def run(server: Any, profiles: Any, flags: dict[str, Any], workdir: Path,
+            **kw: Any) -> BootRun:
         calls.append(dict(flags))
         if pending:
             raise pending.pop()
@@ -33,6 +35,6 @@ def fake_bench(calls: list[dict[str, Any]],
                               chunk_times=(0.1, 0.1 + 0.01 * seqs), prompt_tokens=8,
                               output_tokens=4) for i in range(2)]
         m = compute_metrics(recs, duration_s=1.0 / seqs)
-        return BenchResult(argv=["vllm"], params=flags, metrics=m, records=recs,
-                           timings=Timings(1, 1, 0, 2), log_path="x")
+        return BootRun(argv=["vllm"], params=flags, timings=Timings(1, 1, 0, 2), log_path="x",
+                       points={profiles[0].key: Point(m, recs, {}, LoadSettings())})
     return run

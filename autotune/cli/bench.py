@@ -91,6 +91,7 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
     With --capacity-axis and --slo, it searches the most load the server sustains within the
     SLOs (one boot, many load points), as each trial of a capacity study does.
     """
+    from autotune.measure import on_server
     from autotune.measure import runner as lib
 
     profile = profile_from(kw)
@@ -126,11 +127,11 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
     if cap is not None:
         with trial_progress("capacity", 0) as tp:
             if url is None:
-                run = lib.run_capacity(server, profile, cap, slos, {}, run_dir,
-                                       on_phase=tp.phase)
-                result, doc = run.result, run.to_json()
+                run = lib.run_boot(server, [profile], {}, run_dir, capacity=cap, slos=slos,
+                                   on_phase=tp.phase)
+                result, doc = run.capacity, run.to_json()
             else:
-                result = lib.capacity_on(url, model, server.tokenizer_dir, profile, cap, slos,
+                result = on_server.capacity_on(url, model, server.tokenizer_dir, profile, cap, slos,
                                          run_dir, on_phase=tp.phase)
                 doc = {"url": url, "summary": result.summary(), **result.to_json()}
         out.print(points_table(list(result.points), cap.axis))
@@ -145,9 +146,9 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
     else:
         with trial_progress("bench", profile.num_prompts) as tp:
             if url is None:
-                res = lib.run_bench(server, profile, {}, run_dir, on_phase=tp.phase,
-                                    on_request=tp.request_done)
-                metrics, doc = res.metrics, res.to_json()
+                res = lib.run_boot(server, [profile], {}, run_dir, on_phase=tp.phase,
+                                   on_request=tp.request_done)
+                metrics, doc = res.point.metrics, res.to_json()
                 t = res.timings
                 console.print(f"boot {t.boot_s:.1f} s, benchmark {t.bench_s:.1f} s, stop "
                               f"{t.stop_s:.1f} s; log {res.log_path}")
@@ -157,9 +158,9 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
                 tp.phase("benchmarking")
                 reqs = build_requests(profile, server.tokenizer_dir,
                                       server.args.get("max_model_len"))
-                pt = lib.measure(url, model, profile, reqs[:profile.num_prompts],
+                pt = on_server.measure(url, model, profile, reqs[:profile.num_prompts],
                                  on_request=tp.request_done, warm=reqs[profile.num_prompts:])
-                lib.write_records(pt.records, run_dir / "requests.csv")
+                on_server.write_records(pt.records, run_dir / "requests.csv")
                 metrics = pt.metrics
                 doc = {"url": url, "metrics": metrics.flat(), "errors": metrics.errors,
                        "server_stats": pt.server_stats}

@@ -13,8 +13,8 @@ fail), then bisects the bracket until it is within `tolerance`. Each load point 
   interval (stats.percentile_interval): an SLO is met when the whole interval is within its
   target, missed when the whole interval is beyond it, and close otherwise. A close point is
   measured once more with fresh requests and decided on the pooled requests' value
-  (autotune.measure.runner.capacity_on), so a verdict that one run's tail could flip gets twice the
-  requests.
+  (autotune.measure.on_server.capacity_on), so a verdict that one run's tail could flip gets
+  twice the requests.
 
 A point is not a verdict on the server when the load generator could not offer it: its p99
 send lag (scheduled arrival -> sent) above MAX_SEND_LAG_MS, or its arrivals spanning less than

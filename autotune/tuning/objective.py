@@ -31,7 +31,7 @@ from autotune.errors import (
     TrialError,
 )
 from autotune.load.datasets import Request
-from autotune.measure.runner import run_bench, run_capacities, run_capacity, run_suite
+from autotune.measure.runner import run_boot
 from autotune.server.refusals import refusal
 from autotune.tuning.record import TrialFacts, records, write_facts
 from autotune.tuning.record import baseline as baseline_record
@@ -137,8 +137,8 @@ class Objective:
                 return self._suite(trial, flags, gpus, workdir, on_phase, baseline)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                result = run_bench(self.cfg.server, self.cfg.profile, flags, workdir,
-                                   requests=self.requests, on_phase=on_phase)
+                run = run_boot(self.cfg.server, [self.cfg.profile], flags, workdir,
+                               requests=self.requests, on_phase=on_phase)
             caught = [w for w in caught if issubclass(w.category, MeasurementWarning)]
             for w in caught:  # kept with the trial, and shown once each as they would have been
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
@@ -162,19 +162,20 @@ class Objective:
                 error={"type": type(e).__name__, "message": str(e)[:2000], "phase": phase[0]}))
             raise TrialError(trial.number, e, log_path) from e
 
-        metrics = result.metrics.flat()
+        pt = run.point
+        metrics = pt.metrics.flat()
         metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
         cause = None
-        if result.metrics.errors:
-            first = next(iter(result.metrics.errors))
-            cause = f"{result.metrics.failed} of {len(result.records)} requests failed: {first}"
+        if pt.metrics.errors:
+            first = next(iter(pt.metrics.errors))
+            cause = f"{pt.metrics.failed} of {len(pt.records)} requests failed: {first}"
         write_facts(trial, TrialFacts(
-            metrics=metrics, timings=asdict(result.timings), argv=result.argv,
-            server_stats=result.server_stats or None, log_path=result.log_path,
-            request_errors=result.metrics.errors or None, cause=cause,
+            metrics=metrics, timings=asdict(run.timings), argv=run.argv,
+            server_stats=pt.server_stats or None, log_path=run.log_path,
+            request_errors=pt.metrics.errors or None, cause=cause,
             warnings=[str(w.message) for w in caught] or None))
         trial.set_constraint(BOOT_OK, 0.0)
-        trial.set_constraint(REQUESTS_OK, float(result.metrics.failed))
+        trial.set_constraint(REQUESTS_OK, float(pt.metrics.failed))
         for slo in self.cfg.slos:
             trial.set_constraint(slo.key, slo.violation(metrics[slo.metric]))
         return [float(metrics[o.metric]) for o in self.cfg.objectives]
@@ -195,10 +196,11 @@ class Objective:
             best *= gpus
         # a confirm-phase repeat measures the whole capacity: an early stop gives only a bound
         early = cap.early_stop and trial.user_attrs.get("repeat_of") is None
-        run = run_capacity(self.cfg.server, self.cfg.profile, cap, self.cfg.slos, flags,
-                           workdir, start=best, stop_below=best if early else None,
-                           on_phase=on_phase)
-        res = run.result
+        run = run_boot(self.cfg.server, [self.cfg.profile], flags, workdir, capacity=cap,
+                       slos=self.cfg.slos, starts=None if best is None else
+                       {self.cfg.profile.key: best}, stop_below=best if early else None,
+                       on_phase=on_phase)
+        res = run.capacity
         metrics = res.summary()
         metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
         cause = None
@@ -218,7 +220,7 @@ class Objective:
         """A suite: every profile on one boot; each objective scored per profile as a ratio to
         the baseline trial's value, combined by `suite_score` (autotune.tuning.suite)."""
         profiles = self.cfg.workloads()
-        run = run_suite(self.cfg.server, profiles, flags, workdir, on_phase=on_phase)
+        run = run_boot(self.cfg.server, profiles, flags, workdir, on_phase=on_phase)
         metrics = run.metrics()
         for label, pt in run.points.items():
             metrics.update({f"{label}/{k}": v for k, v in per_gpu(pt.metrics.flat(),
@@ -267,21 +269,21 @@ class Objective:
             best = incumbent(trial.study, per_gpu=by_gpu, key=f"{p.key}/capacity")
             if best is not None:
                 starts[p.key] = best * gpus if by_gpu else best
-        run = run_capacities(self.cfg.server, profiles, cap, self.cfg.slos, flags, workdir,
-                             starts=starts, on_phase=on_phase)
+        run = run_boot(self.cfg.server, profiles, flags, workdir, capacity=cap,
+                       slos=self.cfg.slos, starts=starts, on_phase=on_phase)
         metrics = run.metrics()
-        for label, res in run.results.items():
+        for label, res in run.capacities.items():
             metrics.update({f"{label}/{k}": v for k, v in per_gpu(res.summary(), gpus).items()})
         metrics["gpus"] = float(gpus)
         is_baseline = bool(trial.user_attrs.get("baseline"))
         self._score_suite(trial, metrics, is_baseline)
-        missed = {k: r for k, r in run.results.items() if r.at is None}
+        missed = {k: r for k, r in run.capacities.items() if r.at is None}
         cause = "; ".join(
             f"{k}: {r.stopped}: {'; '.join(min(r.points, key=lambda p: p.load).misses)}"
             for k, r in missed.items()) or None
         write_facts(trial, TrialFacts(
             metrics=metrics, capacity={"profiles": {k: r.to_json()
-                                                    for k, r in run.results.items()}},
+                                                    for k, r in run.capacities.items()}},
             timings=asdict(run.timings), argv=run.argv, log_path=run.log_path, cause=cause))
         trial.set_constraint(BOOT_OK, 0.0)
         trial.set_constraint(REQUESTS_OK, 0.0)

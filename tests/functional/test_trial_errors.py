@@ -51,7 +51,7 @@ def test_unexpected_exception_is_recorded_and_resumed(
     calls: list[dict[str, Any]] = []
     # what the GPU machine saw: the working directory removed under the study
     injected = FileNotFoundError(2, "No such file or directory (os.getcwd)")
-    monkeypatch.setattr(objective, "run_bench", fake_bench(calls, raise_first=injected))
+    monkeypatch.setattr(objective, "run_boot", fake_bench(calls, raise_first=injected))
 
     code, err = run_cli(["study", "--config", str(path), "--no-mlflow"], capsys)
     assert code == 1
@@ -74,7 +74,7 @@ def test_unexpected_exception_is_recorded_and_resumed(
     assert len(calls) == 4
 
     # --debug shows the traceback instead
-    monkeypatch.setattr(objective, "run_bench", fake_bench([], raise_first=RuntimeError("x")))
+    monkeypatch.setattr(objective, "run_boot", fake_bench([], raise_first=RuntimeError("x")))
     with pytest.raises(Exception, match="trial 4 stopped on an unexpected RuntimeError"):
         sys.argv = ["autotune", "--debug", "study", "--config", str(path), "--no-mlflow",
                     "--n-trials", "5"]

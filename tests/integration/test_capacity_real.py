@@ -13,7 +13,7 @@ import yaml
 
 from autotune.config.study import ServerConfig
 from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
-from autotune.measure.runner import capacity_on
+from autotune.measure.on_server import capacity_on
 from autotune.server.lifecycle import ServerProcess
 from tests.cpu import CPU_BASE
 from tests.servers import serving

@@ -258,12 +258,12 @@ def test_taken_port_boots_on_another(tiny_model: Path, tmp_path: Path,
     server = ServerConfig(model=str(tiny_model), args={**CPU_BASE, "max_model_len": 512},
                           boot_timeout_s=240, cache_root=str(tmp_path / "cache"))
     try:
-        res = bench.run_bench(server, ProfileConfig(name="random", input_len=16, output_len=4,
-                                                    num_prompts=4), {}, tmp_path / "t",
-                              on_phase=phases.append)
+        res = bench.run_boot(server, [ProfileConfig(name="random", input_len=16, output_len=4,
+                                                    num_prompts=4)], {}, tmp_path / "t",
+                             on_phase=phases.append)
     finally:
         squatter.close()
-    assert res.metrics.completed == 4
+    assert res.point.metrics.completed == 4
     text = (tmp_path / "t" / "server.log").read_text(errors="replace")
     assert "Address already in use" in text
     assert "booting (port taken, another port)" in phases

@@ -10,7 +10,7 @@ import pytest
 from autotune.config.study import ServerConfig
 from autotune.config.workload import ProfileConfig
 from autotune.load.datasets import build_requests
-from autotune.measure.runner import measure
+from autotune.measure.on_server import measure
 from autotune.server.lifecycle import ServerProcess
 from tests.servers import serving
 

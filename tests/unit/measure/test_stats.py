@@ -74,7 +74,7 @@ def test_the_confirm_phase_repeats_flags_interleaved(tmp_path, monkeypatch) -> N
     from tests.unit.tuning.test_objective import SPACE, cfg
 
     calls: list[dict] = []
-    monkeypatch.setattr(objective_mod, "run_bench", fake_bench(calls))
+    monkeypatch.setattr(objective_mod, "run_boot", fake_bench(calls))
     c = cfg(tmp_path)
     st = optuna.create_study(directions=["maximize", "minimize"])
     st.enqueue_trial({}, user_attrs={"baseline": True})

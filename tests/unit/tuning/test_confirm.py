@@ -11,7 +11,7 @@ import pytest
 
 from autotune.load.record import RequestRecord
 from autotune.measure.metrics import steady_share
-from autotune.measure.runner import MIN_PER_SLOT, too_short
+from autotune.measure.on_server import MIN_PER_SLOT, too_short
 from autotune.outputs.console import gain_text
 from autotune.tuning.confirm import config_gains, wanted
 from autotune.tuning.record import Status, TrialFacts, TrialRecord

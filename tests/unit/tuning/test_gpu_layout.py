@@ -64,7 +64,7 @@ def test_layouts_beyond_the_trials_gpus_are_infeasible_without_a_boot(
     """Every layout of tp {1, 2} x dp {1, 2} on 2 GPUs: tp2-dp2 is refused before any boot;
     the others are scored per GPU they use."""
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(objective_mod, "run_bench", fake_bench(calls))
+    monkeypatch.setattr(objective_mod, "run_boot", fake_bench(calls))
     c = cfg(tmp_path)
     study = optuna.create_study(directions=["maximize", "minimize"])
     for tp in (1, 2):
@@ -148,7 +148,7 @@ def test_export_carries_the_servers_environment(tmp_path: Path,
     from autotune.outputs.deploy import k8s_deployment
     from autotune.outputs.export import export
 
-    monkeypatch.setattr(objective_mod, "run_bench", fake_bench([]))
+    monkeypatch.setattr(objective_mod, "run_boot", fake_bench([]))
     c = cfg(tmp_path).model_copy(update={"server": cfg(tmp_path).server.model_copy(
         update={"env": {"VLLM_ALLREDUCE_USE_SYMM_MEM": "0", "NOTE": "a b"}})})
     study = optuna.create_study(directions=["maximize", "minimize"])

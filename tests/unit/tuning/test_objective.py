@@ -1,5 +1,5 @@
 """The objective's bookkeeping, the typed records it writes, and export's choice, with
-run_bench replaced by a stand-in (the real thing is exercised in
+run_boot replaced by a stand-in (the real thing is exercised in
 tests/integration/test_study_real.py)."""
 
 from pathlib import Path
@@ -38,7 +38,7 @@ def cfg(tmp_path: Path) -> StudyConfig:
 def test_failures_are_infeasible_and_never_booted_twice(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(objective_mod, "run_bench", fake_bench(calls))
+    monkeypatch.setattr(objective_mod, "run_boot", fake_bench(calls))
     c = cfg(tmp_path)
     study = optuna.create_study(directions=["maximize", "minimize"])
     study.enqueue_trial({}, user_attrs={"baseline": True})
@@ -112,7 +112,7 @@ def test_a_measurement_warning_is_kept_with_its_trial(tmp_path: Path,
         warnings.warn("some library's own warning", UserWarning, stacklevel=2)
         return inner(*a, **kw)
 
-    monkeypatch.setattr(objective_mod, "run_bench", warned)
+    monkeypatch.setattr(objective_mod, "run_boot", warned)
     study = optuna.create_study(directions=["maximize", "minimize"])
     study.enqueue_trial({}, user_attrs={"baseline": True})  # booted: no pre-boot refusal
     with pytest.warns(MeasurementWarning, match="too short"):
@@ -126,21 +126,22 @@ def test_a_confirm_repeat_of_a_capacity_trial_never_stops_early(
     """An early stop below the incumbent records a lower bound, not a capacity: the confirm
     phase's repeats (of the baseline above all) must search to the end."""
     from autotune.measure.capacity import CapacityResult, LoadPoint
-    from autotune.measure.runner import CapacityRun, Timings
+    from autotune.measure.runner import BootRun, Timings
 
     seen: list[tuple[float | None, float | None]] = []
 
-    def fake_capacity(server: Any, profile: Any, cap: Any, slos: Any, flags: dict[str, Any],
-                      workdir: Path, *, start: float | None = None,
-                      stop_below: float | None = None, **kw: Any) -> CapacityRun:
-        seen.append((start, stop_below))
+    def fake_capacity(server: Any, profiles: Any, flags: dict[str, Any], workdir: Path, *,
+                      starts: dict[str, float] | None = None,
+                      stop_below: float | None = None, **kw: Any) -> BootRun:
+        seen.append((next(iter((starts or {}).values()), None), stop_below))
         load = 8.0 if flags.get("kv_cache_dtype") == "fp8" else 4.0
         pt = LoadPoint(load, True, (), {"request_throughput": load, "total_token_throughput":
                                         100 * load, "p99_ttft_ms": 10.0, "mean_tpot_ms": 5.0})
-        return CapacityRun(CapacityResult("concurrency", load, pt, (pt,), None), Timings(),
-                           ["vllm"], str(workdir / "server.log"))
+        return BootRun(["vllm"], flags, Timings(), str(workdir / "server.log"),
+                       capacities={profiles[0].key: CapacityResult("concurrency", load, pt,
+                                                                   (pt,), None)})
 
-    monkeypatch.setattr(objective_mod, "run_capacity", fake_capacity)
+    monkeypatch.setattr(objective_mod, "run_boot", fake_capacity)
     c = StudyConfig.model_validate({
         **cfg(tmp_path).model_dump(exclude={"objectives", "slos", "capacity"}),
         "capacity": {"axis": "concurrency", "low": 1, "high": 64},

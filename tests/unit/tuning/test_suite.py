@@ -105,7 +105,7 @@ def test_a_capacity_suite_scores_the_worst_profile_and_names_a_miss(
     import optuna
 
     from autotune.measure.capacity import search
-    from autotune.measure.runner import CapacitySuiteRun, Timings
+    from autotune.measure.runner import BootRun, Timings
     from autotune.tuning import objective as objective_mod
     from autotune.tuning.objective import Objective
     from autotune.tuning.search_space import SearchSpace
@@ -115,17 +115,18 @@ def test_a_capacity_suite_scores_the_worst_profile_and_names_a_miss(
              4: {"random": 40.0, "long": -10.0}}
     starts: list[dict[str, float]] = []
 
-    def fake(server_cfg: Any, profiles: Any, cap: Any, slos: Any, flags: dict[str, Any],
-             workdir: Path, **kw: Any) -> CapacitySuiteRun:
+    def fake(server_cfg: Any, profiles: Any, flags: dict[str, Any], workdir: Path, *,
+             capacity: Any, **kw: Any) -> BootRun:
+        cap = capacity
         starts.append(dict(kw.get("starts") or {}))
         seqs = flags.get("max_num_seqs", 8)
         results = {p.key: search(server(knees[seqs][p.key])[0], axis="rate", low=cap.low,
                                  high=cap.high, tolerance=cap.tolerance,
                                  start=(kw.get("starts") or {}).get(p.key))
                    for p in profiles}
-        return CapacitySuiteRun(results, Timings(1, 1, 0, 2), ["vllm"], "x")
+        return BootRun(["vllm"], flags, Timings(1, 1, 0, 2), "x", capacities=results)
 
-    monkeypatch.setattr(objective_mod, "run_capacities", fake)
+    monkeypatch.setattr(objective_mod, "run_boot", fake)
     c = StudyConfig.model_validate(cfg(profiles=TWO, capacity=CAP, slos=SLOS,
                                        objectives=[{"metric": "capacity",
                                                     "direction": "maximize"}],

@@ -1,0 +1,217 @@
+"""What is measured on a server that is already up: one load point (a profile's requests at its
+concurrency or rate), or a capacity search (autotune.measure.capacity) that runs a point per load.
+
+`runner.run_boot` calls these between a boot and a stop; `autotune bench --url` calls them against
+a server someone else started. Expected failures surface as `LoadError`s with their cause.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
+from autotune.errors import LoadError, MeasurementWarning
+from autotune.load import LoadSettings, resolve_processes, run_load
+from autotune.load.datasets import Request, load_tokenizer, sample_requests
+from autotune.load.record import RequestRecord
+from autotune.measure.capacity import (
+    CURVE_METRICS,
+    CapacityResult,
+    LoadPoint,
+    Samples,
+    before_engine,
+    client_limit,
+    intervals,
+    judge,
+    point_seed,
+    search,
+)
+from autotune.measure.metrics import BenchMetrics, compute_metrics, per_request, steady_share
+from autotune.server.lifecycle import ServerProcess
+
+Phase = Callable[[str], None]
+OnRequest = Callable[[RequestRecord], None]
+OnPoint = Callable[[LoadPoint], None]
+
+CLIENT_BUSY = 0.9  # client CPU fraction over which a measurement is suspect
+# "Too short to measure" (docs/noise.md says how these were set): a closed-loop benchmark that
+# gives each concurrency slot fewer than MIN_PER_SLOT requests is one wave of requests, and one
+# that spends less than MIN_STEADY of its time with every slot busy measures its ramp and drain
+MIN_PER_SLOT = 1.9
+MIN_STEADY = 0.5
+
+
+
+def too_short(records: list[RequestRecord], concurrency: int | None, duration_s: float
+              ) -> str | None:
+    """Why a closed-loop measurement is too short to trust, or None."""
+    if not concurrency or not records or duration_s <= 0:
+        return None
+    per_slot = len(records) / concurrency
+    steady = steady_share(records, concurrency, duration_s)
+    why, enough = [], math.ceil(MIN_PER_SLOT * concurrency)
+    if per_slot < MIN_PER_SLOT:
+        why.append(f"{per_slot:.2f} requests per concurrency slot (< {MIN_PER_SLOT:g})")
+    if steady < MIN_STEADY:
+        why.append(f"all {concurrency} slots busy for only {steady:.0%} of its "
+                   f"{duration_s:.1f} s (< {MIN_STEADY:.0%})")
+        # the ramp and drain take about as long with more requests, so the steady part must
+        # grow by `extra_s`; a closed loop's steady rate is its slots over a request's latency
+        extra_s = (MIN_STEADY - steady) * duration_s / (1 - MIN_STEADY)
+        took = [r.end_time - r.send_time for r in records if r.end_time is not None]
+        latency = statistics.median(took) if took else 0.0
+        rate = concurrency / latency if latency > 0 else len(records) / duration_s
+        enough = max(enough, math.ceil((len(records) + rate * extra_s) * 1.05))
+    if not why:
+        return None
+    return (f"benchmark too short to measure: {' and '.join(why)}; raise profile.num_prompts "
+            f"to at least {enough} (docs/noise.md)")
+
+
+def samples(records: list[RequestRecord]) -> Samples:
+    """Per-request values in ms by metric stem, for the intervals of percentile SLOs."""
+    return {k: [v * 1000 for v in vals] for k, vals in per_request(records).items()}
+
+
+def write_records(records: list[RequestRecord], path: Path) -> None:
+    """Per-request records as a table (chunk times left out: the ITLs summarise them)."""
+    import pandas as pd
+
+    rows = [{k: v for k, v in asdict(r).items() if k != "chunk_times"} | {
+        "chunks": len(r.chunk_times),
+        "ttft_ms": r.ttft * 1000 if r.success else None,
+        "e2el_ms": r.e2el * 1000 if r.success else None,
+    } for r in records]
+    pd.DataFrame(rows).to_csv(path, index=False)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One load applied to a running server: its metrics and what the server reported."""
+
+    metrics: BenchMetrics
+    records: list[RequestRecord]
+    server_stats: dict[str, float]
+    settings: LoadSettings
+
+
+def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Request], *,
+            max_concurrency: int | None = None, request_rate: float | None = None,
+            on_request: OnRequest | None = None, alive: Callable[[], bool] | None = None,
+            warm: list[Request] | None = None, check_length: bool = True) -> Point:
+    """Run `requests` (after the warm-up) against a running server at the profile's load, or at
+    the given concurrency / rate; warn when it is too short to measure (`too_short`; a
+    capacity search's points have their own rule, `docs/capacity.md`)."""
+    conc = profile.max_concurrency if max_concurrency is None else max_concurrency
+    settings = LoadSettings(
+        max_concurrency=conc,
+        request_rate=profile.request_rate if request_rate is None else request_rate,
+        seed=profile.seed,
+        warmup=profile.warmup,
+        endpoint=profile.endpoint,
+        ignore_eos=True,
+        request_timeout_s=profile.request_timeout_s,
+        processes=resolve_processes(profile.client_processes, conc or len(requests)),
+    )
+    result = run_load(base_url, model, requests, settings, on_done=on_request, alive=alive,
+                      warmup_requests=warm, scrape_metrics=True,
+                      metrics_interval_s=profile.metrics_interval_s)
+    metrics = compute_metrics(result.records, result.duration_s)
+    busy = result.server_stats.get("client_cpu_fraction", 0.0)
+    if busy > CLIENT_BUSY:
+        warnings.warn(f"the load generator used {busy:.0%} of a CPU core: it may have limited "
+                      "the server, and its latencies lag (profile.client_processes was "
+                      f"{settings.processes}: raise it)", MeasurementWarning, stacklevel=2)
+    short = too_short(result.records, None if settings.request_rate not in (None, float("inf"))
+                      else conc, result.duration_s) if check_length else None
+    if short:
+        warnings.warn(short, MeasurementWarning, stacklevel=2)
+    return Point(metrics, result.records, result.server_stats, settings)
+
+
+def measure_profile(proc: ServerProcess, model: str, profile: ProfileConfig,
+                    reqs: list[Request], *, label: str = "",
+                    on_request: OnRequest | None = None) -> Point:
+    """The profile's requests, after its warm-up (the requests past `num_prompts`), on a running
+    server. A server that died raises its cause; a run in which every request failed raises
+    with the first error."""
+    pt = measure(proc.base_url, model, profile, reqs[:profile.num_prompts],
+                 on_request=on_request, alive=proc.alive, warm=reqs[profile.num_prompts:])
+    proc.check_alive()
+    if pt.metrics.completed == 0:
+        first = next(iter(pt.metrics.errors), "no request succeeded")
+        raise LoadError(f"{label + ': ' if label else ''}every request failed: {first}")
+    return pt
+
+
+def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileConfig,
+                cap: CapacityConfig, slos: list[SLOConfig], workdir: Path, *,
+                start: float | None = None, stop_below: float | None = None,
+                on_phase: Phase | None = None, on_point: OnPoint | None = None,
+                alive: Callable[[], bool] | None = None,
+                check: Callable[[], None] = lambda: None) -> CapacityResult:
+    """The capacity search against a running server (autotune.measure.capacity). Each point gets its
+    own requests, drawn with a seed of the load (the same for every trial at that load) and
+    its own warm-up; its per-request records go to points/load-<load>.csv."""
+    phase = on_phase or (lambda _p: None)
+    tok = load_tokenizer(tokenizer_dir)
+    at_point = profile.model_copy(update={"warmup": cap.warmup})
+    (workdir / "points").mkdir(parents=True, exist_ok=True)
+    told: list[str] = []
+
+    def run_at(load: float, seed: int) -> Point:
+        n = cap.requests_at(load)
+        # a dataset is drawn at random with the point's seed, so points do not share prompts
+        drawn = profile.model_copy(update={"sample": "random"}) if profile.path else profile
+        reqs = sample_requests(drawn, tok, n + cap.warmup, seed, tokenizer_dir)
+        conc = int(load) if cap.axis == "concurrency" else profile.max_concurrency
+        rate = load if cap.axis == "rate" else profile.request_rate
+        pt = measure(base_url, model, at_point.model_copy(update={"seed": seed}), reqs[:n],
+                     max_concurrency=conc, request_rate=rate, alive=alive, warm=reqs[n:],
+                     check_length=False)
+        check()  # the server died: its cause, not a failing verdict
+        return pt
+
+    def measure_at(load: float) -> LoadPoint:
+        phase(f"load {load:g}")
+        t0 = time.monotonic()
+        seed = point_seed(profile.seed, load)
+        runs = [run_at(load, seed)]
+        flat = runs[0].metrics.flat()
+        bounds = intervals(slos, samples(runs[0].records))
+        state, misses, _close = judge(flat, slos, bounds)
+        flag = client_limit(flat, len(runs[0].records), load, cap.axis)
+        if state == "close" and flag is None:  # a second run with fresh requests decides
+            phase(f"load {load:g} (close: again)")
+            runs.append(run_at(load, point_seed(seed, load)))
+            records = [r for pt in runs for r in pt.records]
+            flat = compute_metrics(records, sum(pt.metrics.duration_s for pt in runs)).flat()
+            bounds = intervals(slos, samples(records))
+            _state, misses, _close = judge(flat, slos, {})  # the pooled value decides
+            state = "missed" if misses else "met"
+            flag = client_limit(runs[-1].metrics.flat(), len(runs[-1].records), load, cap.axis)
+        server = dict(runs[-1].server_stats)
+        point = LoadPoint(load, state == "met", tuple(misses),
+                          {k: flat[k] for k in CURVE_METRICS}, time.monotonic() - t0, server,
+                          {k: list(v) for k, v in bounds.items()}, len(runs), flag)
+        write_records([r for pt in runs for r in pt.records],
+                      workdir / "points" / f"load-{load:g}.csv")
+        note = before_engine(load, flat, point.server, CLIENT_BUSY)
+        if note is not None and not told:  # once a search: the cause is the server's
+            told.append(note)
+            warnings.warn(note, MeasurementWarning, stacklevel=2)
+        if on_point is not None:
+            on_point(point)
+        return point
+
+    result = search(measure_at, axis=cap.axis, low=cap.low, high=cap.high,
+                    tolerance=cap.tolerance, start=start or cap.start, stop_below=stop_below)
+    (workdir / "capacity.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    return result
