@@ -25,7 +25,7 @@ from autotune.cli._options import (
 from autotune.config.study import StudyConfig
 from autotune.errors import ConfigError
 from autotune.outputs.console import StudyView, console, out, trials_table
-from autotune.tuning.record import front, records
+from autotune.tuning.record import StudyFacts, front, records, study_facts, write_study_facts
 
 if TYPE_CHECKING:
     from autotune.outputs.tracking import Tracker
@@ -314,7 +314,7 @@ def create_study(config_path: Path, study_name: str | None, storage: str | None,
     if tracker is not None:
         tracker.start(st, study_extra(cfg, pre, build_requests(
             cfg.profile, cfg.server.tokenizer_dir, cfg.server.args.get("max_model_len"))))
-        st.set_user_attr("tracking_uri", tracker.uri)
+        write_study_facts(st, StudyFacts(tracking_uri=tracker.uri))
     console.print(f"study {cfg.name!r} ready in {cfg.storage_url()} ({cfg.n_trials} trials); "
                   "on each host, start workers with:", highlight=False)
     out.print(f"autotune worker --storage '{cfg.storage_url()}' --study-name '{cfg.name}'",
@@ -346,7 +346,7 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
     requests = build_requests(cfg.profile, cfg.server.tokenizer_dir,
                               cfg.server.args.get("max_model_len"))
     ident = worker_identity(worker_id or f"{socket.gethostname()}-{os.getpid()}")
-    uri = tracking_uri or st.user_attrs.get("tracking_uri")
+    uri = tracking_uri or study_facts(st).tracking_uri
     tracker = make_tracker(cfg, uri, no_mlflow or uri is None)
     if tracker is not None:
         tracker.start(st, study_extra(cfg, pre, requests))

@@ -153,7 +153,7 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
         measured = sorted(k for k, v in table.values.items() if v)
         pick = random.Random(len(st.trials)).sample(measured, min(repeat, len(measured)))
         for k in pick:
-            st.enqueue_trial(table.params[k], user_attrs={"repeat": True})
+            st.enqueue_trial(table.params[k])
         console.print(f"enqueued {len(pick)} configs again; run `autotune study --config "
                       f"{config_path} --n-trials {len(st.trials)}` to measure them",
                       highlight=False)

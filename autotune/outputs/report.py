@@ -20,7 +20,13 @@ from autotune.outputs.console import (
     short_metric,
 )
 from autotune.tuning.confirm import config_gains
-from autotune.tuning.record import TrialRecord, curve_profiles, front_numbers, records
+from autotune.tuning.record import (
+    TrialRecord,
+    curve_profiles,
+    front_numbers,
+    records,
+    study_facts,
+)
 
 
 @dataclass(frozen=True)
@@ -161,7 +167,7 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
     metrics = cfg.metric_names()
     front = front_numbers(study)
     lines = [f"# Study `{cfg.name}`", "",
-             f"- vLLM {study.user_attrs.get('vllm_version', '?')}; model `{cfg.server.model}`; "
+             f"- vLLM {study_facts(study).vllm_version or '?'}; model `{cfg.server.model}`; "
              f"fixed args `{params_text(cfg.server.args)}`",
              f"- profile `{cfg.profile.name}` ({cfg.profile.num_prompts} prompts, concurrency "
              f"{cfg.profile.max_concurrency or 'all'}); space `{cfg.search_space}`; sampler "

@@ -35,6 +35,7 @@ from autotune.tuning.record import (
     front_numbers,
     metric_deltas,
     records,
+    study_facts,
 )
 
 # the per-point quantities of a capacity curve logged as metric histories
@@ -378,7 +379,7 @@ def _ms(dt: Any) -> int | None:
 def sync(cfg: StudyConfig, study: optuna.Study, tracking_uri: str | None = None) -> int:
     """Backfill MLflow from the Optuna storage; returns the number of trials now logged."""
     tr = Tracker(cfg, tracking_uri)
-    tr.start(study, {"vllm_version": study.user_attrs.get("vllm_version", "unknown")})
+    tr.start(study, {"vllm_version": study_facts(study).vllm_version or "unknown"})
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
     for t in finished:
         tr.log_trial(study, t)

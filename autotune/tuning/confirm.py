@@ -26,7 +26,7 @@ from autotune.errors import ConfigError
 from autotune.measure.stats import Gain, gain_ci, median_ci, pick, rel_sd
 from autotune.tuning.objective import Objective, PhaseHook
 from autotune.tuning.preflight import Preflight
-from autotune.tuning.record import TrialRecord, baseline, front, records
+from autotune.tuning.record import TrialFacts, TrialRecord, baseline, front, records, write_facts
 from autotune.tuning.study import fits_before
 
 TrialHook = Callable[[optuna.Study, FrozenTrial], None]
@@ -94,7 +94,7 @@ def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
         # what Study.ask does, less popping the queue
         trial_id = study._storage.create_new_trial(study._study_id)
         trial = optuna.Trial(study, trial_id)
-        trial.set_user_attr("repeat_of", num)
+        write_facts(trial, TrialFacts(repeat_of=num))
         try:
             values = objective(trial)
         except BaseException:

@@ -33,7 +33,7 @@ from autotune.errors import (
 from autotune.load.datasets import Request
 from autotune.measure.runner import run_boot
 from autotune.server.refusals import refusal
-from autotune.tuning.record import TrialFacts, records, write_facts
+from autotune.tuning.record import TrialFacts, facts_of, records, write_facts
 from autotune.tuning.record import baseline as baseline_record
 from autotune.tuning.search_space import SearchSpace
 from autotune.tuning.suite import combine, ratio
@@ -86,10 +86,11 @@ class Objective:
         return [BOOT_OK, REQUESTS_OK, *(s.key for s in self.cfg.slos)]
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
-        baseline = bool(trial.user_attrs.get("baseline"))
-        repeat = trial.user_attrs.get("repeat_of")
+        mine = facts_of(trial)
+        baseline = bool(mine.baseline)
+        repeat = mine.repeat_of
         if repeat is not None:  # the confirm phase: the repeated trial's flags, as they were
-            flags = dict(trial.study.trials[int(repeat)].user_attrs["flags"])
+            flags = dict(facts_of(trial.study.trials[int(repeat)]).flags or {})
         else:
             sampled = {} if baseline else self.space.suggest(trial)
             flags = {**self.space.fixed, **self.space.to_flags(sampled)}
@@ -100,9 +101,10 @@ class Objective:
         prior = self._failed_before(trial, key)
         if prior is not None:
             hook(trial.number, "reused", flags)
+            was = facts_of(prior)
             return self._fail(trial, TrialFacts(
-                reused_from=prior.number, cause=prior.user_attrs.get("cause", "failed before"),
-                failure=prior.user_attrs.get("failure", "ServerError")))
+                reused_from=prior.number, cause=was.cause or "failed before",
+                failure=was.failure or "ServerError"))
 
         served = self.cfg.server.serve_flags(flags)
         gpus = gpus_per_replica(served)
@@ -195,7 +197,7 @@ class Objective:
         if best is not None and by_gpu:
             best *= gpus
         # a confirm-phase repeat measures the whole capacity: an early stop gives only a bound
-        early = cap.early_stop and trial.user_attrs.get("repeat_of") is None
+        early = cap.early_stop and facts_of(trial).repeat_of is None
         run = run_boot(self.cfg.server, [self.cfg.profile], flags, workdir, capacity=cap,
                        slos=self.cfg.slos, starts=None if best is None else
                        {self.cfg.profile.key: best}, stop_below=best if early else None,
@@ -275,7 +277,7 @@ class Objective:
         for label, res in run.capacities.items():
             metrics.update({f"{label}/{k}": v for k, v in per_gpu(res.summary(), gpus).items()})
         metrics["gpus"] = float(gpus)
-        is_baseline = bool(trial.user_attrs.get("baseline"))
+        is_baseline = bool(facts_of(trial).baseline)
         self._score_suite(trial, metrics, is_baseline)
         missed = {k: r for k, r in run.capacities.items() if r.at is None}
         cause = "; ".join(
@@ -299,8 +301,8 @@ class Objective:
     @staticmethod
     def _failed_before(trial: optuna.Trial, key: str) -> optuna.trial.FrozenTrial | None:
         for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if t.user_attrs.get("flags_key") == key and t.user_attrs.get("failure") and \
-                    not t.user_attrs.get("fatal"):
+            was = facts_of(t)
+            if was.flags_key == key and was.failure and not was.fatal:
                 return t
         return None
 

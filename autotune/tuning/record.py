@@ -1,8 +1,12 @@
-"""The typed trial record: what a trial stores about itself, and how every reader sees it.
+"""The typed trial and study records: what a trial or a study stores about itself, and how every
+reader sees it.
 
-Optuna keeps a trial's facts as string-keyed user attributes. Only this module knows those keys:
-the objective writes a `TrialFacts` through `write_facts`, and every reader (tables, MLflow,
-plots, export, report, scripts) reads a `TrialRecord` built by `TrialRecord.of`. A trial that
+Optuna keeps a trial's facts as string-keyed user attributes, and a study's too. Only this module
+knows those keys (the field names of `TrialFacts` and `StudyFacts`; grep it for `user_attrs`):
+the objective writes a `TrialFacts` through `write_facts`, a trial is enqueued with its facts
+through `enqueue`, a study's own facts go through `write_study_facts`, and every reader (tables,
+MLflow, plots, export, report, scripts) reads a `TrialRecord` built by `TrialRecord.of`, a
+`TrialFacts` from `facts_of`, or a `StudyFacts` from `study_facts`. A trial that
 was not measured (infeasible, interrupted, crashed) has no values in its record: the worst-case
 numbers Optuna needs to learn from it never reach a user.
 """
@@ -55,6 +59,9 @@ class TrialFacts:
     preboot: str | None = None  # refused without a boot by this rule (autotune.server.refusals)
     repeat_of: int | None = None  # a confirm-phase repeat of this trial's config
     warnings: list[str] | None = None  # what the measurement warned (too short, a busy client)
+    grid: int | None = None  # enqueued as this config of a grid
+    start: int | None = None  # enqueued as this start config
+    warm_start: str | None = None  # enqueued from another study's front: "<study>#<trial>"
 
     @property
     def bound_only(self) -> bool:
@@ -75,6 +82,53 @@ class TrialFacts:
 def write_facts(trial: optuna.Trial, facts: TrialFacts) -> None:
     for k, v in facts.to_attrs().items():
         trial.set_user_attr(k, v)
+
+
+def facts_of(t: FrozenTrial | optuna.Trial) -> TrialFacts:
+    """What a trial (finished, running or being run) has stored about itself."""
+    return TrialFacts.from_attrs(t.user_attrs)
+
+
+def enqueue(study: optuna.Study, params: dict[str, Any], facts: TrialFacts | None = None
+            ) -> None:
+    """Enqueue a config, with what the trial should know of itself (baseline, retry_of, ...)."""
+    study.enqueue_trial(params, user_attrs=(facts or TrialFacts()).to_attrs() or None)
+
+
+def queued_params(t: FrozenTrial) -> dict[str, Any]:
+    """A trial's params; a waiting trial has none yet: the config enqueued for it."""
+    if t.state == TrialState.WAITING:
+        return dict(t.system_attrs.get("fixed_params", {}))
+    return dict(t.params)
+
+
+@dataclass(frozen=True)
+class StudyFacts:
+    """What a study stores about itself (fields left None are not written)."""
+
+    config: dict[str, Any] | None = None  # the study file as run, for workers and reports
+    search_space: dict[str, Any] | None = None
+    vllm_version: str | None = None
+    tracking_uri: str | None = None  # where its MLflow runs went
+    requeued: list[int] | None = None  # interrupted trials already enqueued again
+    grid_enqueued: int | None = None  # how many grid configs were enqueued
+    starts_enqueued: int | None = None  # how many start configs were enqueued
+    warm_started: str | None = None  # the --warm-start source already enqueued
+
+    @classmethod
+    def from_attrs(cls, attrs: dict[str, Any]) -> StudyFacts:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in attrs.items() if k in names})
+
+
+def study_facts(study: optuna.Study) -> StudyFacts:
+    return StudyFacts.from_attrs(study.user_attrs)
+
+
+def write_study_facts(study: optuna.Study, facts: StudyFacts) -> None:
+    for f in fields(facts):
+        if (v := getattr(facts, f.name)) is not None:
+            study.set_user_attr(f.name, v)
 
 
 def _status(t: FrozenTrial, facts: TrialFacts) -> Status:
@@ -102,13 +156,11 @@ class TrialRecord:
 
     @classmethod
     def of(cls, t: FrozenTrial, objective_names: list[str]) -> TrialRecord:
-        facts = TrialFacts.from_attrs(t.user_attrs)
+        facts = facts_of(t)
         status = _status(t, facts)
         measured = status in (Status.OK, Status.SLO_MISS) and t.values is not None
         values = dict(zip(objective_names, t.values, strict=False)) if measured else {}
-        # a waiting trial has no params yet: show the config enqueued for it
-        params = t.system_attrs.get("fixed_params", {}) if status is Status.WAITING else t.params
-        return cls(t.number, status, facts, dict(params), values, dict(t.constraints),
+        return cls(t.number, status, facts, queued_params(t), values, dict(t.constraints),
                    t.datetime_start, t.datetime_complete)
 
     @property
@@ -243,13 +295,13 @@ def front_numbers(study: optuna.Study) -> set[int]:
             for d in study.directions]
 
     def counts(t: FrozenTrial) -> bool:
-        facts = TrialFacts.from_attrs(t.user_attrs)
-        return not facts.failure and not facts.bound_only
+        facts = facts_of(t)
+        return facts.repeat_of is None and not facts.failure and not facts.bound_only
 
     first = [(t.number, [s * v for s, v in zip(sign, t.values, strict=True)])
              for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-             if "repeat_of" not in t.user_attrs and t.values is not None
-             and all(c <= 0.0 for c in t.constraints.values()) and counts(t)]
+             if t.values is not None and all(c <= 0.0 for c in t.constraints.values())
+             and counts(t)]
 
     def dominated(v: list[float]) -> bool:
         return any(all(a >= b for a, b in zip(w, v, strict=True)) and w != v for _, w in first)

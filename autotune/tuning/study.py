@@ -23,7 +23,16 @@ from autotune.server.vllm_help import check_flags
 from autotune.tuning.bill import bill, over_budget
 from autotune.tuning.objective import Objective, PhaseHook
 from autotune.tuning.preflight import Preflight, preflight
-from autotune.tuning.record import TrialFacts, front
+from autotune.tuning.record import (
+    StudyFacts,
+    TrialFacts,
+    enqueue,
+    facts_of,
+    front,
+    queued_params,
+    study_facts,
+    write_study_facts,
+)
 from autotune.tuning.sampler import make_sampler
 from autotune.tuning.storage import make_storage
 
@@ -31,16 +40,16 @@ from autotune.tuning.storage import make_storage
 def requeue_interrupted(study: optuna.Study) -> list[int]:
     """Enqueue again (once each) the params of trials stopped by SIGINT/SIGTERM or by an
     unexpected exception, so the same command resumes them."""
-    done = set(study.user_attrs.get("requeued", []))
+    done = set(study_facts(study).requeued or [])
     again = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        facts = TrialFacts.from_attrs(t.user_attrs)
+        facts = facts_of(t)
         if (facts.interrupted or facts.error) and t.number not in done:
             again.append(t)
             if not facts.baseline:  # the baseline is enqueued again by _enqueue_baseline
-                study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
+                enqueue(study, t.params, TrialFacts(retry_of=t.number))
     if again:
-        study.set_user_attr("requeued", sorted(done | {t.number for t in again}))
+        write_study_facts(study, StudyFacts(requeued=sorted(done | {t.number for t in again})))
     return [t.number for t in again]
 
 
@@ -72,17 +81,17 @@ def _enqueue_baseline(study: optuna.Study) -> None:
     failed for a reason no parameter could change (fatal: the model, the fixed args) runs again
     once that is fixed."""
     for t in study.get_trials(deepcopy=False):
-        facts = TrialFacts.from_attrs(t.user_attrs)
+        facts = facts_of(t)
         if facts.baseline and not facts.fatal and t.state in (
                 TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING):
             return
-    study.enqueue_trial({}, user_attrs={"baseline": True})
+    enqueue(study, {}, TrialFacts(baseline=True))
 
 
 def stop_if_fatal(study: optuna.Study, trial: FrozenTrial) -> None:
     """(An Optuna callback.) Stop the study when its baseline cannot boot for a reason no
     trial can change: every later trial would boot the same unusable model or args."""
-    facts = TrialFacts.from_attrs(trial.user_attrs)
+    facts = facts_of(trial)
     if facts.baseline and facts.fatal:
         raise StudyError(f"the baseline (vLLM's defaults with server.args) does not boot: "
                          f"{facts.cause}. No parameter of the search space changes that, so "
@@ -99,9 +108,9 @@ def prepare_study(cfg: StudyConfig, pre: Preflight) -> optuna.Study:
     `autotune study` calls it; `autotune create-study` calls it once before remote workers."""
     study = open_study(cfg)
     study.set_metric_names(cfg.metric_names())
-    study.set_user_attr("config", cfg.model_dump(mode="json"))
-    study.set_user_attr("search_space", pre.space.model_dump(mode="json"))
-    study.set_user_attr("vllm_version", pre.vllm.version)
+    write_study_facts(study, StudyFacts(config=cfg.model_dump(mode="json"),
+                                        search_space=pre.space.model_dump(mode="json"),
+                                        vllm_version=pre.vllm.version))
     if cfg.baseline:
         _enqueue_baseline(study)
     enqueue_starts(study, [*pre.space.starts, *cfg.starts])
@@ -115,13 +124,13 @@ def enqueue_grid(study: optuna.Study, grid: list[dict[str, Any]], seed: int | No
     """Enqueue every config of the grid once, in an order shuffled with the seed (so a grid cut
     short is a random sample of it). Each enqueued trial is taken by exactly one worker (the
     storage hands out WAITING trials one at a time)."""
-    if study.user_attrs.get("grid_enqueued"):
+    if study_facts(study).grid_enqueued:
         return 0
     order = list(range(len(grid)))
     random.Random(seed).shuffle(order)
     for i in order:
-        study.enqueue_trial(grid[i], user_attrs={"grid": i})
-    study.set_user_attr("grid_enqueued", len(grid))
+        enqueue(study, grid[i], TrialFacts(grid=i))
+    write_study_facts(study, StudyFacts(grid_enqueued=len(grid)))
     return len(grid)
 
 
@@ -132,7 +141,7 @@ def warm_start(study: optuna.Study, cfg: StudyConfig, pre: Preflight, source: st
     this vLLM accepts, and this study must not hold it already (measured, running or queued).
     Parameters this space lacks are left out; ones it has that the other study lacked are
     sampled. Returns (configs enqueued, why the others were skipped)."""
-    if study.user_attrs.get("warm_started") == source:
+    if study_facts(study).warm_started == source:
         return 0, []
     name, _, url = source.partition("@")
     try:
@@ -142,8 +151,7 @@ def warm_start(study: optuna.Study, cfg: StudyConfig, pre: Preflight, source: st
         raise ConfigError(f"--warm-start: no study {name!r} in {url or cfg.storage_url()} "
                           "(NAME, or NAME@STORAGE-URL for another storage)") from None
     enqueued, skipped = 0, []
-    have = [t.params if t.state != TrialState.WAITING else t.system_attrs.get("fixed_params", {})
-            for t in study.get_trials(deepcopy=False)
+    have = [queued_params(t) for t in study.get_trials(deepcopy=False)
             if t.state in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)]
     for rec in front(other):
         params = {k: v for k, v in rec.params.items() if k in pre.space.parameters}
@@ -159,10 +167,10 @@ def warm_start(study: optuna.Study, cfg: StudyConfig, pre: Preflight, source: st
         except (ValueError, ConfigError) as e:
             skipped.append(str(e))
             continue
-        study.enqueue_trial(params, user_attrs={"warm_start": f"{name}#{rec.number}"})
+        enqueue(study, params, TrialFacts(warm_start=f"{name}#{rec.number}"))
         have.append(params)
         enqueued += 1
-    study.set_user_attr("warm_started", source)
+    write_study_facts(study, StudyFacts(warm_started=source))
     return enqueued, skipped
 
 
@@ -177,11 +185,11 @@ def grid_done(study: optuna.Study, cfg: StudyConfig) -> bool:
 
 def enqueue_starts(study: optuna.Study, starts: list[dict[str, Any]]) -> int:
     """Enqueue each start config once (a resumed study does not enqueue them again)."""
-    done = int(study.user_attrs.get("starts_enqueued", 0))
+    done = study_facts(study).starts_enqueued or 0
     for i, start in enumerate(starts[done:], done):
-        study.enqueue_trial(start, user_attrs={"start": i})
+        enqueue(study, start, TrialFacts(start=i))
     if len(starts) > done:
-        study.set_user_attr("starts_enqueued", len(starts))
+        write_study_facts(study, StudyFacts(starts_enqueued=len(starts)))
     return max(len(starts) - done, 0)
 
 

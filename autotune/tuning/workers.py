@@ -31,6 +31,7 @@ from autotune.errors import ConfigError, StudyError
 from autotune.load.datasets import build_requests
 from autotune.server.process import ProcessGroup
 from autotune.tuning.preflight import Preflight
+from autotune.tuning.record import facts_of, study_facts
 from autotune.tuning.storage import make_storage
 from autotune.tuning.study import TrialHook, prepare_study
 
@@ -116,16 +117,16 @@ def load_worker_study(storage_url: str, study_name: str) -> tuple[optuna.Study, 
     except KeyError:
         raise StudyError(f"--study-name: no study {study_name!r} in {storage_url}; create it "
                          "first (`autotune create-study --config FILE --storage URL`)") from None
-    attrs = study.user_attrs
-    if "config" not in attrs or "search_space" not in attrs:
+    attrs = study_facts(study)
+    if attrs.config is None or attrs.search_space is None:
         raise StudyError(f"study {study_name!r} was not created by autotune create-study or "
                          "autotune study (it has no stored config)")
-    cfg = parse_model(StudyConfig, {**attrs["config"], "storage": storage_url},
+    cfg = parse_model(StudyConfig, {**attrs.config, "storage": storage_url},
                       f"study {study_name!r}")
     # the stale-trial grace of the study's own config
     study = optuna.load_study(study_name=study_name,
                               storage=make_storage(storage_url, cfg.heartbeat_grace_s))
-    return study, cfg, attrs["search_space"]
+    return study, cfg, attrs.search_space
 
 
 def worker_identity(worker_id: int | str) -> dict[str, Any]:
@@ -221,5 +222,5 @@ def run_pool(cfg: StudyConfig, pre: Preflight, envs: list[dict[str, str]], gpus_
 def running_text(trials: list[FrozenTrial]) -> str:
     if not trials:
         return "waiting for workers"
-    return ", ".join(f"trial {t.number} on worker {t.user_attrs.get('worker', {}).get('id', '?')}"
+    return ", ".join(f"trial {t.number} on worker {(facts_of(t).worker or {}).get('id', '?')}"
                      for t in sorted(trials, key=lambda t: t.number))
