@@ -111,10 +111,10 @@ def deploy_lines(st: optuna.Study, cfg: StudyConfig, res: ConfirmResult | None,
     try:
         if res is not None and res.recommended is not None:
             pick = find_trial(st, res.recommended)
-            row = res.configs.get(res.recommended, {})
-            gain = (f"{metric} {row['text']} over vLLM's defaults (medians of "
-                    f"{len(row['values'])} and {len(res.configs[res.base]['values'])} boots)"
-                    if "text" in row else "")
+            row = res.configs.get(res.recommended)
+            gain = (f"{metric} {row.text} over vLLM's defaults (medians of "
+                    f"{len(row.values)} and {len(res.configs[res.base].values)} boots)"
+                    if row is not None and row.gain is not None else "")
         else:
             pick = choose(st, cfg, "capacity" if cfg.capacity else "knee")
             v, b = pick.value(metric), base.value(metric) if base is not None else None

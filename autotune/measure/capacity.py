@@ -171,6 +171,14 @@ class LoadPoint:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LoadPoint:
+        """A point as `to_json` stored it (a trial's record)."""
+        return cls(float(d["load"]), bool(d["passed"]), tuple(d.get("misses", ())),
+                   dict(d.get("metrics", {})), float(d.get("seconds", 0.0)),
+                   dict(d.get("server", {})), dict(d.get("intervals", {})),
+                   int(d.get("runs", 1)), d.get("flag"))
+
 
 @dataclass(frozen=True)
 class CapacityResult:
@@ -204,6 +212,15 @@ class CapacityResult:
     def to_json(self) -> dict[str, Any]:
         return {"axis": self.axis, "capacity": self.capacity, "fail": self.fail,
                 "stopped": self.stopped, "points": [p.to_json() for p in self.points]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CapacityResult:
+        """A search as `to_json` stored it; the point at capacity is the passing point there."""
+        points = tuple(LoadPoint.from_json(p) for p in d.get("points", []))
+        cap = float(d.get("capacity", 0.0))
+        at = next((p for p in points if p.passed and p.load == cap), None)
+        return cls(str(d.get("axis", "concurrency")), cap, at, points, d.get("fail"),
+                   d.get("stopped"))
 
 
 Measure = Callable[[float], LoadPoint]

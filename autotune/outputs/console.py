@@ -262,9 +262,8 @@ def confirm_table(res: ConfirmResult) -> Table:
     for col in ("trial", "boots", "median [95% CI]", "gain vs defaults"):
         t.add_column(col, justify="right")
     for num, row in res.configs.items():
-        t.add_row(str(num) + (" (base)" if num == res.base else ""), str(len(row["values"])),
-                  f"{row['median']:,.2f} [{row['ci_low']:,.2f}, {row['ci_high']:,.2f}]",
-                  row.get("text", ""))
+        t.add_row(str(num) + (" (base)" if num == res.base else ""), str(len(row.values)),
+                  f"{row.median:,.2f} [{row.ci_low:,.2f}, {row.ci_high:,.2f}]", row.text)
     return t
 
 
@@ -272,14 +271,14 @@ def confirm_lines(res: ConfirmResult) -> list[str]:
     """Which first-pass winners survived, and the recommendation."""
     lines = []
     for num, row in res.configs.items():
-        if num == res.base or "gain" not in row:
+        if num == res.base or row.gain is None:
             continue
-        first = row["values"][0] / res.configs[res.base]["values"][0] - 1 \
+        first = row.values[0] / res.configs[res.base].values[0] - 1 \
             if res.base in res.configs else None
-        verdict = "survives" if row["survives"] else "does not survive"
+        verdict = "survives" if row.survives else "does not survive"
         lines.append(f"trial {num}: first pass {first * 100:+.1f}% (one measurement each); "
-                     f"after {len(row['values'])} boots {row['text']}: {verdict}"
-                     if first is not None else f"trial {num}: {row['text']}")
+                     f"after {len(row.values)} boots {row.text}: {verdict}"
+                     if first is not None else f"trial {num}: {row.text}")
     if res.recommended == res.base:
         lines.append(f"recommended: vLLM's defaults (trial {res.base}): no finalist beats them "
                      + (f"beyond the noise (the point estimate would pick trial "

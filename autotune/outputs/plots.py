@@ -237,13 +237,13 @@ def _curve_axes(slos: list[SLOConfig], axis: str) -> tuple[Any, list[Any]]:
 def _draw(axes: list[Any], rec: TrialRecord, label: str, profile: str | None = None,
           color: Any = None, **kw: Any) -> None:
     pts = rec.curve(profile)
-    x = [p["load"] for p in pts]
+    x = [p.load for p in pts]
     for ax, (metric, _) in zip(axes, PANELS, strict=True):
-        ys = [max(p["metrics"][metric], 1e-3) for p in pts]
+        ys = [max(p.metrics[metric], 1e-3) for p in pts]
         line = ax.plot(x, ys, "-", color=color, label=label, **kw)
         color = line[0].get_color()
         ax.scatter(x, ys, s=22, zorder=3, color=color,
-                   facecolors=[color if p["passed"] else "white" for p in pts])
+                   facecolors=[color if p.passed else "white" for p in pts])
 
 
 def _cap_key(profile: str | None) -> str:
@@ -306,15 +306,15 @@ def confirm_png(res: ConfirmResult, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     labels = []
     for i, (num, row) in enumerate(res.configs.items()):
-        vals = row["values"]
+        vals = row.values
         ax.scatter([i] * len(vals), vals, s=18, c="grey", alpha=0.7, zorder=2)
-        ax.errorbar([i], [row["median"]], yerr=[[row["median"] - row["ci_low"]],
-                                                [row["ci_high"] - row["median"]]],
+        ax.errorbar([i], [row.median], yerr=[[row.median - row.ci_low],
+                                             [row.ci_high - row.median]],
                     fmt="o", capsize=6, c="black" if num == res.base else "tab:blue", zorder=3)
         labels.append(f"trial {num}" + (" (base)" if num == res.base else "")
-                      + ("" if "text" not in row else "\n" + row["text"].replace(" (", "\n(")))
+                      + ("" if not row.text else "\n" + row.text.replace(" (", "\n(")))
     if res.base in res.configs:
-        med = res.configs[res.base]["median"]
+        med = res.configs[res.base].median
         ax.axhspan(med * (1 - res.noise_floor), med * (1 + res.noise_floor), color="grey",
                    alpha=0.15, label=f"baseline median ± noise floor ({res.noise_floor:.1%})")
         ax.legend(fontsize=8)

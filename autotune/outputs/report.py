@@ -109,14 +109,13 @@ def curves_markdown(recs: list[TrialRecord], axis: str, profile: str | None = No
              "p99 TPOT ms | mean TPOT ms | requests | s | missed |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in recs:
-        cap = r.facts.capacity or {}
-        for p in (cap.get("profiles", {}).get(profile, {}) if profile else cap).get("points", []):
-            m = p["metrics"]
+        for p in r.points(profile):
+            m = p.metrics
             lines.append(
-                f"| {r.number} | {p['load']:g} | {'met' if p['passed'] else 'missed'} | "
+                f"| {r.number} | {p.load:g} | {'met' if p.passed else 'missed'} | "
                 f"{m['request_throughput']:,.1f} | {m['total_token_throughput']:,.0f} | "
                 f"{m['p99_ttft_ms']:,.0f} | {m['p99_tpot_ms']:,.1f} | {m['mean_tpot_ms']:,.1f} | "
-                f"{m['completed']:.0f} | {p['seconds']:.1f} | {'; '.join(p['misses'])} |")
+                f"{m['completed']:.0f} | {p.seconds:.1f} | {'; '.join(p.misses)} |")
     return lines
 
 
@@ -128,17 +127,15 @@ def confirm_markdown(path: Path, out_dir: Path) -> list[str]:
     from autotune.tuning.confirm import ConfirmResult
 
     d = json.loads(path.read_text())
-    res = ConfirmResult(d["metric"], d["repeats"], d["baseline"], d["noise_floor"],
-                        d.get("maximize", True), {int(k): v for k, v in d["configs"].items()},
-                        d.get("recommended"), d.get("by_point_estimate"))
+    res = ConfirmResult.from_json(d)
     plots.confirm_png(res, out_dir / "confirm.png")
     lines = [f"{res.metric}; noise floor {res.noise_floor:.1%} (the baseline's relative sd "
              "across its boots).", "", "![confirm phase](confirm.png)", "",
              "| trial | boots | median [95% CI] | gain vs defaults |", "|---|---|---|---|"]
     for num, row in res.configs.items():
-        lines.append(f"| {num}{' (base)' if num == res.base else ''} | {len(row['values'])} | "
-                     f"{row['median']:,.2f} [{row['ci_low']:,.2f}, {row['ci_high']:,.2f}] | "
-                     f"{row.get('text', '')} |")
+        lines.append(f"| {num}{' (base)' if num == res.base else ''} | {len(row.values)} | "
+                     f"{row.median:,.2f} [{row.ci_low:,.2f}, {row.ci_high:,.2f}] | "
+                     f"{row.text} |")
     lines += ["", *confirm_lines(res)]
     return lines
 

@@ -231,8 +231,8 @@ class Tracker:
         curve = [Metric(f"curve_{prof + '/' if prof else ''}{k}", float(v), ts, i)
                  for prof in rec.curve_profiles()
                  for i, pt in enumerate(rec.curve(prof))
-                 for k, v in {"load": pt["load"], "passed": float(pt["passed"]),
-                              **{m: pt["metrics"][m] for m in CURVE_KEYS}}.items()]
+                 for k, v in {"load": pt.load, "passed": float(pt.passed),
+                              **{m: pt.metrics[m] for m in CURVE_KEYS}}.items()]
         self.client.log_batch(
             rid,
             metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()
@@ -338,9 +338,12 @@ class Tracker:
         ts = int(time.time() * 1000)
         metrics = [Metric("confirm_noise_floor", res.noise_floor, ts, 0)]
         for num, row in res.configs.items():
-            for k in ("median", "ci_low", "ci_high", "gain", "gain_low", "gain_high"):
-                if k in row:
-                    metrics.append(Metric(f"confirm_trial_{num}_{k}", float(row[k]), ts, 0))
+            numbers = {"median": row.median, "ci_low": row.ci_low, "ci_high": row.ci_high}
+            if row.gain is not None:
+                numbers.update(gain=row.gain.gain, gain_low=row.gain.low,
+                               gain_high=row.gain.high)
+            metrics += [Metric(f"confirm_trial_{num}_{k}", float(v), ts, 0)
+                        for k, v in numbers.items()]
         tags = [RunTag("autotune.recommended", str(res.recommended))] \
             if res.recommended is not None else []
         note = self.client.get_run(self.parent_id).data.tags.get("mlflow.note.content", "")
@@ -352,15 +355,17 @@ class Tracker:
             rid = self._find(f"tags.`{TRIAL_TAG}` = '{num}'")
             if rid is None:
                 continue
-            mine = [Metric("confirm_boots", float(len(row["values"])), ts, 0),
-                    Metric("confirm_median", float(row["median"]), ts, 0)]
-            mine += [Metric(f"confirm_{k}", float(row[k]), ts, 0)
-                     for k in ("gain", "gain_low", "gain_high") if k in row]
-            boots = len(row["values"])
-            gain = (f"{row['text']} ({boots} boots)" if "text" in row
+            boots = len(row.values)
+            mine = [Metric("confirm_boots", float(boots), ts, 0),
+                    Metric("confirm_median", float(row.median), ts, 0)]
+            if row.gain is not None:
+                mine += [Metric("confirm_gain", row.gain.gain, ts, 0),
+                         Metric("confirm_gain_low", row.gain.low, ts, 0),
+                         Metric("confirm_gain_high", row.gain.high, ts, 0)]
+            gain = (f"{row.text} ({boots} boots)" if row.gain is not None
                     else f"vLLM's defaults ({boots} boots)")
             self.client.log_batch(rid, metrics=mine, tags=[
-                RunTag("autotune.confirm", row.get("text", "baseline")), RunTag(GAIN_TAG, gain)])
+                RunTag("autotune.confirm", row.text or "baseline"), RunTag(GAIN_TAG, gain)])
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
             (d / "confirm.json").write_text(json.dumps(res.to_json(), indent=2) + "\n")
@@ -449,12 +454,12 @@ def study_note(cfg: StudyConfig, recs: list[TrialRecord], front: set[int], exper
 
 
 def confirm_note(res: ConfirmResult) -> str:
-    row = res.configs.get(res.recommended or -1, {})
-    if res.recommended == res.base:
+    row = res.configs.get(res.recommended if res.recommended is not None else -1)
+    if res.recommended == res.base or row is None:
         return (f"**Confirm phase**: keep vLLM's defaults (trial {res.base}); no finalist beat "
                 f"them on {res.metric} beyond the noise.")
     return (f"**Confirm phase**: trial {res.recommended}, {res.metric} "
-            f"{row.get('text', '')} against vLLM's defaults over {len(row.get('values', []))} "
+            f"{row.text} against vLLM's defaults over {len(row.values)} "
             "boots.")
 
 

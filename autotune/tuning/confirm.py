@@ -182,6 +182,43 @@ def config_gains(recs: list[TrialRecord], metrics: list[str]) -> dict[int, dict[
     return out
 
 
+@dataclass(frozen=True)
+class ConfirmRow:
+    """One config in the confirm phase: its boots' values, their median with its interval, and
+    (for a finalist) its gain over the baseline's boots and whether it survives."""
+
+    values: list[float]
+    median: float
+    ci_low: float
+    ci_high: float
+    gain: Gain | None = None  # None for the baseline
+    survives: bool = False  # beats the defaults beyond the noise, in the objective's direction
+
+    @property
+    def text(self) -> str:
+        """The gain as one reads it ("+12.3% [+4.0, +20.1]"); empty for the baseline."""
+        return self.gain.text() if self.gain is not None else ""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"values": self.values, "median": self.median,
+                               "ci_low": self.ci_low, "ci_high": self.ci_high}
+        if self.gain is not None:
+            g = self.gain
+            out.update(gain=g.gain, gain_low=g.low, gain_high=g.high,
+                       significant=g.significant, text=g.text(), survives=self.survives,
+                       n=g.n, n_base=g.n_base, noise_floor=g.noise_floor)
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ConfirmRow:
+        gain = None
+        if "gain" in d:
+            gain = Gain(d["gain"], d["gain_low"], d["gain_high"], d.get("n", len(d["values"])),
+                        d.get("n_base", 2), d.get("noise_floor", 0.0), d["median"])
+        return cls(list(d["values"]), d["median"], d["ci_low"], d["ci_high"], gain,
+                   bool(d.get("survives", False)))
+
+
 @dataclass
 class ConfirmResult:
     """What `confirm.json` holds: each config's boots, median and interval, its gain over the
@@ -192,7 +229,7 @@ class ConfirmResult:
     base: int
     noise_floor: float
     maximize: bool = True
-    configs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    configs: dict[int, ConfirmRow] = field(default_factory=dict)
     recommended: int | None = None
     by_point_estimate: int | None = None
     left: int = 0  # boots of the plan not run (stopped for a deadline; the same command resumes)
@@ -200,9 +237,17 @@ class ConfirmResult:
     def to_json(self) -> dict[str, Any]:
         return {"metric": self.metric, "repeats": self.repeats, "baseline": self.base,
                 "noise_floor": self.noise_floor, "maximize": self.maximize,
-                "configs": {str(k): v for k, v in self.configs.items()},
+                "configs": {str(k): v.to_json() for k, v in self.configs.items()},
                 "recommended": self.recommended, "by_point_estimate": self.by_point_estimate,
                 "boots_left": self.left}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ConfirmResult:
+        """A `confirm.json` as `to_json` wrote it."""
+        return cls(d["metric"], d["repeats"], d["baseline"], d["noise_floor"],
+                   d.get("maximize", True),
+                   {int(k): ConfirmRow.from_json(v) for k, v in d["configs"].items()},
+                   d.get("recommended"), d.get("by_point_estimate"), d.get("boots_left", 0))
 
 
 def summarize(study: optuna.Study, cfg: StudyConfig, base: int, numbers: list[int],
@@ -217,18 +262,14 @@ def summarize(study: optuna.Study, cfg: StudyConfig, base: int, numbers: list[in
         if not vals:
             continue
         med, lo, hi = median_ci(vals)
-        row: dict[str, Any] = {"values": vals, "median": med, "ci_low": lo, "ci_high": hi}
-        if num != base and base_s:
-            g = gain_ci(vals, base_s)
-            row.update(gain=g.gain, gain_low=g.low, gain_high=g.high,
-                       significant=g.significant, text=g.text(),
-                       survives=g.significant and (g.gain > 0) == maximize)
-        res.configs[num] = row
+        g = gain_ci(vals, base_s) if num != base and base_s else None
+        res.configs[num] = ConfirmRow(vals, med, lo, hi, g, g is not None and g.significant
+                                      and (g.gain > 0) == maximize)
     cands = {str(k): samples[k] for k in numbers if len(samples.get(k, [])) > 1}
     if cands:
         # a change is recommended only when it beats the defaults beyond the noise; among
         # those, the best lower confidence bound. Otherwise: keep vLLM's defaults.
-        better = {k: v for k, v in cands.items() if res.configs[int(k)].get("survives")}
+        better = {k: v for k, v in cands.items() if res.configs[int(k)].survives}
         res.recommended = int(pick(better, "lower_bound", maximize)) if better else base
         # what the medians alone would pick, the defaults among them: a finalist whose median
         # is below theirs is no point-estimate pick either

@@ -21,7 +21,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.measure.capacity import stopped_early
+from autotune.measure.capacity import CapacityResult, LoadPoint, stopped_early
 
 
 class Status(enum.StrEnum):
@@ -67,7 +67,15 @@ class TrialFacts:
     def bound_only(self) -> bool:
         """A capacity search stopped early below the incumbent: its capacity is a lower bound,
         not a measurement to pool with full ones."""
-        return stopped_early((self.capacity or {}).get("stopped"))
+        return any(stopped_early(s.stopped) for s in self.searches().values())
+
+    def searches(self) -> dict[str | None, CapacityResult]:
+        """The capacity searches the trial ran, by profile label (None: the study's one
+        profile); empty without one."""
+        cap = self.capacity or {}
+        if "profiles" in cap:
+            return {k: CapacityResult.from_json(v) for k, v in cap["profiles"].items()}
+        return {None: CapacityResult.from_json(cap)} if cap else {}
 
     def to_attrs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)
@@ -203,21 +211,21 @@ class TrialRecord:
         search stopped early below the incumbent (every view prints it as "≥", no gain)."""
         return metric == "capacity" and self.bound_only
 
-    def curve(self, profile: str | None = None) -> list[dict[str, Any]]:
+    def curve(self, profile: str | None = None) -> list[LoadPoint]:
         """The capacity search's load points by load (empty without a capacity search); in a
         capacity suite, those of `profile`."""
-        cap = self.facts.capacity or {}
-        if profile is not None:
-            cap = cap.get("profiles", {}).get(profile, {})
-        return sorted(cap.get("points", []), key=lambda p: float(p["load"]))
+        found = self.facts.searches().get(profile)
+        return found.curve() if found is not None else []
+
+    def points(self, profile: str | None = None) -> list[LoadPoint]:
+        """The same points in the order measured."""
+        found = self.facts.searches().get(profile)
+        return list(found.points) if found is not None else []
 
     def curve_profiles(self) -> list[str | None]:
         """Whose load curves the trial has: a capacity suite's profiles, else [None] (one
         search) or [] (none)."""
-        cap = self.facts.capacity or {}
-        if "profiles" in cap:
-            return list(cap["profiles"])
-        return [None] if cap.get("points") else []
+        return [k for k, s in self.facts.searches().items() if s.points]
 
     def value(self, metric: str) -> float | None:
         """An objective's value, else a recorded metric; None when not measured."""

@@ -184,3 +184,14 @@ def test_capacity_defaults_measure_a_sustained_rate() -> None:
     cap = CapacityConfig(axis="rate", low=4, high=512)
     assert cap.min_duration_s == 20.0 and cap.requests_at(176.0) == 3520
     assert cap.requests_at(4.0) == cap.requests_per_point
+
+
+def test_a_search_round_trips_through_the_trial_record() -> None:
+    """A trial stores its search as JSON; every reader gets the typed search back."""
+    from autotune.measure.capacity import CapacityResult, search
+
+    measure, _calls = server(40.0)
+    res = search(measure, axis="rate", low=1, high=128, tolerance=0.1, start=16)
+    back = CapacityResult.from_json(res.to_json())
+    assert back.points == res.points and back.at == res.at and back.capacity == res.capacity
+    assert back.curve() == res.curve() and back.summary() == res.summary()

@@ -271,3 +271,19 @@ def test_a_pooled_change_is_shown_beside_the_median_it_is_of() -> None:
     one = gain_ci([9242.72], [8268.23])
     assert value_text(r, "total_token_throughput", 9242.72, one) == \
         "9,242.72 (+11.8%, one measurement)"
+
+
+def test_confirm_json_round_trips_as_types() -> None:
+    """confirm.json is read back (report) as the same typed rows the study wrote."""
+    from autotune.measure.stats import gain_ci, median_ci
+    from autotune.tuning.confirm import ConfirmResult, ConfirmRow
+
+    base, best = [100.0, 104.0, 98.0], [130.0, 128.0, 133.0]
+    g = gain_ci(best, base)
+    res = ConfirmResult("capacity", 3, 0, 0.03, True, {
+        0: ConfirmRow(base, *median_ci(base)),
+        5: ConfirmRow(best, *median_ci(best), g, True)}, recommended=5)
+    back = ConfirmResult.from_json(res.to_json())
+    assert back.configs[5].text == res.configs[5].text and back.configs[5].survives
+    assert back.configs[0].gain is None and back.configs[0].text == ""
+    assert back.to_json() == res.to_json()

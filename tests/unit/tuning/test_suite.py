@@ -154,7 +154,7 @@ def test_a_capacity_suite_scores_the_worst_profile_and_names_a_miss(
     recs = [TrialRecord.of(t, c.metric_names()) for t in st.get_trials()]
     assert curve_profiles(recs) == ["random", "long"] and recs[1].curve() == []
     pts = recs[1].curve("long")
-    assert pts and [p["load"] for p in pts] == sorted(p["load"] for p in pts)
+    assert pts and [p.load for p in pts] == sorted(p.load for p in pts)
 
 
 def test_a_capacity_suite_sizes_a_replica_by_its_lowest_profile() -> None:
