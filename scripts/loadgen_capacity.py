@@ -26,7 +26,7 @@ from typing import Any
 
 import autotune
 from autotune.load import LoadSettings, run_load
-from autotune.load.datasets import Request
+from autotune.load.record import Request
 from autotune.measure.metrics import compute_metrics
 
 EVENT = ("data: " + json.dumps({

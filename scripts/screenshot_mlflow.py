@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from autotune.outputs.mlflow_ui import MlflowUI
-from autotune.outputs.tracking import runs_url
+from autotune.outputs.mlflow_view import runs_url
 from autotune.server.process import free_port
 
 

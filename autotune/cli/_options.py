@@ -12,11 +12,9 @@ import click
 from autotune.config.base import parse_model
 from autotune.config.study import SamplerName, StudyConfig, load_study_config
 from autotune.config.workload import CapacityConfig, Endpoint, ProfileConfig, ProfileName
-from autotune.outputs.console import console
 
 if TYPE_CHECKING:  # imported when used: `autotune --help` need not load Optuna or MLflow
-    from autotune.outputs.tracking import Tracker
-    from autotune.tuning.preflight import Preflight
+    pass
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -116,21 +114,3 @@ def sampler_option(f: F) -> F:
 def load_cfg(config_path: Path, study_name: str | None, storage: str | None,
              **more: Any) -> StudyConfig:
     return load_study_config(config_path, {"name": study_name, "storage": storage, **more})
-
-
-def study_extra(cfg: StudyConfig, pre: Preflight, requests: list[Any]) -> dict[str, str]:
-    from autotune.load.datasets import requests_digest
-
-    return {"vllm_version": pre.vllm.version, "dataset_hash": requests_digest(requests),
-            "vllm_executable": " ".join(cfg.server.executable)}
-
-
-def make_tracker(cfg: StudyConfig, tracking_uri: str | None, no_mlflow: bool) -> Tracker | None:
-    from autotune.outputs.tracking import Tracker
-
-    if no_mlflow:
-        return None
-    tracker = Tracker(cfg, tracking_uri)
-    console.print(f"MLflow: {tracker.uri} (experiment {cfg.name!r}; `autotune ui` shows it)",
-                  highlight=False)
-    return tracker

@@ -4,24 +4,27 @@ config from its front."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import optuna
 from rich.table import Table
 
 from autotune.cli._options import choice, load_cfg, study_options
-from autotune.cli.study import print_tables
-from autotune.config.study import StudyConfig
+from autotune.config.study import Preference, StudyConfig
 from autotune.errors import StudyError
-from autotune.outputs.console import console, out, trials_table
-from autotune.outputs.export import Preference
-from autotune.tuning.record import TrialRecord
+from autotune.outputs.console import console, out
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.tuning.record import TrialRecord
 
 
 @click.command()
 @study_options
 def trials(config_path: Path, study_name: str | None, storage: str | None) -> None:
     """Table of every trial, with deltas against the baseline."""
+    from autotune.outputs.tables import trials_table
     from autotune.tuning.record import records
     from autotune.tuning.study import open_study
 
@@ -35,6 +38,7 @@ def trials(config_path: Path, study_name: str | None, storage: str | None) -> No
 @study_options
 def pareto(config_path: Path, study_name: str | None, storage: str | None) -> None:
     """Table of the feasible Pareto front."""
+    from autotune.outputs.tables import trials_table
     from autotune.tuning.record import front, records
     from autotune.tuning.study import open_study
 
@@ -92,7 +96,7 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
     console.print(f"{who}{f' (trial {trial.number})' if trial.baseline else ''}: "
                   + "; ".join(shown(k, v) for k, v in res["values"].items()), highlight=False,
                   soft_wrap=True)
-    from autotune.outputs.console import gain_text
+    from autotune.outputs.tables import gain_text
     from autotune.tuning.confirm import config_gains
     from autotune.tuning.record import records as all_records
 
@@ -139,11 +143,11 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
 def print_validation(cfg: StudyConfig, st: optuna.Study, trial: TrialRecord,
                      repeats: int) -> None:
     """`export --validate`: the baseline and the chosen config booted again, interleaved."""
-    from autotune.cli._options import make_tracker
-    from autotune.cli.study import tracked
     from autotune.load.datasets import build_requests
-    from autotune.outputs.console import gain_text
     from autotune.outputs.export import validate
+    from autotune.outputs.session import tracked
+    from autotune.outputs.tables import gain_text
+    from autotune.outputs.tracking import make_tracker, study_extra
     from autotune.tuning.preflight import preflight
     from autotune.tuning.study import completed
 
@@ -152,7 +156,6 @@ def print_validation(cfg: StudyConfig, st: optuna.Study, trial: TrialRecord,
                               cfg.server.args.get("max_model_len"))
     tracker = make_tracker(cfg, None, False)
     if tracker is not None:
-        from autotune.cli._options import study_extra
 
         tracker.start(st, study_extra(cfg, pre, requests))
     done = len(completed(st))
@@ -184,4 +187,4 @@ def print_validation(cfg: StudyConfig, st: optuna.Study, trial: TrialRecord,
 
 
 COMMANDS = [trials, pareto, export_cmd]
-__all__ = ["COMMANDS", "print_tables"]
+__all__ = ["COMMANDS"]

@@ -1,151 +1,20 @@
-"""`autotune study`, `autotune create-study`, `autotune worker`: run a study here, or prepare one
-that workers on several hosts share."""
+"""`autotune study`, `create-study`, `worker`, `confirm`: parse, call the library, print.
+
+`study` calls outputs.session.run_session; the library is imported inside each command, so
+`autotune --help` loads neither Optuna nor MLflow.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import click
-import optuna
-from optuna.trial import FrozenTrial
 
-from autotune.cli._options import (
-    load_cfg,
-    make_tracker,
-    sampler_option,
-    study_extra,
-    study_options,
-)
-from autotune.config.study import StudyConfig
-from autotune.errors import ConfigError
-from autotune.outputs.console import StudyView, console, out, trials_table
-from autotune.tuning.record import StudyFacts, front, records, study_facts, write_study_facts
-
-if TYPE_CHECKING:
-    from autotune.outputs.tracking import Tracker
-    from autotune.tuning.confirm import ConfirmResult
-
-TrialHook = Callable[[optuna.Study, FrozenTrial], None]
-
-
-def print_tables(st: optuna.Study, cfg: StudyConfig) -> None:
-    """Every trial, then the feasible Pareto front."""
-    metrics = cfg.metric_names()
-    recs = records(st)
-    out.print(trials_table(recs, metrics, title=f"study {cfg.name}",
-                           extra=cfg.profile_metrics()))
-    out.print(trials_table(front(st), metrics, title="Pareto front (feasible)",
-                           extra=cfg.profile_metrics(), all_recs=recs))
-
-
-@contextmanager
-def tracked(cfg: StudyConfig, tracker: Tracker | None, total: int, done: int, *,
-            log_trials: bool = True, front_every: int = 0, backfill: bool = False
-            ) -> Iterator[tuple[StudyView, TrialHook]]:
-    """The progress view and the trial hook every study command shares: each finished trial
-    is printed and logged to MLflow (unless workers log their own), the front refreshed every
-    `front_every` trials; on the way out (success or not) the front is logged and the study's
-    run closed, after logging whatever workers could not (`backfill`)."""
-    with StudyView(total, done, cfg.metric_names(), cfg) as view:
-
-        def on_trial(st: optuna.Study, trial: FrozenTrial) -> None:
-            view.on_trial(st, trial)
-            if tracker is not None:
-                if log_trials:
-                    tracker.log_trial(st, trial)
-                if front_every and trial.number % front_every == front_every - 1:
-                    tracker.log_front(st)
-
-        try:
-            yield view, on_trial
-        finally:
-            if tracker is not None and tracker.parent_id is not None:
-                from autotune.tuning.study import open_study
-
-                final = open_study(cfg, create=False)
-                if backfill:
-                    for t in final.get_trials(deepcopy=False):
-                        if t.state.is_finished():
-                            tracker.log_trial(final, t)
-                tracker.log_front(final)
-                tracker.finish()
-
-
-def confirm_phase(st: optuna.Study, cfg: StudyConfig, pre: Any, requests: list[Any],
-                  top: int, repeats: int, on_trial: TrialHook, view: StudyView,
-                  tracker: Tracker | None, deadline: float | None = None) -> ConfirmResult:
-    """Run (or resume) the confirm phase in `view`; log its result to the study's run."""
-    from autotune.tuning.confirm import run_confirm
-
-    def on_plan(base: int, numbers: list[int], plan: list[int]) -> None:
-        view.progress.update(view.task, total=view.progress.tasks[0].completed + len(plan))
-        console.print(f"confirm: baseline (trial {base}) and finalists "
-                      f"{', '.join(map(str, numbers))}, {repeats} more boots each, "
-                      f"interleaved; {len(plan)} to run", highlight=False)
-
-    res = run_confirm(st, cfg, pre, requests, top, repeats, on_phase=view.on_phase,
-                      on_trial=on_trial, on_plan=on_plan, deadline=deadline)
-    if tracker is not None:
-        tracker.log_confirm(res)
-    return res
-
-
-def deploy_lines(st: optuna.Study, cfg: StudyConfig, res: ConfirmResult | None,
-                 config_path: Path) -> list[str]:
-    """What to deploy, at the end of a study: the recommended config's serve line and its gain
-    over vLLM's defaults with its interval. After a confirm phase the recommendation is its
-    (best lower confidence bound, else the defaults); without one, the config `autotune
-    export` picks by default, whose gain is one measurement."""
-    from autotune.errors import StudyError
-    from autotune.outputs.export import choose, find_trial, serve_line
-    from autotune.tuning.record import baseline
-
-    metric = cfg.metric_names()[0]
-    base = baseline(records(st))
-    try:
-        if res is not None and res.recommended is not None:
-            pick = find_trial(st, res.recommended)
-            row = res.configs.get(res.recommended)
-            gain = (f"{metric} {row.text} over vLLM's defaults (medians of "
-                    f"{len(row.values)} and {len(res.configs[res.base].values)} boots)"
-                    if row is not None and row.gain is not None else "")
-        else:
-            pick = choose(st, cfg, "capacity" if cfg.capacity else "knee")
-            v, b = pick.value(metric), base.value(metric) if base is not None else None
-            gain = (f"{metric} {v / b - 1:+.1%} over vLLM's defaults (one measurement each; "
-                    "`autotune confirm` boots both again for an interval)"
-                    if v is not None and b and base is not None and pick.number != base.number
-                    else "")
-    except StudyError:  # nothing feasible to deploy
-        return []
-    if base is not None and pick.number == base.number:
-        head = (f"deploy: vLLM's defaults (trial {pick.number}): no config beat them beyond "
-                "the noise" if res is not None else
-                f"deploy: vLLM's defaults (trial {pick.number})")
-    else:
-        head = f"deploy: trial {pick.number}" + (f": {gain}" if gain else "")
-    return [head, "  " + serve_line(cfg, pick),
-            f"full export (YAML, bench line, sizing): autotune export --config {config_path}"
-            + (f" --trial {pick.number}" if res is not None else "")]
-
-
-def print_confirm(res: ConfirmResult, cfg: StudyConfig) -> None:
-    from autotune.outputs.console import confirm_lines, confirm_table
-
-    out.print(confirm_table(res))
-    for line in confirm_lines(res):
-        out.print(line, highlight=False)
-    if res.left:
-        console.print(f"confirm phase stopped for --timeout: {res.left} boot(s) of its plan not "
-                      "run (the next would have ended after it); the same command resumes it",
-                      highlight=False)
-    console.print(f"written to {cfg.study_dir() / 'confirm.json'}", highlight=False)
+from autotune.cli._options import load_cfg, sampler_option, study_options
+from autotune.outputs.console import console, out
 
 
 @click.command()
@@ -183,113 +52,14 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
           no_mlflow: bool, front_every: int, workers: int, gpus_per_trial: int | None,
           warm_from: str | None, confirm_flag: bool | None) -> None:
     """Run (or resume) a multi-objective study over vLLM's flags."""
-    from autotune.tuning.preflight import preflight
-    from autotune.tuning.search_space import load_search_space
-    from autotune.tuning.study import (
-        completed,
-        grid_done,
-        open_study,
-        prepare_study,
-        run_study,
-        warm_start,
-    )
-    from autotune.tuning.workers import run_pool, running_text, worker_config, worker_envs
+    from autotune.outputs.session import SessionOptions, run_session
 
     began = time.monotonic()
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials, timeout_s=timeout_s,
                    budget_gpu_minutes=budget_gpu_minutes, search_space=search_space,
                    **{"sampler.name": sampler, "sampler.seed": seed})
-    envs = None
-    if workers > 1 and cfg.profiles:
-        raise ConfigError("--workers: a suite scores every trial against the baseline trial, "
-                          "so its trials run one at a time for now (drop --workers)")
-    if workers > 1 or gpus_per_trial:
-        envs = worker_envs(workers, gpus_per_trial)
-        gpus_per_trial = sum(1 for g in envs[0].get("CUDA_VISIBLE_DEVICES", "").split(",") if g)
-        cfg = worker_config(cfg, gpus_per_trial,
-                            load_search_space(cfg.search_space).flag_names())
-    console.print(f"study [bold]{cfg.name}[/bold]: checking the search space against vLLM...")
-    pre = preflight(cfg)
-    if pre.dataset:
-        console.print(pre.dataset, highlight=False)
-    if warm_from:
-        n, skipped = warm_start(prepare_study(cfg, pre), cfg, pre, warm_from)
-        console.print(f"--warm-start {warm_from}: {n} Pareto config(s) enqueued"
-                      + (f", {len(skipped)} skipped" if skipped else ""), highlight=False)
-        for why in skipped:
-            console.print(f"  skipped: {why}", highlight=False)
-    done = len(completed(open_study(cfg)))
-    console.print(f"vLLM {pre.vllm.version}; space {pre.space.name!r} "
-                  f"({len(pre.space.parameters)} parameters); {done} of {cfg.n_trials} trials "
-                  f"done; storage {cfg.storage_url()}", highlight=False)
-    tracker = make_tracker(cfg, tracking_uri, no_mlflow)
-
-    got: list[Any] = []
-
-    def on_start(st: optuna.Study, requests: list[Any]) -> None:
-        got.append(requests)
-        if tracker is not None:
-            tracker.start(st, study_extra(cfg, pre, requests))
-
-    with tracked(cfg, tracker, cfg.n_trials, done, log_trials=envs is None,
-                 front_every=front_every, backfill=envs is not None) as (view, on_trial):
-        if envs is None:
-            st = run_study(cfg, on_phase=view.on_phase, on_trial=on_trial, pre=pre,
-                           on_start=on_start)
-        else:
-            st = run_pool(
-                cfg, pre, envs, gpus_per_trial or 0,
-                tracker.uri if tracker is not None else None, on_start=on_start,
-                on_trial=on_trial,
-                on_running=lambda running: view.on_running(running_text(running)),
-                on_pool=lambda pool: console.print(
-                    f"{len(envs)} workers: " + "; ".join(
-                        f"{i}: {' '.join(f'{k}={v}' for k, v in e.items())}"
-                        for i, e in enumerate(envs)) + f"; logs in {pool.log_dir}",
-                    highlight=False))
-        held = len(completed(st))
-        now, note = confirm_now(st, cfg, confirm_flag, complete=held >= cfg.n_trials and
-                                bool(got), pooled=envs is not None, config_path=config_path)
-        res = None
-        if now:
-            console.print(f"confirm phase ({now})", highlight=False)
-            try:
-                res = confirm_phase(st, cfg, pre, got[0], cfg.confirm.top, cfg.confirm.repeats,
-                                    on_trial, view, tracker,
-                                    began + cfg.timeout_s if cfg.timeout_s else None)
-            except ConfigError as e:  # nothing to confirm: no baseline, or a front of defaults
-                note = f"no confirm phase: {e}"
-    print_tables(st, cfg)
-    if res is not None:
-        print_confirm(res, cfg)
-    if note:
-        console.print(note, highlight=False)
-    for line in deploy_lines(st, cfg, res, config_path):
-        out.print(line, highlight=False, soft_wrap=True)
-    from autotune.tuning.bill import bill, over_budget
-
-    cost = bill(st, cfg)
-    for line in cost.lines():
-        out.print(line, highlight=False, soft_wrap=True)
-    if held < cfg.n_trials and (spent := over_budget(cost, cfg.budget_gpu_minutes)):
-        console.print(f"stopped for --budget-gpu-minutes: {spent}. {held} of {cfg.n_trials} "
-                      "trials done; a larger budget resumes the study.", highlight=False)
-    if tracker is not None:
-        tracker.log_study_metrics(cost.metrics())
-    if held < cfg.n_trials and grid_done(st, cfg):
-        console.print(f"The grid is done: each of its configs tried, {held} of "
-                      f"{cfg.n_trials} trials. `autotune replay --config {config_path} --repeat "
-                      "N` enqueues N of them again; the same command then measures them.",
-                      highlight=False)
-    elif cfg.timeout_s and held < cfg.n_trials:
-        console.print(f"stopped for --timeout {cfg.timeout_s:g} s: the next trial would have "
-                      f"ended after it. {held} of {cfg.n_trials} trials done; the same command "
-                      "resumes the study.", highlight=False)
-    if tracker is not None and tracker.seconds:
-        console.print(f"MLflow: {len(tracker.seconds)} trials logged, "
-                      f"{sum(tracker.seconds) / len(tracker.seconds):.2f} s per trial"
-                      + (f", {tracker.failures} failures (run `autotune sync`)"
-                         if tracker.failures else ""), highlight=False)
+    run_session(cfg, SessionOptions(config_path, tracking_uri, no_mlflow, front_every, workers,
+                                     gpus_per_trial, warm_from, confirm_flag), began)
 
 
 @click.command("create-study")
@@ -304,7 +74,9 @@ def create_study(config_path: Path, study_name: str | None, storage: str | None,
 
     On an existing study it updates the stored config (a larger --n-trials resumes it)."""
     from autotune.load.datasets import build_requests
+    from autotune.outputs.tracking import make_tracker, study_extra
     from autotune.tuning.preflight import preflight
+    from autotune.tuning.record import StudyFacts, write_study_facts
     from autotune.tuning.study import prepare_study
 
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials)
@@ -332,9 +104,15 @@ def create_study(config_path: Path, study_name: str | None, storage: str | None,
 def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial: int,
            tracking_uri: str | None, no_mlflow: bool) -> None:
     """Join a study and run its trials until it holds its trial count."""
+    import optuna
+    from optuna.trial import FrozenTrial
+
     from autotune.config.base import parse_model
     from autotune.load.datasets import build_requests
+    from autotune.outputs.tables import StudyView
+    from autotune.outputs.tracking import make_tracker, study_extra
     from autotune.tuning.preflight import preflight
+    from autotune.tuning.record import study_facts
     from autotune.tuning.search_space import SearchSpace
     from autotune.tuning.study import completed, run_trials
     from autotune.tuning.workers import load_worker_study, worker_config, worker_identity
@@ -366,28 +144,6 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
                   f"{len(completed(st))} of {cfg.n_trials}", highlight=False)
 
 
-def confirm_now(st: optuna.Study, cfg: StudyConfig, flag: bool | None, *, complete: bool,
-                pooled: bool, config_path: Path) -> tuple[str | None, str]:
-    """(why the confirm phase runs now, or None; the note to print when it does not): it runs
-    when wanted (`--confirm`, or confirm.when) on a complete study that ran in this process.
-    The note says plainly that every gain printed is one measurement, and how to confirm."""
-    from autotune.tuning.confirm import wanted
-
-    on, why = wanted(cfg, st, flag)
-    if on and complete and not pooled:
-        return why, ""
-    how = f"`autotune confirm --config {config_path}`"
-    if on and pooled:
-        how += " (its boots run one at a time, not in the workers)"
-    if on:
-        why += "; the study is not complete" if not complete else "; workers ran it"
-    return None, (f"No confirm phase ({why}): "
-                  "every gain above is one measurement of each config, and a difference "
-                  "smaller than the boot-to-boot noise means nothing (docs/noise.md). "
-                  f"{how} boots the best configs and the baseline again and gives each gain "
-                  "an interval.")
-
-
 @click.command()
 @study_options
 @click.option("--top", type=click.IntRange(min=1), help="Finalists: the front's best configs "
@@ -406,6 +162,8 @@ def confirm(config_path: Path, study_name: str | None, storage: str | None, top:
     the same requests; report each gain with its bootstrap interval and the noise floor, and
     recommend on the lower confidence bound (resumable: the same command goes on)."""
     from autotune.load.datasets import build_requests
+    from autotune.outputs.session import confirm_phase, print_confirm, tracked
+    from autotune.outputs.tracking import make_tracker, study_extra
     from autotune.tuning.confirm import finalists
     from autotune.tuning.preflight import preflight
     from autotune.tuning.study import completed, open_study

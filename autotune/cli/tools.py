@@ -53,7 +53,7 @@ def ui(workdir: Path, port: int, tracking_uri: str | None, study: str | None) ->
     """Start the MLflow UI on 127.0.0.1 for the studies under mlruns/ and print the address of
     a study's runs (Ctrl-C stops it)."""
     from autotune.outputs.mlflow_ui import MlflowUI
-    from autotune.outputs.tracking import find_study_experiment, has_shared_view, runs_url
+    from autotune.outputs.mlflow_view import find_study_experiment, has_shared_view, runs_url
 
     uri = tracking_uri or f"sqlite:///{workdir.resolve() / 'mlflow.db'}"
     found = find_study_experiment(uri, study)

@@ -125,6 +125,8 @@ class ObjectiveConfig(StrictModel):
 
 
 SamplerName = Literal["tpe", "nsga2", "gp", "random", "grid"]
+# which Pareto config `autotune export --prefer` picks (outputs/export.py)
+Preference = Literal["throughput", "latency", "knee", "capacity"]
 
 
 class SamplerConfig(StrictModel):

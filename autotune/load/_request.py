@@ -16,8 +16,7 @@ from typing import Any, Literal
 
 import httpx
 
-from autotune.load.datasets import Request
-from autotune.load.record import RequestRecord
+from autotune.load.record import Request, RequestRecord
 
 Endpoint = Literal["completions", "chat"]
 TIMEOUT_PREFIX = "timeout:"

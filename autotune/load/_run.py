@@ -19,8 +19,7 @@ import numpy as np
 from autotune.load._processes import run_processes
 from autotune.load._request import Endpoint, RequestOptions
 from autotune.load._slots import LocalControl, ShardPlan, run_shard
-from autotune.load.datasets import Request
-from autotune.load.record import RequestRecord
+from autotune.load.record import Request, RequestRecord
 from autotune.server.scrape import ServerStats, poll, scrape_once
 
 

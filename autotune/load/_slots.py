@@ -30,8 +30,7 @@ import httpx
 
 from autotune.errors import ClientError
 from autotune.load._request import TIMEOUT_PREFIX, RequestOptions, send
-from autotune.load.datasets import Request
-from autotune.load.record import RequestRecord
+from autotune.load.record import Request, RequestRecord
 
 WATCH_S = 0.2  # how often a shard checks for an abort
 

@@ -1,4 +1,5 @@
-"""One request's record: what the load generator observed, in seconds from the benchmark's start.
+"""One request: what to send (`Request`: the prompt and its lengths in tokens) and what happened
+to it (`RequestRecord`: what the load generator observed, in seconds from the benchmark's start).
 
 The measure layer turns a run's records into `vllm bench serve`'s summary (measure/metrics.py).
 """
@@ -6,6 +7,17 @@ The measure layer turns a run's records into `vllm bench serve`'s summary (measu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Request:
+    """One benchmark request: the prompt (text, token ids, or chat messages) and its lengths in
+    tokens."""
+
+    prompt: str | list[int] | list[dict[str, Any]]
+    prompt_len: int
+    output_len: int
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from pathlib import Path
 from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
 from autotune.errors import LoadError, MeasurementWarning
 from autotune.load import LoadSettings, resolve_processes, run_load
-from autotune.load.datasets import Request, load_tokenizer, sample_requests
-from autotune.load.record import RequestRecord
+from autotune.load.datasets import load_tokenizer, sample_requests
+from autotune.load.record import Request, RequestRecord
 from autotune.measure.capacity import (
     CURVE_METRICS,
     CapacityResult,

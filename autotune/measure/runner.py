@@ -20,7 +20,8 @@ from typing import Any
 from autotune.config.study import ServerConfig
 from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
 from autotune.errors import AutotuneError, ServerBootError
-from autotune.load.datasets import Request, build_requests
+from autotune.load.datasets import build_requests
+from autotune.load.record import Request
 from autotune.measure.capacity import CapacityResult
 from autotune.measure.on_server import (
     OnPoint,

@@ -1,4 +1,9 @@
-"""Rich rendering shared by the commands: metric tables and progress displays."""
+"""The consoles every command prints to, and what needs no study: a benchmark's metrics table,
+the progress of one boot, and how values, metric names, flags and causes are written.
+
+The study's tables and live view are in outputs/tables.py: they read Optuna trials, and
+`autotune --help` or `autotune bench` should not load Optuna to print.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import optuna
-from optuna.trial import FrozenTrial
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -21,11 +23,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from autotune.config.study import StudyConfig
 from autotune.measure.metrics import BenchMetrics
-from autotune.measure.stats import Gain
-from autotune.tuning.confirm import ConfirmResult, config_gains
-from autotune.tuning.record import Status, TrialRecord, records
 
 # piped (CI logs, `| tee`), a line is not broken at 80 columns in the middle of a value
 console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
@@ -86,7 +84,7 @@ def trial_progress(label: str, total: int) -> Iterator[TrialProgress]:
         yield tp
 
 
-def _fmt(v: Any, pct: bool = False) -> str:
+def fmt_value(v: Any, pct: bool = False) -> str:
     if v is None:
         return "-"
     if pct:
@@ -111,82 +109,6 @@ def params_text(params: dict[str, Any]) -> str:
                     for k, v in params.items()) or "(vLLM defaults)"
 
 
-def gain_text(g: Gain) -> str:
-    """A gain as every view prints it: "+75.1%, one measurement" until the config and the
-    baseline were both measured more than once, then "+12.4% [+9.8, +15.1], 3 boots" or
-    "no significant change (+3.1% [-2.0, +8.3]), 3 boots" (the config's boots, `Gain.n`)."""
-    if g.n < 2 or g.n_base < 2:
-        return f"{g.gain * 100:+.1f}%, one measurement"
-    return f"{g.text()}, {g.n} boots"
-
-
-def value_text(r: TrialRecord, m: str, v: Any, g: Gain | None) -> str:
-    """A trial's value of `m` with its change against the baseline (and, where the change
-    pools several boots of the config, their median, which the change is of). A capacity search that
-    stopped early below the incumbent gives a lower bound: "≥42.19, stopped early" (no change
-    printed: a bound's change against the baseline's measurement would read as a loss)."""
-    if v is not None and r.lower_bound(m):
-        return f"≥{_fmt(v)}, stopped early"
-    if g is not None and g.n > 1 and g.median is not None:
-        # the change is of the config's median over its boots: show that median beside it,
-        # so a boot reading above the baseline's median is not read as the loss printed
-        return f"{_fmt(v)}; median {_fmt(g.median)} ({gain_text(g)})"
-    return _fmt(v) + (f" ({gain_text(g)})" if g is not None else "")
-
-
-def is_base(r: TrialRecord, recs: list[TrialRecord]) -> bool:
-    """The baseline trial, or a repeat of it (no gain to print against itself)."""
-    return r.baseline or (r.facts.repeat_of is not None and any(
-        b.number == r.facts.repeat_of and b.baseline for b in recs))
-
-
-GAIN_CAPTION = ("change vs the baseline: the median of every boot of a config against the "
-                "baseline's; [95% bootstrap interval] once both were measured more than once")
-
-
-def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Trials",
-                 extra: list[str] | None = None, all_recs: list[TrialRecord] | None = None
-                 ) -> Table:
-    """Every trial: status, objectives with their change against the baseline (and `extra`
-    measured metrics, such as a suite's per-profile values), boot and benchmark seconds,
-    flags, and the cause of a failure. A change pools every boot of the same flags in
-    `all_recs` (default `recs`): one measurement, or a median with its interval."""
-    extra = extra or []
-    pool = all_recs if all_recs is not None else recs
-    gains = config_gains(pool, metrics + extra)
-    t = Table(title=title, header_style="bold", caption=GAIN_CAPTION)
-    t.add_column("#", justify="right")
-    t.add_column("state")
-    for m in metrics + extra:
-        t.add_column(f"{short_metric(m)} (vs base)", justify="right")
-    t.add_column("boot s", justify="right")
-    t.add_column("bench s", justify="right")
-    t.add_column("params / cause", overflow="fold", min_width=30)
-    for r in recs:
-        state = STATUS_STYLE.get(r.status, "{}").format(r.label())
-        if r.baseline:
-            state += " (base)"
-        cells = [str(r.number), state]
-        g = gains.get(r.number, {})
-        for m in metrics + extra:
-            v = r.values.get(m, r.metrics.get(m) if m in extra else None)
-            cells.append(value_text(r, m, v, g[m] if m in g and not is_base(r, pool)
-                                    else None))
-        tm = r.timings
-        cells += [_fmt(tm.get("boot_s")), _fmt(tm.get("bench_s"))]
-        text = escape(f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
-                      else params_text(r.params))
-        if r.cause:
-            text += f"\n[red]{escape(short_cause(r.cause, 200))}[/red]"
-        cells.append(text)
-        t.add_row(*cells)
-    return t
-
-
-STATUS_STYLE = {Status.OK: "[green]{}[/green]", Status.SLO_MISS: "[yellow]{}[/yellow]",
-                Status.INFEASIBLE: "[red]{}[/red]", Status.ERROR: "[red]{}[/red]"}
-
-
 def short_cause(cause: str, n: int) -> str:
     """A failure's cause cut to about `n` characters at the end of a sentence (else of a word),
     marked with an ellipsis: not in the middle of a value ("-> (")."""
@@ -198,95 +120,3 @@ def short_cause(cause: str, n: int) -> str:
         return first[:cut + 1] + " …"
     cut = first.rfind(" ", 0, n)
     return (first[:cut] if cut > 0 else first[:n]) + " …"
-
-
-class StudyView:
-    """Live progress of a study: an overall bar and the current trial's phase."""
-
-    def __init__(self, total: int, done: int, metrics: list[str],
-                 cfg: StudyConfig | None = None) -> None:
-        self.metrics = metrics
-        self.cfg = cfg  # for the bill so far, printed with each trial
-        self.progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-            MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
-        )
-        self.task = self.progress.add_task("study", total=total, completed=done)
-
-    def __enter__(self) -> StudyView:
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(None, None, None)
-
-    def on_phase(self, number: int, phase: str, flags: dict[str, Any]) -> None:
-        self.progress.update(self.task, description=(
-            f"trial {number}: {phase}" if number >= 0 else phase))
-
-    def on_running(self, text: str) -> None:
-        self.progress.update(self.task, description=text)
-
-    def on_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.progress.advance(self.task)
-        recs = records(study)
-        rec = next(r for r in recs if r.number == trial.number)
-        if rec.measured:
-            g = config_gains(recs, list(rec.values)).get(rec.number, {})
-            parts = [f"{m} " + value_text(rec, m, v, g[m] if m in g and not is_base(rec, recs)
-                                          else None)
-                     for m, v in rec.values.items()]
-            msg = ", ".join(parts)
-            if rec.status == Status.SLO_MISS:
-                msg = "[yellow]SLO miss[/yellow]: " + msg
-        elif rec.cause:
-            msg = f"[red]{rec.label()}[/red]: {escape(short_cause(rec.cause, 150))}"
-        else:
-            msg = rec.label()
-        what = f"repeat of trial {rec.facts.repeat_of}" if rec.facts.repeat_of is not None \
-            else params_text(trial.params)
-        cost = ""
-        if self.cfg is not None:
-            from autotune.tuning.bill import bill
-
-            b = bill(study, self.cfg)
-            cost = f" [dim](bill so far {b.total:.1f} {b.unit})[/dim]"
-        console.print(f"trial {trial.number}: {msg}  [dim]{escape(what)}[/dim]{cost}",
-                      highlight=False)
-
-
-def confirm_table(res: ConfirmResult) -> Table:
-    """The confirm phase: each config's boots, median and interval, and gain."""
-    t = Table(title=f"confirm: {res.metric} (noise floor {res.noise_floor:.1%}, the "
-              "baseline's relative sd across its boots)", header_style="bold")
-    for col in ("trial", "boots", "median [95% CI]", "gain vs defaults"):
-        t.add_column(col, justify="right")
-    for num, row in res.configs.items():
-        t.add_row(str(num) + (" (base)" if num == res.base else ""), str(len(row.values)),
-                  f"{row.median:,.2f} [{row.ci_low:,.2f}, {row.ci_high:,.2f}]", row.text)
-    return t
-
-
-def confirm_lines(res: ConfirmResult) -> list[str]:
-    """Which first-pass winners survived, and the recommendation."""
-    lines = []
-    for num, row in res.configs.items():
-        if num == res.base or row.gain is None:
-            continue
-        first = row.values[0] / res.configs[res.base].values[0] - 1 \
-            if res.base in res.configs else None
-        verdict = "survives" if row.survives else "does not survive"
-        lines.append(f"trial {num}: first pass {first * 100:+.1f}% (one measurement each); "
-                     f"after {len(row.values)} boots {row.text}: {verdict}"
-                     if first is not None else f"trial {num}: {row.text}")
-    if res.recommended == res.base:
-        lines.append(f"recommended: vLLM's defaults (trial {res.base}): no finalist beats them "
-                     + (f"beyond the noise (the point estimate would pick trial "
-                        f"{res.by_point_estimate})"
-                        if res.by_point_estimate not in (None, res.base) else
-                        "(every finalist's median is worse than theirs)"))
-    elif res.recommended is not None:
-        lines.append(f"recommended (best lower confidence bound): trial {res.recommended}"
-                     + ("" if res.recommended == res.by_point_estimate else
-                        f"; the point estimate would pick {res.by_point_estimate}"))
-    return lines

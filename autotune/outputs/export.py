@@ -9,13 +9,13 @@ import shlex
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import optuna
 import yaml
 
-from autotune.config.study import StudyConfig, default_executable
+from autotune.config.study import Preference, StudyConfig, default_executable
 from autotune.config.workload import ProfileConfig
 from autotune.errors import StudyError
 from autotune.measure.stats import Gain, gain_ci
@@ -24,8 +24,6 @@ from autotune.tuning.confirm import TrialHook, config_boots, config_gains, run_r
 from autotune.tuning.objective import PhaseHook
 from autotune.tuning.preflight import Preflight
 from autotune.tuning.record import TrialRecord, baseline, records
-
-Preference = Literal["throughput", "latency", "knee", "capacity"]
 
 
 def _metric(t: TrialRecord, name: str) -> float:

@@ -11,14 +11,8 @@ from pathlib import Path
 import optuna
 
 from autotune.config.study import StudyConfig
-from autotune.outputs.console import (
-    confirm_lines,
-    gain_text,
-    is_base,
-    params_text,
-    short_cause,
-    short_metric,
-)
+from autotune.outputs.console import params_text, short_cause, short_metric
+from autotune.outputs.tables import confirm_lines, gain_text, is_base
 from autotune.tuning.confirm import config_gains
 from autotune.tuning.record import (
     TrialRecord,

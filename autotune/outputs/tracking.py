@@ -8,12 +8,8 @@ storage, and `autotune sync` backfills MLflow from there later.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import platform
-import shutil
-import subprocess
 import tempfile
 import time
 import warnings
@@ -25,12 +21,28 @@ from optuna.trial import FrozenTrial
 
 from autotune import __version__
 from autotune.config.study import StudyConfig
-from autotune.server.command import params_to_args, shell_join
+from autotune.outputs.artifacts import confirm_files, front_files, trial_files
+from autotune.outputs.console import console
+from autotune.outputs.mlflow_view import (
+    CURVE_KEYS,
+    EXPERIMENT_KIND_TAG,
+    GAIN_TAG,
+    KIND_TAG,
+    SHARED_VIEW_TAG,
+    STUDY_RUN_TAG,
+    STUDY_TAG,
+    TRIAL_TAG,
+    VIEW_KEY,
+    confirm_note,
+    gain_tag,
+    runs_view,
+    study_note,
+)
+from autotune.server.machine import hardware
 from autotune.tuning.confirm import ConfirmResult
+from autotune.tuning.preflight import Preflight
 from autotune.tuning.record import (
-    TrialRecord,
     baseline,
-    curve_profiles,
     deltas,
     front_numbers,
     metric_deltas,
@@ -38,47 +50,9 @@ from autotune.tuning.record import (
     study_facts,
 )
 
-# the per-point quantities of a capacity curve logged as metric histories
-CURVE_KEYS = ("request_throughput", "total_token_throughput", "p99_ttft_ms", "p99_tpot_ms",
-              "p99_itl_ms", "p99_e2el_ms")
-STUDY_TAG = "autotune.study"
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-STUDY_RUN_TAG = "autotune.study_run"  # on a trial's run: the run id of its study's run
-KIND_TAG = "autotune.kind"
-GAIN_TAG = "autotune.gain"  # on a trial's run: its first objective against vLLM's defaults, as text
-# MLflow's runs view reads a saved view (sort, columns, expanded runs) from this experiment tag
-# when the address carries `viewStateShareKey=<key>` (what its Share button writes)
-SHARED_VIEW_TAG = "mlflow.sharedViewState."
-VIEW_KEY = "autotune"
-# the address parameter that keeps MLflow 3 in its model-training mode; without it, MLflow reads
-# the mode from the browser's local storage, where it starts as GenAI
-ML_MODE = "workflowType=machine_learning"
-TRIAL_TAG = "autotune.trial_number"
-
 
 def default_tracking_uri(cfg: StudyConfig) -> str:
     return f"sqlite:///{Path(cfg.workdir).resolve() / 'mlflow.db'}"
-
-
-def hardware() -> dict[str, str]:
-    """GPU name and driver where nvidia-smi answers, else the CPU model."""
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        p = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=20)
-        if p.returncode == 0 and p.stdout.strip():
-            first = p.stdout.strip().splitlines()
-            name, driver = (x.strip() for x in first[0].split(",", 1))
-            return {"gpu": name, "gpu_count": str(len(first)), "driver": driver}
-    cpu = platform.processor() or "cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"gpu": "none", "cpu": cpu}
 
 
 class Tracker:
@@ -242,22 +216,7 @@ class Tracker:
         )
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
-            if facts.argv:
-                (d / "argv.txt").write_text(" ".join(facts.argv) + "\n")
-            log = Path(facts.log_path) if facts.log_path else None
-            if log is not None and log.is_file():
-                with log.open("rb") as src, gzip.open(d / "server.log.gz", "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-            reqs = log.parent / "requests.csv" if log is not None else None
-            if reqs is not None and reqs.is_file():
-                shutil.copy(reqs, d / "requests.csv")
-            if rec.curve_profiles() and self.cfg.capacity is not None:
-                from autotune.outputs import plots
-
-                for prof in rec.curve_profiles():
-                    plots.capacity_png(rec, self.cfg.slos, self.cfg.capacity.axis,
-                                       d / f"capacity{'-' + prof if prof else ''}.png", prof)
-                (d / "capacity.json").write_text(json.dumps(facts.capacity, indent=2))
+            trial_files(rec, self.cfg, d)
             if any(d.iterdir()):
                 self.client.log_artifacts(rid, str(d))
         status = "FINISHED" if rec.measured else "FAILED"
@@ -270,32 +229,13 @@ class Tracker:
     def _log_front(self, study: optuna.Study) -> None:
         from mlflow.entities import Metric
 
-        from autotune.outputs import plots
-
         if self.parent_id is None:
             raise RuntimeError("the study's parent run was not created")
-        metrics = self.cfg.metric_names()
         recs = records(study)
         front = front_numbers(study)
-        df = plots.trials_frame(recs, metrics, front)
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
-            df.to_csv(d / "trials.csv", index=False)
-            df[df.on_front].to_csv(d / "pareto_front.csv", index=False)
-            if len(metrics) >= 2 and any(r.measured for r in recs):
-                plots.pareto_html(study, d / "pareto.html", self.cfg.name)
-                plots.pareto_png(study, d / "pareto.png", self.cfg.name)
-                hv = plots.hypervolume_history(study)
-                if hv is not None:
-                    hv.to_csv(d / "hypervolume.csv", index=False)
-            if self.cfg.capacity is not None:
-                for prof in curve_profiles(recs):
-                    plots.capacity_overlay_png(
-                        recs, self.cfg.slos, self.cfg.capacity.axis,
-                        d / f"capacity_curves{'-' + prof if prof else ''}.png", prof)
-            imp = plots.importances(study, metrics)
-            if imp:
-                (d / "importances.json").write_text(json.dumps(imp, indent=2))
+            front_files(study, self.cfg, recs, front, d)
             self.client.log_artifacts(self.parent_id, str(d), artifact_path="pareto")
         assert self.experiment_id is not None
         ids = {int(r.data.tags[TRIAL_TAG]): r.info.run_id for r in self.client.search_runs(
@@ -331,7 +271,6 @@ class Tracker:
     def _log_confirm(self, res: ConfirmResult) -> None:
         from mlflow.entities import Metric, RunTag
 
-        from autotune.outputs import plots
 
         if self.parent_id is None:
             raise RuntimeError("the study's parent run was not created")
@@ -368,8 +307,7 @@ class Tracker:
                 RunTag("autotune.confirm", row.text or "baseline"), RunTag(GAIN_TAG, gain)])
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
-            (d / "confirm.json").write_text(json.dumps(res.to_json(), indent=2) + "\n")
-            plots.confirm_png(res, d / "confirm.png")
+            confirm_files(res, d)
             self.client.log_artifacts(self.parent_id, str(d), artifact_path="confirm")
 
     def finish(self) -> None:
@@ -393,114 +331,20 @@ def sync(cfg: StudyConfig, study: optuna.Study, tracking_uri: str | None = None)
     return len(finished) if tr.failures == 0 else -tr.failures
 
 
-def objective_columns(cfg: StudyConfig) -> list[str]:
-    """The metric names the runs view shows for the objectives: a suite's scores are logged as
-    `objective_<name>`, a single profile's objectives under their own names."""
-    return [f"objective_{m}" if cfg.profiles else m for m in cfg.metric_names()]
+def study_extra(cfg: StudyConfig, pre: Preflight, requests: list[Any]) -> dict[str, str]:
+    """What the study's run records beside the config: vLLM, the requests' digest, the
+    executable."""
+    from autotune.load.datasets import requests_digest
+
+    return {"vllm_version": pre.vllm.version, "dataset_hash": requests_digest(requests),
+            "vllm_executable": " ".join(cfg.server.executable)}
 
 
-def runs_view(cfg: StudyConfig, parent_id: str | None) -> dict[str, Any]:
-    """The saved view of a study's runs (MLflow 3.17's shared view state): every trial, sorted
-    by the first objective, with the objectives, the gain against vLLM's defaults, the SLO
-    metrics, the state and the searched flags (empty = vLLM's default) as the first columns."""
-    from autotune.tuning.search_space import load_search_space
-
-    objs = objective_columns(cfg)
-    slos = [] if cfg.profiles else [s.metric for s in cfg.slos if s.metric not in objs]
-    flags = list(load_search_space(cfg.search_space).parameters)
-    cols = ([f"metrics.`{m}`" for m in objs] + [f"tags.`{GAIN_TAG}`"]
-            + [f"metrics.`{m}`" for m in dict.fromkeys(slos)] + ["tags.`autotune.state`"]
-            + [f"params.`{p}`" for p in flags])
-    return {
-        # the search facets
-        "searchFilter": "", "orderByKey": cols[0],
-        "orderByAsc": cfg.objectives[0].direction == "minimize", "startTime": "ALL",
-        "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
-        # the table
-        "selectedColumns": cols, "columnOrder": cols,
-        "columnWidths": {c: 150 if c == f"tags.`{GAIN_TAG}`" else 110 for c in cols},
-        "runsExpanded": {parent_id: True} if parent_id else {},
-        "runsHiddenMode": "SHOW_ALL", "runsPinned": [], "runsHidden": [],
-        "viewMaximized": False, "runListHidden": False,
-    }
-
-
-def study_note(cfg: StudyConfig, recs: list[TrialRecord], front: set[int], experiment_id: str,
-               run_ids: dict[int, str]) -> str:
-    """The study run's description (Markdown, shown on its page): what was asked, the front
-    with links to its trials, and where the whole table is."""
-    objs = cfg.metric_names()
-    measured = [r for r in recs if r.measured]
-    base = baseline(recs)
-    asked = ", ".join(f"{o.direction} {n}" for o, n in zip(cfg.objectives, objs, strict=True))
-    slos = ", ".join(s.text() for s in cfg.slos) or "none"
-    link = runs_url("", experiment_id)[1:]  # "#/experiments/..." on the same page
-    lines = [f"**autotune study `{cfg.name}`**: {len(recs)} trials, {len(measured)} measured. "
-             f"Objectives: {asked}. SLOs: {slos}.", "",
-             f"[Every trial, sorted by {objs[0]}]({link})", "",
-             "The Pareto front (no trial is better on every objective):", "",
-             "| trial | " + " | ".join(objs) + " | vs vLLM's defaults | flags |",
-             "|---|" + "---:|" * len(objs) + "---|---|"]
-    for r in sorted((r for r in recs if r.number in front), key=lambda r: r.number):
-        name = f"trial {r.number}"
-        if r.number in run_ids:
-            name = f"[{name}]({run_url('', experiment_id, run_ids[r.number])[1:]})"
-        flags = shell_join(params_to_args(r.flags)) or "vLLM's defaults"
-        vals = " | ".join(f"{r.values[m]:,.2f}" if m in r.values else "-" for m in objs)
-        lines.append(f"| {name} | {vals} | {gain_tag(r, base, objs[0]) or '-'} | "
-                     f"`{flags}` |")
-    lines += ["", "Plots and tables: this run's artifacts, `pareto/` (pareto.html, trials.csv)."]
-    return "\n".join(lines)
-
-
-def confirm_note(res: ConfirmResult) -> str:
-    row = res.configs.get(res.recommended if res.recommended is not None else -1)
-    if res.recommended == res.base or row is None:
-        return (f"**Confirm phase**: keep vLLM's defaults (trial {res.base}); no finalist beat "
-                f"them on {res.metric} beyond the noise.")
-    return (f"**Confirm phase**: trial {res.recommended}, {res.metric} "
-            f"{row.text} against vLLM's defaults over {len(row.values)} "
-            "boots.")
-
-
-def gain_tag(rec: TrialRecord, base: TrialRecord | None, metric: str) -> str:
-    """A trial's first objective against vLLM's defaults, as the runs view shows it."""
-    if rec.baseline:
-        return "vLLM's defaults"
-    d = deltas(rec, base).get(metric)
-    return "" if d is None else f"{d * 100:+.1f}% (one boot)"
-
-
-def runs_url(ui_url: str, experiment_id: str, shared_view: bool = True) -> str:
-    """The MLflow UI page of a study's runs: the model-training table (not the GenAI overview
-    MLflow 3 opens by default) in the study's saved view (runs_view), or, for a study logged
-    before it had one, the table sorted by nothing in particular."""
-    view = f"viewStateShareKey={VIEW_KEY}&" if shared_view else ""
-    return f"{ui_url}/#/experiments/{experiment_id}/runs?{view}{ML_MODE}&compareRunsMode=TABLE"
-
-
-def run_url(ui_url: str, experiment_id: str, run_id: str) -> str:
-    """One trial's page, kept in the model-training mode."""
-    return f"{ui_url}/#/experiments/{experiment_id}/runs/{run_id}?{ML_MODE}"
-
-
-def has_shared_view(tracking_uri: str, experiment_id: str) -> bool:
-    from mlflow.tracking import MlflowClient
-
-    exp = MlflowClient(tracking_uri=tracking_uri).get_experiment(experiment_id)
-    return SHARED_VIEW_TAG + VIEW_KEY in exp.tags
-
-
-def find_study_experiment(tracking_uri: str, study: str | None = None) -> tuple[str, str] | None:
-    """(experiment id, name) of the named study, else of the autotune study created last."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    if study is not None:
-        exp = client.get_experiment_by_name(study)
-        return (str(exp.experiment_id), exp.name) if exp is not None else None
-    for exp in client.search_experiments(order_by=["creation_time DESC"]):
-        if exp.name != "Default" and client.search_runs(
-                [exp.experiment_id], f"tags.`{KIND_TAG}` = 'study'", max_results=1):
-            return str(exp.experiment_id), exp.name
-    return None
+def make_tracker(cfg: StudyConfig, tracking_uri: str | None, no_mlflow: bool) -> Tracker | None:
+    """The study's tracker (None with --no-mlflow), saying where its runs go."""
+    if no_mlflow:
+        return None
+    tracker = Tracker(cfg, tracking_uri)
+    console.print(f"MLflow: {tracker.uri} (experiment {cfg.name!r}; `autotune ui` shows it)",
+                  highlight=False)
+    return tracker

@@ -30,7 +30,7 @@ from autotune.errors import (
     ServerError,
     TrialError,
 )
-from autotune.load.datasets import Request
+from autotune.load.record import Request
 from autotune.measure.runner import run_boot
 from autotune.server.refusals import refusal
 from autotune.tuning.record import TrialFacts, facts_of, records, write_facts

@@ -240,7 +240,7 @@ def test_mlflow_ui_serves_the_runs(study_file: Path,
         res = httpx.post(f"{ui.url}/api/2.0/mlflow/runs/search", timeout=30,
                          json={"experiment_ids": [eid], "max_results": 100}).json()
         pg = ui.pid
-    from autotune.outputs.tracking import find_study_experiment, runs_url
+    from autotune.outputs.mlflow_view import find_study_experiment, runs_url
 
     found = find_study_experiment(default_tracking_uri(c))  # the latest study: this one
     assert found == (eid, c.name)

@@ -52,7 +52,8 @@ def _jsonl(tmp_path: Path, *lines: str) -> str:
 
 def test_dataset_lines_are_read_counted_and_dropped_when_too_long(tmp_path: Path,
                                                                    tiny_model: Path) -> None:
-    from autotune.load.datasets import load_tokenizer, read_dataset
+    from autotune.load.datasets import load_tokenizer
+    from autotune.load.user_dataset import read_dataset
 
     tok = load_tokenizer(str(tiny_model))
     path = _jsonl(tmp_path, '{"prompt": "hello there", "output_tokens": 5}', "",
@@ -84,7 +85,8 @@ def test_dataset_lines_are_read_counted_and_dropped_when_too_long(tmp_path: Path
 def test_bad_dataset_lines_name_the_line(tmp_path: Path, tiny_model: Path, line: str,
                                          endpoint: str, expect: str) -> None:
     from autotune.errors import ConfigError
-    from autotune.load.datasets import load_tokenizer, read_dataset
+    from autotune.load.datasets import load_tokenizer
+    from autotune.load.user_dataset import read_dataset
 
     with pytest.raises(ConfigError, match=re.escape(f"profile.path: {tmp_path}/r.jsonl, {expect}")):
         read_dataset(_jsonl(tmp_path, line), endpoint, load_tokenizer(str(tiny_model)),
@@ -93,7 +95,8 @@ def test_bad_dataset_lines_name_the_line(tmp_path: Path, tiny_model: Path, line:
 
 def test_a_dataset_with_a_byte_order_mark_reads_as_without(tmp_path: Path,
                                                             tiny_model: Path) -> None:
-    from autotune.load.datasets import load_tokenizer, read_dataset
+    from autotune.load.datasets import load_tokenizer
+    from autotune.load.user_dataset import read_dataset
 
     p = tmp_path / "bom.jsonl"
     p.write_bytes(b"\xef\xbb\xbf" + b'{"prompt": "hello there"}\n')
@@ -103,7 +106,8 @@ def test_a_dataset_with_a_byte_order_mark_reads_as_without(tmp_path: Path,
 
 
 def test_dataset_sampling_in_order_and_at_random() -> None:
-    from autotune.load.datasets import Dataset, Request, sample_dataset
+    from autotune.load.record import Request
+    from autotune.load.user_dataset import Dataset, sample_dataset
 
     ds = Dataset([Request(f"p{i}", 1, 1) for i in range(5)], 5, 0, None)
     assert [r.prompt for r in sample_dataset(ds, 7, "order", 0)] == \

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from autotune.load import LoadSettings, arrival_offsets, run_load_async
-from autotune.load.datasets import Request
+from autotune.load.record import Request
 from autotune.measure.metrics import compute_metrics
 
 

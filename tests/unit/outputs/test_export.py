@@ -53,8 +53,8 @@ def test_the_end_of_a_study_says_what_to_deploy(tmp_path) -> None:  # type: igno
     says so and gives their line."""
     from pathlib import Path
 
-    from autotune.cli.study import deploy_lines
     from autotune.config.study import StudyConfig
+    from autotune.outputs.session import deploy_lines
 
     cfg = StudyConfig.model_validate({
         "name": "t", "server": {"model": "/m", "executable": ["vllm"],

@@ -7,7 +7,7 @@ from pathlib import Path
 import optuna
 
 from autotune.config.study import StudyConfig
-from autotune.outputs.tracking import gain_tag, run_url, runs_url, runs_view, study_note
+from autotune.outputs.mlflow_view import gain_tag, run_url, runs_url, runs_view, study_note
 from autotune.tuning.record import TrialFacts, baseline, front_numbers, records
 from autotune.tuning.search_space import load_search_space
 

@@ -12,7 +12,7 @@ import pytest
 from autotune.load.record import RequestRecord
 from autotune.measure.metrics import steady_share
 from autotune.measure.on_server import MIN_PER_SLOT, too_short
-from autotune.outputs.console import gain_text
+from autotune.outputs.tables import gain_text
 from autotune.tuning.confirm import config_gains, wanted
 from autotune.tuning.record import Status, TrialFacts, TrialRecord
 
@@ -154,7 +154,7 @@ def test_a_study_confirms_now_or_says_its_gains_are_one_measurement(
         said: str) -> None:
     from pathlib import Path
 
-    from autotune.cli.study import confirm_now
+    from autotune.outputs.session import confirm_now
     from autotune.tuning import confirm
 
     monkeypatch.setattr(confirm, "records", lambda _st: [])
@@ -172,7 +172,7 @@ def test_the_defaults_stay_recommended_unless_a_finalist_beats_them_beyond_the_n
     """The README demo's confirm once recommended a finalist 17.6% below the defaults (not
     significant either way), because its boots were the least spread. A change is recommended
     only when it survives; among those, on the best lower confidence bound."""
-    from autotune.outputs.console import confirm_lines
+    from autotune.outputs.tables import confirm_lines
     from autotune.tuning import confirm
 
     c = SimpleNamespace(metric_names=lambda: ["total_token_throughput"],
@@ -233,7 +233,7 @@ def test_an_early_stopped_capacity_reads_as_a_lower_bound_in_the_tables() -> Non
     from rich.console import Console
 
     from autotune.measure.capacity import EARLY_STOP
-    from autotune.outputs.console import trials_table, value_text
+    from autotune.outputs.tables import trials_table, value_text
 
     base = rec(0, 50.0, "base", base=True)
     early = rec(1, 40.0, "b")
@@ -260,7 +260,7 @@ def test_a_pooled_change_is_shown_beside_the_median_it_is_of() -> None:
     """The CPU demo's table showed a repeat's own 9,242.72, above the baseline's median, beside
     the config's pooled -45.1%: the config's median now stands beside the change."""
     from autotune.measure.stats import gain_ci
-    from autotune.outputs.console import value_text
+    from autotune.outputs.tables import value_text
     from autotune.tuning.record import Status, TrialFacts, TrialRecord
 
     r = TrialRecord(number=7, status=Status.OK, facts=TrialFacts(), params={},

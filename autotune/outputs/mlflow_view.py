@@ -1,0 +1,141 @@
+"""What the MLflow UI opens on: the tags autotune writes, the saved view of a study's runs (sort,
+columns, expanded runs), the study run's Markdown note, and the addresses `autotune ui` prints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.config.study import StudyConfig
+from autotune.server.command import params_to_args, shell_join
+from autotune.tuning.confirm import ConfirmResult
+from autotune.tuning.record import TrialRecord, baseline, deltas
+
+# the per-point quantities of a capacity curve logged as metric histories
+CURVE_KEYS = ("request_throughput", "total_token_throughput", "p99_ttft_ms", "p99_tpot_ms",
+              "p99_itl_ms", "p99_e2el_ms")
+STUDY_TAG = "autotune.study"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+STUDY_RUN_TAG = "autotune.study_run"  # on a trial's run: the run id of its study's run
+KIND_TAG = "autotune.kind"
+GAIN_TAG = "autotune.gain"  # on a trial's run: its first objective against vLLM's defaults, as text
+# MLflow's runs view reads a saved view (sort, columns, expanded runs) from this experiment tag
+# when the address carries `viewStateShareKey=<key>` (what its Share button writes)
+SHARED_VIEW_TAG = "mlflow.sharedViewState."
+VIEW_KEY = "autotune"
+# the address parameter that keeps MLflow 3 in its model-training mode; without it, MLflow reads
+# the mode from the browser's local storage, where it starts as GenAI
+ML_MODE = "workflowType=machine_learning"
+TRIAL_TAG = "autotune.trial_number"
+
+
+def objective_columns(cfg: StudyConfig) -> list[str]:
+    """The metric names the runs view shows for the objectives: a suite's scores are logged as
+    `objective_<name>`, a single profile's objectives under their own names."""
+    return [f"objective_{m}" if cfg.profiles else m for m in cfg.metric_names()]
+
+
+def runs_view(cfg: StudyConfig, parent_id: str | None) -> dict[str, Any]:
+    """The saved view of a study's runs (MLflow 3.17's shared view state): every trial, sorted
+    by the first objective, with the objectives, the gain against vLLM's defaults, the SLO
+    metrics, the state and the searched flags (empty = vLLM's default) as the first columns."""
+    from autotune.tuning.search_space import load_search_space
+
+    objs = objective_columns(cfg)
+    slos = [] if cfg.profiles else [s.metric for s in cfg.slos if s.metric not in objs]
+    flags = list(load_search_space(cfg.search_space).parameters)
+    cols = ([f"metrics.`{m}`" for m in objs] + [f"tags.`{GAIN_TAG}`"]
+            + [f"metrics.`{m}`" for m in dict.fromkeys(slos)] + ["tags.`autotune.state`"]
+            + [f"params.`{p}`" for p in flags])
+    return {
+        # the search facets
+        "searchFilter": "", "orderByKey": cols[0],
+        "orderByAsc": cfg.objectives[0].direction == "minimize", "startTime": "ALL",
+        "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
+        # the table
+        "selectedColumns": cols, "columnOrder": cols,
+        "columnWidths": {c: 150 if c == f"tags.`{GAIN_TAG}`" else 110 for c in cols},
+        "runsExpanded": {parent_id: True} if parent_id else {},
+        "runsHiddenMode": "SHOW_ALL", "runsPinned": [], "runsHidden": [],
+        "viewMaximized": False, "runListHidden": False,
+    }
+
+
+def study_note(cfg: StudyConfig, recs: list[TrialRecord], front: set[int], experiment_id: str,
+               run_ids: dict[int, str]) -> str:
+    """The study run's description (Markdown, shown on its page): what was asked, the front
+    with links to its trials, and where the whole table is."""
+    objs = cfg.metric_names()
+    measured = [r for r in recs if r.measured]
+    base = baseline(recs)
+    asked = ", ".join(f"{o.direction} {n}" for o, n in zip(cfg.objectives, objs, strict=True))
+    slos = ", ".join(s.text() for s in cfg.slos) or "none"
+    link = runs_url("", experiment_id)[1:]  # "#/experiments/..." on the same page
+    lines = [f"**autotune study `{cfg.name}`**: {len(recs)} trials, {len(measured)} measured. "
+             f"Objectives: {asked}. SLOs: {slos}.", "",
+             f"[Every trial, sorted by {objs[0]}]({link})", "",
+             "The Pareto front (no trial is better on every objective):", "",
+             "| trial | " + " | ".join(objs) + " | vs vLLM's defaults | flags |",
+             "|---|" + "---:|" * len(objs) + "---|---|"]
+    for r in sorted((r for r in recs if r.number in front), key=lambda r: r.number):
+        name = f"trial {r.number}"
+        if r.number in run_ids:
+            name = f"[{name}]({run_url('', experiment_id, run_ids[r.number])[1:]})"
+        flags = shell_join(params_to_args(r.flags)) or "vLLM's defaults"
+        vals = " | ".join(f"{r.values[m]:,.2f}" if m in r.values else "-" for m in objs)
+        lines.append(f"| {name} | {vals} | {gain_tag(r, base, objs[0]) or '-'} | "
+                     f"`{flags}` |")
+    lines += ["", "Plots and tables: this run's artifacts, `pareto/` (pareto.html, trials.csv)."]
+    return "\n".join(lines)
+
+
+def confirm_note(res: ConfirmResult) -> str:
+    row = res.configs.get(res.recommended if res.recommended is not None else -1)
+    if res.recommended == res.base or row is None:
+        return (f"**Confirm phase**: keep vLLM's defaults (trial {res.base}); no finalist beat "
+                f"them on {res.metric} beyond the noise.")
+    return (f"**Confirm phase**: trial {res.recommended}, {res.metric} "
+            f"{row.text} against vLLM's defaults over {len(row.values)} "
+            "boots.")
+
+
+def gain_tag(rec: TrialRecord, base: TrialRecord | None, metric: str) -> str:
+    """A trial's first objective against vLLM's defaults, as the runs view shows it."""
+    if rec.baseline:
+        return "vLLM's defaults"
+    d = deltas(rec, base).get(metric)
+    return "" if d is None else f"{d * 100:+.1f}% (one boot)"
+
+
+def runs_url(ui_url: str, experiment_id: str, shared_view: bool = True) -> str:
+    """The MLflow UI page of a study's runs: the model-training table (not the GenAI overview
+    MLflow 3 opens by default) in the study's saved view (runs_view), or, for a study logged
+    before it had one, the table sorted by nothing in particular."""
+    view = f"viewStateShareKey={VIEW_KEY}&" if shared_view else ""
+    return f"{ui_url}/#/experiments/{experiment_id}/runs?{view}{ML_MODE}&compareRunsMode=TABLE"
+
+
+def run_url(ui_url: str, experiment_id: str, run_id: str) -> str:
+    """One trial's page, kept in the model-training mode."""
+    return f"{ui_url}/#/experiments/{experiment_id}/runs/{run_id}?{ML_MODE}"
+
+
+def has_shared_view(tracking_uri: str, experiment_id: str) -> bool:
+    from mlflow.tracking import MlflowClient
+
+    exp = MlflowClient(tracking_uri=tracking_uri).get_experiment(experiment_id)
+    return SHARED_VIEW_TAG + VIEW_KEY in exp.tags
+
+
+def find_study_experiment(tracking_uri: str, study: str | None = None) -> tuple[str, str] | None:
+    """(experiment id, name) of the named study, else of the autotune study created last."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    if study is not None:
+        exp = client.get_experiment_by_name(study)
+        return (str(exp.experiment_id), exp.name) if exp is not None else None
+    for exp in client.search_experiments(order_by=["creation_time DESC"]):
+        if exp.name != "Default" and client.search_runs(
+                [exp.experiment_id], f"tags.`{KIND_TAG}` = 'study'", max_results=1):
+            return str(exp.experiment_id), exp.name
+    return None
