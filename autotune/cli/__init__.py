@@ -1,7 +1,7 @@
 """The `autotune` command: each subcommand parses, calls one library function, presents.
 
     bench     one server, one benchmark                      (cli/bench.py)
-    study     study, create-study, worker                    (cli/study.py)
+    study     study, create-study, worker, confirm           (cli/study.py)
     inspect   trials, pareto, export                         (cli/inspect.py)
     tools     report, ui, sync, replay, make-tiny-model      (cli/tools.py)
 """
