@@ -143,21 +143,16 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
 def print_validation(cfg: StudyConfig, st: optuna.Study, trial: TrialRecord,
                      repeats: int) -> None:
     """`export --validate`: the baseline and the chosen config booted again, interleaved."""
-    from autotune.load.datasets import build_requests
+    from autotune.load.datasets import study_requests
     from autotune.outputs.export import validate
-    from autotune.outputs.session import tracked
+    from autotune.outputs.session import start_tracker, tracked
     from autotune.outputs.tables import gain_text
-    from autotune.outputs.tracking import make_tracker, study_extra
     from autotune.tuning.preflight import preflight
     from autotune.tuning.study import completed
 
     pre = preflight(cfg)
-    requests = build_requests(cfg.profile, cfg.server.tokenizer_dir,
-                              cfg.server.args.get("max_model_len"))
-    tracker = make_tracker(cfg, None, False)
-    if tracker is not None:
-
-        tracker.start(st, study_extra(cfg, pre, requests))
+    requests = study_requests(cfg)
+    tracker = start_tracker(cfg, st, pre, requests, None, False)
     done = len(completed(st))
     console.print(f"validate: the baseline and trial {trial.number}, {repeats} boot(s) each, "
                   "interleaved", highlight=False)

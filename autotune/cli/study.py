@@ -73,8 +73,8 @@ def create_study(config_path: Path, study_name: str | None, storage: str | None,
     """Create a study and its tables once, before workers join it (`autotune worker`).
 
     On an existing study it updates the stored config (a larger --n-trials resumes it)."""
-    from autotune.load.datasets import build_requests
-    from autotune.outputs.tracking import make_tracker, study_extra
+    from autotune.load.datasets import study_requests
+    from autotune.outputs.session import start_tracker
     from autotune.tuning.preflight import preflight
     from autotune.tuning.record import StudyFacts, write_study_facts
     from autotune.tuning.study import prepare_study
@@ -82,10 +82,8 @@ def create_study(config_path: Path, study_name: str | None, storage: str | None,
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials)
     pre = preflight(cfg)
     st = prepare_study(cfg, pre)
-    tracker = make_tracker(cfg, tracking_uri, no_mlflow)
+    tracker = start_tracker(cfg, st, pre, study_requests(cfg), tracking_uri, no_mlflow)
     if tracker is not None:
-        tracker.start(st, study_extra(cfg, pre, build_requests(
-            cfg.profile, cfg.server.tokenizer_dir, cfg.server.args.get("max_model_len"))))
         write_study_facts(st, StudyFacts(tracking_uri=tracker.uri))
     console.print(f"study {cfg.name!r} ready in {cfg.storage_url()} ({cfg.n_trials} trials); "
                   "on each host, start workers with:", highlight=False)
@@ -108,9 +106,9 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
     from optuna.trial import FrozenTrial
 
     from autotune.config.base import parse_model
-    from autotune.load.datasets import build_requests
+    from autotune.load.datasets import study_requests
+    from autotune.outputs.session import start_tracker
     from autotune.outputs.tables import StudyView
-    from autotune.outputs.tracking import make_tracker, study_extra
     from autotune.tuning.preflight import preflight
     from autotune.tuning.record import study_facts
     from autotune.tuning.search_space import SearchSpace
@@ -121,13 +119,10 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
     space = parse_model(SearchSpace, space_data, f"study {study_name!r}: search_space")
     cfg = worker_config(cfg, gpus_per_trial, space.flag_names())
     pre = preflight(cfg, space)
-    requests = build_requests(cfg.profile, cfg.server.tokenizer_dir,
-                              cfg.server.args.get("max_model_len"))
+    requests = study_requests(cfg)
     ident = worker_identity(worker_id or f"{socket.gethostname()}-{os.getpid()}")
     uri = tracking_uri or study_facts(st).tracking_uri
-    tracker = make_tracker(cfg, uri, no_mlflow or uri is None)
-    if tracker is not None:
-        tracker.start(st, study_extra(cfg, pre, requests))
+    tracker = start_tracker(cfg, st, pre, requests, uri, no_mlflow or uri is None)
     console.print(f"worker {ident['id']} on {ident['host']} (devices {ident['devices'] or '-'}) "
                   f"joined study {cfg.name!r}", highlight=False)
 
@@ -161,9 +156,8 @@ def confirm(config_path: Path, study_name: str | None, storage: str | None, top:
     """The confirm phase: boot the front's top configs and the baseline again, interleaved, on
     the same requests; report each gain with its bootstrap interval and the noise floor, and
     recommend on the lower confidence bound (resumable: the same command goes on)."""
-    from autotune.load.datasets import build_requests
-    from autotune.outputs.session import confirm_phase, print_confirm, tracked
-    from autotune.outputs.tracking import make_tracker, study_extra
+    from autotune.load.datasets import study_requests
+    from autotune.outputs.session import confirm_phase, print_confirm, start_tracker, tracked
     from autotune.tuning.confirm import finalists
     from autotune.tuning.preflight import preflight
     from autotune.tuning.study import completed, open_study
@@ -173,11 +167,8 @@ def confirm(config_path: Path, study_name: str | None, storage: str | None, top:
     st = open_study(cfg, create=False)
     finalists(st, cfg, 1)  # one clear error before any boot: no baseline, nothing to confirm
     pre = preflight(cfg)
-    requests = build_requests(cfg.profile, cfg.server.tokenizer_dir,
-                              cfg.server.args.get("max_model_len"))
-    tracker = make_tracker(cfg, tracking_uri, no_mlflow)
-    if tracker is not None:
-        tracker.start(st, study_extra(cfg, pre, requests))
+    requests = study_requests(cfg)
+    tracker = start_tracker(cfg, st, pre, requests, tracking_uri, no_mlflow)
     done = len(completed(st))
     with tracked(cfg, tracker, done, done) as (view, on_trial):
         res = confirm_phase(st, cfg, pre, requests, top or cfg.confirm.top,

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from autotune.config.cache import cache_dir
-from autotune.config.study import model_max_len
+from autotune.config.study import StudyConfig, model_max_len
 from autotune.config.workload import ProfileConfig
 from autotune.errors import ConfigError
 from autotune.load.record import Request
@@ -210,3 +210,10 @@ def build_requests(profile: ProfileConfig, tokenizer_dir: str,
     return sample_requests(profile, load_tokenizer(tokenizer_dir),
                            profile.num_prompts + profile.warmup, profile.seed, tokenizer_dir,
                            max_len)
+
+
+def study_requests(cfg: StudyConfig) -> list[Request]:
+    """A study's requests: its profile's, within its server's max_model_len (every trial and
+    every confirm boot of the study runs these)."""
+    return build_requests(cfg.profile, cfg.server.tokenizer_dir,
+                          cfg.server.args.get("max_model_len"))

@@ -69,19 +69,16 @@ class TrialProgress:
         self.p.advance(self.task)
 
 
+def progress_bar() -> Progress:
+    """The one progress display: spinner, what is happening, bar, count, time elapsed."""
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                    MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True)
+
+
 @contextmanager
 def trial_progress(label: str, total: int) -> Iterator[TrialProgress]:
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as p:
-        tp = TrialProgress(p, label, total)
-        yield tp
+    with progress_bar() as p:
+        yield TrialProgress(p, label, total)
 
 
 def fmt_value(v: Any, pct: bool = False) -> str:

@@ -22,9 +22,9 @@ from autotune.config.study import StudyConfig
 from autotune.errors import ConfigError
 from autotune.outputs.console import console, out
 from autotune.outputs.tables import StudyView, trials_table
-from autotune.outputs.tracking import Tracker, make_tracker, study_extra
+from autotune.outputs.tracking import Tracker
 from autotune.tuning.confirm import ConfirmResult
-from autotune.tuning.preflight import preflight
+from autotune.tuning.preflight import Preflight, preflight
 from autotune.tuning.record import front, records
 from autotune.tuning.search_space import load_search_space
 from autotune.tuning.study import (
@@ -52,6 +52,34 @@ class SessionOptions:
     gpus_per_trial: int | None = None
     warm_from: str | None = None
     confirm: bool | None = None  # --confirm/--no-confirm; None: confirm.when
+
+
+def study_extra(cfg: StudyConfig, pre: Preflight, requests: list[Any]) -> dict[str, str]:
+    """What the study's run records beside the config: vLLM, the requests' digest, the
+    executable."""
+    from autotune.load.datasets import requests_digest
+
+    return {"vllm_version": pre.vllm.version, "dataset_hash": requests_digest(requests),
+            "vllm_executable": " ".join(cfg.server.executable)}
+
+
+def make_tracker(cfg: StudyConfig, tracking_uri: str | None, no_mlflow: bool) -> Tracker | None:
+    """The study's tracker (None with --no-mlflow), saying where its runs go."""
+    if no_mlflow:
+        return None
+    tracker = Tracker(cfg, tracking_uri)
+    console.print(f"MLflow: {tracker.uri} (experiment {cfg.name!r}; `autotune ui` shows it)",
+                  highlight=False)
+    return tracker
+
+
+def start_tracker(cfg: StudyConfig, study: optuna.Study, pre: Preflight, requests: list[Any],
+                  tracking_uri: str | None, no_mlflow: bool) -> Tracker | None:
+    """The study's tracker, its study run started (None with --no-mlflow)."""
+    tracker = make_tracker(cfg, tracking_uri, no_mlflow)
+    if tracker is not None:
+        tracker.start(study, study_extra(cfg, pre, requests))
+    return tracker
 
 
 def print_tables(st: optuna.Study, cfg: StudyConfig) -> None:

@@ -8,19 +8,18 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 
 from autotune.config.study import StudyConfig
 from autotune.measure.stats import Gain
-from autotune.outputs.console import console, fmt_value, params_text, short_cause, short_metric
+from autotune.outputs.console import (
+    console,
+    fmt_value,
+    params_text,
+    progress_bar,
+    short_cause,
+    short_metric,
+)
 from autotune.tuning.confirm import ConfirmResult, config_gains
 from autotune.tuning.record import Status, TrialRecord, records
 
@@ -108,10 +107,7 @@ class StudyView:
                  cfg: StudyConfig | None = None) -> None:
         self.metrics = metrics
         self.cfg = cfg  # for the bill so far, printed with each trial
-        self.progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-            MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
-        )
+        self.progress = progress_bar()
         self.task = self.progress.add_task("study", total=total, completed=done)
 
     def __enter__(self) -> StudyView:

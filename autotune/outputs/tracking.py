@@ -22,7 +22,6 @@ from optuna.trial import FrozenTrial
 from autotune import __version__
 from autotune.config.study import StudyConfig
 from autotune.outputs.artifacts import confirm_files, front_files, trial_files
-from autotune.outputs.console import console
 from autotune.outputs.mlflow_view import (
     CURVE_KEYS,
     EXPERIMENT_KIND_TAG,
@@ -40,7 +39,6 @@ from autotune.outputs.mlflow_view import (
 )
 from autotune.server.machine import hardware
 from autotune.tuning.confirm import ConfirmResult
-from autotune.tuning.preflight import Preflight
 from autotune.tuning.record import (
     baseline,
     deltas,
@@ -329,22 +327,3 @@ def sync(cfg: StudyConfig, study: optuna.Study, tracking_uri: str | None = None)
     tr.log_front(study)
     tr.finish()
     return len(finished) if tr.failures == 0 else -tr.failures
-
-
-def study_extra(cfg: StudyConfig, pre: Preflight, requests: list[Any]) -> dict[str, str]:
-    """What the study's run records beside the config: vLLM, the requests' digest, the
-    executable."""
-    from autotune.load.datasets import requests_digest
-
-    return {"vllm_version": pre.vllm.version, "dataset_hash": requests_digest(requests),
-            "vllm_executable": " ".join(cfg.server.executable)}
-
-
-def make_tracker(cfg: StudyConfig, tracking_uri: str | None, no_mlflow: bool) -> Tracker | None:
-    """The study's tracker (None with --no-mlflow), saying where its runs go."""
-    if no_mlflow:
-        return None
-    tracker = Tracker(cfg, tracking_uri)
-    console.print(f"MLflow: {tracker.uri} (experiment {cfg.name!r}; `autotune ui` shows it)",
-                  highlight=False)
-    return tracker

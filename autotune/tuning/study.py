@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.study import StudyConfig
 from autotune.errors import ConfigError, StudyError
-from autotune.load.datasets import build_requests
+from autotune.load.datasets import study_requests
 from autotune.server.vllm_help import check_flags
 from autotune.tuning.bill import bill, over_budget
 from autotune.tuning.objective import Objective, PhaseHook
@@ -285,8 +285,7 @@ def run_study(
     """Run trials in this process until the study holds `cfg.n_trials` complete ones (or
     `timeout_s` passes)."""
     pre = pre or preflight(cfg)
-    requests = build_requests(cfg.profile, cfg.server.tokenizer_dir,
-                              cfg.server.args.get("max_model_len"))
+    requests = study_requests(cfg)
     study = prepare_study(cfg, pre)
     if on_start is not None:
         on_start(study, requests)

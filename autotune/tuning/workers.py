@@ -28,7 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config.base import parse_model
 from autotune.config.study import PARALLEL_FLAGS, StudyConfig
 from autotune.errors import ConfigError, StudyError
-from autotune.load.datasets import build_requests
+from autotune.load.datasets import study_requests
 from autotune.server.process import ProcessGroup
 from autotune.tuning.preflight import Preflight
 from autotune.tuning.record import facts_of, study_facts
@@ -205,8 +205,7 @@ def run_pool(cfg: StudyConfig, pre: Preflight, envs: list[dict[str, str]], gpus_
     """`autotune study --workers N`: prepare the study here, run its trials in N workers on
     this host, and report each finished trial; raise when a worker failed."""
     st = prepare_study(cfg, pre)
-    on_start(st, build_requests(cfg.profile, cfg.server.tokenizer_dir,
-                                     cfg.server.args.get("max_model_len")))
+    on_start(st, study_requests(cfg))
     pool = Pool(cfg, envs, gpus_per_trial, tracking_uri, cfg.study_dir() / "workers")
     with pool:
         on_pool(pool)
