@@ -7,6 +7,7 @@ The study's tables and live view are in outputs/tables.py: they read Optuna tria
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,8 +28,10 @@ from autotune.measure.metrics import BenchMetrics
 
 # piped (CI logs, `| tee`), a line is not broken at 80 columns in the middle of a value
 console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
-# tables are wide: when stdout is not a terminal (CI logs, pipes) give them room
-out = Console(width=None if sys.stdout.isatty() else 180)
+# piped (CI logs, `| tee`), tables are laid out for 100 columns (or $COLUMNS), the width a
+# terminal shows them in, instead of the 80 rich assumes; a terminal uses its own width
+WIDTH = 100
+out = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or WIDTH))
 
 
 def metrics_table(m: BenchMetrics, title: str = "Benchmark") -> Table:
@@ -101,9 +104,11 @@ def short_metric(m: str) -> str:
 
 
 def params_text(params: dict[str, Any]) -> str:
+    """The flags a trial sets, as `name=value`: a flag left at None is not passed (vLLM's
+    default), so it is not shown; none set reads "(vLLM defaults)"."""
     # a stepped float reads 0.85, not 0.8500000000000001 (as `SearchSpace.to_flags` passes it)
     return " ".join(f"{k}={round(v, 10) if isinstance(v, float) else v}"
-                    for k, v in params.items()) or "(vLLM defaults)"
+                    for k, v in params.items() if v is not None) or "(vLLM defaults)"
 
 
 def short_cause(cause: str, n: int) -> str:

@@ -15,6 +15,7 @@ from autotune.measure.stats import Gain
 from autotune.outputs.console import (
     console,
     fmt_value,
+    out,
     params_text,
     progress_bar,
     short_cause,
@@ -58,23 +59,28 @@ GAIN_CAPTION = ("change vs the baseline: the median of every boot of a config ag
 
 
 def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Trials",
-                 extra: list[str] | None = None, all_recs: list[TrialRecord] | None = None
-                 ) -> Table:
+                 extra: list[str] | None = None, all_recs: list[TrialRecord] | None = None,
+                 width: int | None = None) -> Table:
     """Every trial: status, objectives with their change against the baseline (and `extra`
     measured metrics, such as a suite's per-profile values), boot and benchmark seconds,
     flags, and the cause of a failure. A change pools every boot of the same flags in
-    `all_recs` (default `recs`): one measurement, or a median with its interval."""
+    `all_recs` (default `recs`): one measurement, or a median with its interval. Laid out
+    for `width` columns (default: the output console's; 100 when piped)."""
     extra = extra or []
     pool = all_recs if all_recs is not None else recs
     gains = config_gains(pool, metrics + extra)
     t = Table(title=title, header_style="bold", caption=GAIN_CAPTION)
     t.add_column("#", justify="right")
     t.add_column("state")
-    for m in metrics + extra:
-        t.add_column(f"{short_metric(m)} (vs base)", justify="right")
-    t.add_column("boot s", justify="right")
-    t.add_column("bench s", justify="right")
-    t.add_column("params / cause", overflow="fold", min_width=30)
+    # 19 columns for the borders, 48 for #, state, seconds and one flag whole
+    # (enable_chunked_prefill=False), the rest shared by the metrics, whose cells wrap
+    # between words (a value is one word)
+    share = max(12, ((width or out.width) - 19 - 48) // max(len(metrics + extra), 1))
+    for m in metrics + extra:  # two header lines: the name whole, then "(vs base)"
+        t.add_column(f"{short_metric(m)}\n(vs base)", justify="right", max_width=share)
+    t.add_column("boot/load\ns", justify="right")
+    # wide enough for one flag whole (enable_chunked_prefill=False); longer ones fold
+    t.add_column("flags set / cause", overflow="fold", min_width=28)
     for r in recs:
         state = STATUS_STYLE.get(r.status, "{}").format(r.label())
         if r.baseline:
@@ -86,7 +92,7 @@ def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Tria
             cells.append(value_text(r, m, v, g[m] if m in g and not is_base(r, pool)
                                     else None))
         tm = r.timings
-        cells += [fmt_value(tm.get("boot_s")), fmt_value(tm.get("bench_s"))]
+        cells.append(f"{tm.get('boot_s', 0):.1f}/{tm.get('bench_s', 0):.1f}" if tm else "-")
         text = escape(f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
                       else params_text(r.params))
         if r.cause:

@@ -34,8 +34,10 @@ SPACE = {
 
 
 def autotune(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """The CLI, its tables laid out for 200 columns: a cell's text stays on one line for the
+    assertions below (the 100-column layout is tests/unit/outputs/test_tables.py's)."""
     return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env={**os.environ, "COLUMNS": "200"})
 
 
 @pytest.fixture(scope="module")

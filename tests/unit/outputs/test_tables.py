@@ -1,0 +1,58 @@
+"""The study's tables at the width they are read in: 100 columns when piped (issue 35)."""
+
+from rich.console import Console
+
+from autotune.outputs.console import WIDTH
+from autotune.outputs.tables import trials_table
+from autotune.tuning.record import Status, TrialFacts, TrialRecord
+
+M = ["total_token_throughput", "mean_tpot_ms"]
+FLAGS = {"max_num_batched_tokens": 1602, "max_num_seqs": 28, "enable_chunked_prefill": False,
+         "enable_prefix_caching": True, "kv_cache_dtype": "fp8", "quantization": None}
+CAUSE = ("RuntimeError: _C::static_scaled_fp8_quant() expected at most 0 argument(s) but "
+         "received 4 argument(s). Declaration: _C::static_scaled_fp8_quant() -> ()")
+
+
+def demo_records() -> list[TrialRecord]:
+    """The CPU demo's shape: a baseline, a config booted three times (so its cells carry a
+    median and an interval), an infeasible config with vLLM's cause, one measured once."""
+    def one(n: int, tok: float, tpot: float, key: str, flags: dict, *, base: bool = False,
+            repeat_of: int | None = None) -> TrialRecord:
+        facts = TrialFacts(flags_key=key, flags=flags, baseline=base or None,
+                           repeat_of=repeat_of, timings={"boot_s": 40.71, "bench_s": 2.75},
+                           metrics={"total_token_throughput": tok, "mean_tpot_ms": tpot})
+        return TrialRecord(n, Status.OK, facts, {} if base else dict(flags),
+                           {"total_token_throughput": tok, "mean_tpot_ms": tpot})
+
+    bad = TrialRecord(2, Status.INFEASIBLE, TrialFacts(flags_key="c", cause=CAUSE,
+                                                       failure="ServerBootError",
+                                                       timings={"boot_s": 31.09}),
+                      {**FLAGS, "quantization": "fp8"}, {})
+    return [one(0, 8292.46, 6.69, "base", {}, base=True), one(1, 4590.66, 5.32, "a", FLAGS),
+            bad, one(3, 3526.71, 2.11, "d", {**FLAGS, "max_num_seqs": 4}),
+            one(4, 9000.26, 5.96, "base", {}, repeat_of=0),
+            one(5, 3981.41, 3.97, "a", FLAGS, repeat_of=1),
+            one(6, 2974.65, 1.84, "base", {}, repeat_of=0),
+            one(7, 4943.76, 4.57, "a", FLAGS, repeat_of=1)]
+
+
+def test_the_trials_table_fits_100_columns_without_breaking_a_value() -> None:
+    out = Console(width=WIDTH, record=True)
+    out.print(trials_table(demo_records(), M, title="study cpu-demo", width=WIDTH))
+    text = out.export_text()
+    lines = text.splitlines()
+    assert WIDTH == 100 and max(len(ln) for ln in lines) <= 100
+    # headers, numbers and flags stay whole on one line each
+    assert "total tok/s" in text and "mean tpot ms" in text and "(vs base)" in text
+    for whole in ("8,292.46", "4,590.66", "max_num_batched_tokens=1602", "kv_cache_dtype=fp8",
+                  "40.7/2.8", "repeat of trial 1"):
+        assert any(whole in ln for ln in lines), whole
+    # a flag left to vLLM (None) is not a flag the trial sets
+    assert "quantization=None" not in text and "quantization=fp8" in text
+    # a wide terminal gets wide cells: the pooled change on one line
+    wide = Console(width=200, record=True)
+    wide.print(trials_table(demo_records(), M, width=200))
+    assert any("3,981.41; median 4,590.66 (no significant change" in ln
+               for ln in wide.export_text().splitlines())
+    # the infeasible trial's cause is there, folded in its cell, not cut
+    assert "static_scaled_fp8_quant" in text and "infeasible" in text
