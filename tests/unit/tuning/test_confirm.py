@@ -90,6 +90,31 @@ def test_steady_share_of_a_closed_loop() -> None:
     assert steady_share(recs, 16, 4.0) == pytest.approx(0.75)
 
 
+def test_a_slots_own_gaps_between_requests_are_not_ramp_or_drain() -> None:
+    """On 2 CPU cores the client shares the cores with the server, and a slot's next request
+    leaves a few ms after its last one ended: "every slot busy" was then true 47% of a demo
+    run with nothing of a ramp or drain about it. The steady state runs from the ramp's end to
+    the drain's start, gaps included."""
+    import random
+
+    rng, conc, gap = random.Random(0), 16, 0.03
+    recs: list[RequestRecord] = []
+    for s in range(conc):  # each slot: requests of 0.3-0.7 s, 30 ms of client time between
+        at = s * 0.002
+        for _ in range(16):
+            took = rng.uniform(0.3, 0.7)
+            recs.append(RequestRecord(len(recs), at, 8, 8, at + 0.1, at + took))
+            at += took + gap
+    end = max(r.end_time for r in recs if r.end_time is not None)
+    last_send = max(r.send_time for r in recs)
+    busy = sum(1 for i in range(1000)  # sampled: every slot busy at a moment of the run
+               if all(any(r.send_time <= x < (r.end_time or 0) for r in recs if r.index // 16 == s)
+                      for s in range(conc) for x in [i / 1000 * last_send]))
+    assert busy / 1000 < 0.6  # "every slot busy" the old rule's steady state: about half
+    assert steady_share(recs, conc, end) > 0.75  # ramp to drain
+    assert too_short(recs, conc, end) is None
+
+
 def test_too_short_names_the_reason_and_the_fix() -> None:
     assert too_short(closed_loop(64, 16), 16, 4.0) is None
     # the H100 benchmark's length (1,000 prompts at 512, 1.95 per slot) measured 0.5% apart
