@@ -86,8 +86,10 @@ class ServerConfig(StrictModel):
     host: str = Field("127.0.0.1", description="Address the server binds to.")
     boot_timeout_s: float = Field(600.0, gt=0, description="Seconds to wait for /health.")
     cache_root: str | None = Field(
-        None, description="VLLM_CACHE_ROOT shared by all trials, so torch.compile artifacts are "
-        "reused across boots (default: <workdir>/vllm-cache).")
+        None, description="One folder for every cache a boot can reuse, shared by all trials: "
+        "VLLM_CACHE_ROOT (torch.compile) and the Triton, Inductor, FlashInfer and CUDA JIT "
+        "caches under it; copy it to start a study on another machine warm (default: "
+        "<workdir>/vllm-cache).")
 
     @field_validator("executable", mode="before")
     @classmethod

@@ -105,10 +105,24 @@ def _profile_json(pt: Point, workload: dict[str, Any]) -> dict[str, Any]:
             "server_stats": pt.server_stats}
 
 
+def cache_env(root: Path) -> dict[str, str]:
+    """Where a boot's reusable work goes, all under one root that every trial (and every worker
+    on the host) shares and that a study can carry to another machine: vLLM's torch.compile
+    cache (VLLM_CACHE_ROOT), and the JIT caches that otherwise land in the home directory or
+    /tmp (Triton's kernels, Inductor's, FlashInfer's modules, the CUDA driver's PTX cache)."""
+    return {"VLLM_CACHE_ROOT": str(root), "TRITON_CACHE_DIR": str(root / "triton"),
+            "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+            "FLASHINFER_WORKSPACE_BASE": str(root / "flashinfer"),
+            "CUDA_CACHE_PATH": str(root / "cuda")}
+
+
 def server_env(server: ServerConfig, workdir: Path) -> dict[str, str]:
-    """The server's environment: ours, the config's, and a VLLM_CACHE_ROOT shared by trials."""
-    cache = server.cache_root or str(workdir.parent / "vllm-cache")
-    return {**os.environ, **server.env, "VLLM_CACHE_ROOT": cache}
+    """The server's environment: the caches under one root shared by trials (`cache_env`;
+    server.cache_root, default <workdir>/vllm-cache), then ours, then the config's. A JIT cache
+    the user's environment already places stays where it is; VLLM_CACHE_ROOT is always the
+    study's."""
+    cache = Path(server.cache_root or workdir.parent / "vllm-cache")
+    return {**cache_env(cache), **os.environ, **server.env, "VLLM_CACHE_ROOT": str(cache)}
 
 
 

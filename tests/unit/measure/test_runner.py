@@ -1,0 +1,33 @@
+"""The runner's environment for a server: every reusable cache under the study's cache root."""
+
+from pathlib import Path
+
+import pytest
+
+from autotune.config.study import ServerConfig
+from autotune.measure.runner import server_env
+
+JIT = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE",
+       "CUDA_CACHE_PATH")
+
+
+def test_every_jit_cache_lands_under_the_cache_root(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in JIT:
+        monkeypatch.delenv(k, raising=False)
+    env = server_env(ServerConfig(model="/m"), tmp_path / "study" / "trial-0000")
+    root = tmp_path / "study" / "vllm-cache"
+    assert env["VLLM_CACHE_ROOT"] == str(root)
+    assert all(Path(env[k]).parent == root for k in JIT)
+    # one root a study can copy to another machine: server.cache_root moves them all
+    env = server_env(ServerConfig(model="/m", cache_root=str(tmp_path / "carried")), tmp_path)
+    assert all(env[k].startswith(str(tmp_path / "carried")) for k in (*JIT, "VLLM_CACHE_ROOT"))
+
+
+def test_a_cache_the_user_placed_stays_where_it_is(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/fast/triton")
+    monkeypatch.setenv("VLLM_CACHE_ROOT", "/elsewhere")
+    env = server_env(ServerConfig(model="/m", env={"CUDA_CACHE_PATH": "/cfg/cuda"}), tmp_path)
+    assert env["TRITON_CACHE_DIR"] == "/fast/triton" and env["CUDA_CACHE_PATH"] == "/cfg/cuda"
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path.parent / "vllm-cache")  # always the study's
