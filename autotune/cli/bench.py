@@ -41,22 +41,33 @@ def parse_slo(text: str) -> SLOConfig:
 
 
 def points_table(points: list[Any], axis: str) -> Table:
+    """The load points by load; what each missed, in short (the SLO's metric): `miss_lines`
+    gives the whole text, under the table, so the table fits 100 columns."""
     t = Table(title=f"load points ({axis})", header_style="bold")
     for col in ("load", "verdict", "req/s", "total tok/s", "p99 TTFT ms", "p99 TPOT ms",
                 "p99 lag ms", "s", "missed"):
-        t.add_column(col, justify="left" if col in ("verdict", "missed") else "right")
+        t.add_column(col, justify="left" if col in ("verdict", "missed") else "right",
+                     no_wrap=col == "verdict")
     for p in sorted(points, key=lambda p: p.load):
         m = p.metrics
         verdict = ("[yellow]client limit[/yellow]" if p.flag else
                    "[green]met[/green]" if p.passed else "[red]missed[/red]")
         if p.runs > 1:
             verdict += f" ({p.runs} runs)"
+        what = [x.split(" ", 1)[0].rstrip(":").removesuffix("_ms").replace("_", " ")
+                for x in p.misses] + (["client"] if p.flag else [])
         t.add_row(f"{p.load:g}", verdict,
                   f"{m['request_throughput']:,.2f}", f"{m['total_token_throughput']:,.0f}",
                   f"{m['p99_ttft_ms']:,.1f}", f"{m['p99_tpot_ms']:,.1f}",
-                  f"{m.get('p99_send_lag_ms', 0.0):,.1f}", f"{p.seconds:.1f}",
-                  "; ".join([*p.misses, *([p.flag] if p.flag else [])]))
+                  f"{m.get('p99_send_lag_ms', 0.0):,.1f}", f"{p.seconds:.1f}", ", ".join(what))
     return t
+
+
+def miss_lines(points: list[Any]) -> list[str]:
+    """What each point missed, whole: the SLO, the value and its interval, or the client's
+    limit."""
+    return [f"  {p.load:g}: " + "; ".join([*p.misses, *([p.flag] if p.flag else [])])
+            for p in sorted(points, key=lambda p: p.load) if p.misses or p.flag]
 
 
 @click.command(context_settings={"ignore_unknown_options": True,
@@ -135,6 +146,8 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
                                          run_dir, on_phase=tp.phase)
                 doc = {"url": url, "summary": result.summary(), **result.to_json()}
         out.print(points_table(list(result.points), cap.axis))
+        for line in miss_lines(list(result.points)):
+            out.print(line, highlight=False, soft_wrap=True)
         unit = "requests in flight" if cap.axis == "concurrency" else "requests/s"
         line = f"capacity: {result.capacity:g} {unit} within {', '.join(s.text() for s in slos)}"
         if result.at is not None:

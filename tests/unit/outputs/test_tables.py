@@ -56,3 +56,23 @@ def test_the_trials_table_fits_100_columns_without_breaking_a_value() -> None:
                for ln in wide.export_text().splitlines())
     # the infeasible trial's cause is there, folded in its cell, not cut
     assert "static_scaled_fp8_quant" in text and "infeasible" in text
+
+
+def test_the_load_points_table_fits_100_columns_with_each_miss_whole_below_it() -> None:
+    from autotune.cli.bench import miss_lines, points_table
+    from autotune.measure.capacity import LoadPoint
+
+    def pt(load: float, ttft: float, tpot: float, misses: tuple[str, ...]) -> LoadPoint:
+        return LoadPoint(load, not misses, misses, {
+            "request_throughput": load * 0.6, "total_token_throughput": load * 280.0,
+            "p99_ttft_ms": ttft, "p99_tpot_ms": tpot, "p99_send_lag_ms": 2.5}, 40.0)
+
+    both = ("p99_ttft_ms <= 2000 (got 15,039.5, 95% [14,848.4, 15,136.2])",
+            "p99_tpot_ms <= 60 (got 163.5, 95% [159.2, 168.6])")
+    points = [pt(64, 542.8, 40.5, ()), pt(128, 15039.5, 163.5, both)]
+    out = Console(width=WIDTH, record=True)
+    out.print(points_table(points, "rate"))
+    text = out.export_text()
+    assert max(len(ln) for ln in text.splitlines()) <= 100
+    assert "p99 ttft," in text and "15,039.5" in text and "…" not in text
+    assert miss_lines(points) == ["  128: " + "; ".join(both)]
