@@ -53,7 +53,7 @@ def ui(workdir: Path, port: int, tracking_uri: str | None, study: str | None) ->
     """Start the MLflow UI on 127.0.0.1 for the studies under mlruns/ and print the address of
     a study's runs (Ctrl-C stops it)."""
     from autotune.outputs.mlflow_ui import MlflowUI
-    from autotune.outputs.mlflow_view import find_study_experiment, has_shared_view, runs_url
+    from autotune.outputs.mlflow_view import find_study_experiment, has_shared_view, open_url
 
     uri = tracking_uri or f"sqlite:///{workdir.resolve() / 'mlflow.db'}"
     found = find_study_experiment(uri, study)
@@ -67,7 +67,7 @@ def ui(workdir: Path, port: int, tracking_uri: str | None, study: str | None) ->
             console.print(f"study {found[1]!r}, its trials sorted by the first objective:"
                           if shared else f"study {found[1]!r}, its trials (logged before "
                           "autotune saved a view: `autotune sync` writes one):", highlight=False)
-            out.print(runs_url(server.url, found[0], shared), highlight=False, soft_wrap=True)
+            out.print(open_url(server.url, found[0], shared), highlight=False, soft_wrap=True)
         else:
             out.print(server.url, highlight=False)
         server.wait()

@@ -24,7 +24,9 @@ class MlflowUI:
         self.port = port
         self.group = ProcessGroup(
             [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", backend_uri,
-             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], log_path=log_path)
+             "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+             # MLflow's server plus autotune's /autotune/open page (outputs/mlflow_app.py)
+             "--app-name", "autotune"], log_path=log_path)
 
     @property
     def url(self) -> str:

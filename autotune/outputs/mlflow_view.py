@@ -114,6 +114,14 @@ def runs_url(ui_url: str, experiment_id: str, shared_view: bool = True) -> str:
     return f"{ui_url}/#/experiments/{experiment_id}/runs?{view}{ML_MODE}&compareRunsMode=TABLE"
 
 
+def open_url(ui_url: str, experiment_id: str, shared_view: bool = True) -> str:
+    """What `autotune ui` prints: autotune's page on MLflow's server (outputs/mlflow_app.py),
+    which keeps the browser in the model-training mode, then opens `runs_url`."""
+    from urllib.parse import quote
+
+    return f"{ui_url}/autotune/open?to={quote(runs_url('', experiment_id, shared_view)[1:])}"
+
+
 def run_url(ui_url: str, experiment_id: str, run_id: str) -> str:
     """One trial's page, kept in the model-training mode."""
     return f"{ui_url}/#/experiments/{experiment_id}/runs/{run_id}?{ML_MODE}"

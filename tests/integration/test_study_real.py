@@ -363,7 +363,7 @@ def test_mlflow_ui_first_screen_in_a_browser(study_file: Path,
             if line.startswith("http"):
                 break
         url = lines[-1].strip()
-        assert url.startswith(f"http://127.0.0.1:{port}/#/experiments/"), lines
+        assert url.startswith(f"http://127.0.0.1:{port}/autotune/open?to=%23/experiments/"), lines
         with chrome() as d:
             d.get(url)
             body = wait_text(d, "trial-0000", 90)
@@ -382,11 +382,12 @@ def test_mlflow_ui_first_screen_in_a_browser(study_file: Path,
             # the rows come sorted by the first objective (maximize): the best measured first
             names = [e.text for e in d.find_elements(By.CSS_SELECTOR, "a")
                      if e.text.startswith("trial-")]
-            # what MLflow does when a trial's name in the table is clicked (recorded, not
-            # asserted: its links drop the mode, and the mode then comes from the browser's
-            # local storage, where a browser that never chose one has GenAI)
+            # a trial's name clicked in the table: MLflow's link drops the address's mode and
+            # takes it from the browser's local storage, which the printed page set
             d.find_element(By.LINK_TEXT, names[0]).click()
             clicked = wait_text(d, "Model metrics", 60)
+            assert "Evaluation runs" not in clicked and "Evaluations" not in clicked, \
+                clicked[:1500]
             d.get(url)
             wait_text(d, "trial-0000", 60)
             best = max((t for t in st.get_trials() if t.values and not
@@ -394,7 +395,7 @@ def test_mlflow_ui_first_screen_in_a_browser(study_file: Path,
             assert names[0] == f"trial-{best.number:04d}", names
             # a trial's page, from the link the study run's description gives
             client = MlflowClient(default_tracking_uri(c))
-            parent = client.search_runs([url.split("/experiments/")[1].split("/")[0]],
+            parent = client.search_runs([d.current_url.split("/experiments/")[1].split("/")[0]],
                                         "tags.`autotune.kind` = 'study'")[0]
             note = parent.data.tags["mlflow.note.content"]
             link = note.split("](#/experiments/", 2)[2].split(")")[0]

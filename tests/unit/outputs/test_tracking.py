@@ -67,3 +67,24 @@ def test_gain_and_the_study_note(tmp_path: Path) -> None:
     assert ("| [trial 1](#/experiments/7/runs/r1?workflowType=machine_learning) | 150.00 | "
             "18.00 | +50.0% (one boot) | `--max-num-seqs 8` |") in note
     assert "| trial 2 |" not in note  # not on the front
+
+
+def test_the_printed_page_keeps_the_model_training_mode_and_opens_the_runs_view() -> None:
+    """`autotune ui` prints /autotune/open on MLflow's own server: it stores the mode as MLflow's
+    switch does (local storage, mlflow.workflowType_v1) and goes on to the study's runs view;
+    it goes nowhere but MLflow's own pages."""
+    from urllib.parse import unquote
+
+    from autotune.outputs.mlflow_app import flask_app
+    from autotune.outputs.mlflow_view import open_url
+
+    url = open_url("http://127.0.0.1:5000", "7")
+    assert url.startswith("http://127.0.0.1:5000/autotune/open?to=%23/experiments/7/runs%3F")
+    client = flask_app.test_client()
+    page = client.get(url.removeprefix("http://127.0.0.1:5000"))
+    assert page.status_code == 200
+    html = page.get_data(as_text=True)
+    assert 'localStorage.setItem("mlflow.workflowType_v1", "\\"machine_learning\\"")' in html
+    target = unquote(url.split("to=", 1)[1])
+    assert f'location.replace("/{target}")' in html
+    assert client.get("/autotune/open?to=https://elsewhere.example/").status_code == 400
