@@ -407,7 +407,9 @@ def test_mlflow_ui_first_screen_in_a_browser(study_file: Path,
             import json
 
             Path(out).mkdir(parents=True, exist_ok=True)
-            (Path(out) / "summary.json").write_text(json.dumps({
+            kept = Path(out) / "summary.json"  # what other runs wrote there stays
+            before = json.loads(kept.read_text()) if kept.exists() else {}
+            (Path(out) / "summary.json").write_text(json.dumps({**before,
                 "mlflow": __import__("mlflow").__version__, "window": [1600, 1000],
                 # column headers (the grid renders each twice; group headers left out)
                 "columns_visible": [h for h in dict.fromkeys(heads)
