@@ -74,13 +74,16 @@ def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Tria
     t.add_column("state")
     # 19 columns for the borders, 48 for #, state, seconds and one flag whole
     # (enable_chunked_prefill=False), the rest shared by the metrics, whose cells wrap
-    # between words (a value is one word)
-    share = max(12, ((width or out.width) - 19 - 48) // max(len(metrics + extra), 1))
+    # between words (a value is one word); narrower than 100, the flags' cell gives way too,
+    # so nothing is cropped
+    full = width or out.width
+    flags_min = 28 if full >= 100 else max(12, full - 19 - 20 - 12 * len(metrics + extra))
+    share = max(12, (full - 19 - 20 - flags_min) // max(len(metrics + extra), 1))
     for m in metrics + extra:  # two header lines: the name whole, then "(vs base)"
         t.add_column(f"{short_metric(m)}\n(vs base)", justify="right", max_width=share)
     t.add_column("boot/load\ns", justify="right")
     # wide enough for one flag whole (enable_chunked_prefill=False); longer ones fold
-    t.add_column("flags set / cause", overflow="fold", min_width=28)
+    t.add_column("flags set / cause", overflow="fold", min_width=flags_min)
     for r in recs:
         state = STATUS_STYLE.get(r.status, "{}").format(r.label())
         if r.baseline:

@@ -3,6 +3,7 @@ of the same loads; and a capacity study whose trials carry their curves into MLf
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -114,7 +115,8 @@ def test_capacity_study_carries_curves_to_mlflow(tiny_model: Path, tmp_path: Pat
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(cfg))
     p = subprocess.run([sys.executable, "-m", "autotune", "study", "--config", str(path)],
-                       capture_output=True, text=True, timeout=900)
+                       capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "COLUMNS": "200"})
     assert p.returncode == 0, p.stderr[-3000:]
     assert "capacity" in p.stdout and "(vs base)" in p.stdout  # the trials table's header
     c = load_study_config(path)

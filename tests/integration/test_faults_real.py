@@ -74,8 +74,11 @@ def start(cfg: Path, *more: str) -> subprocess.Popen[str]:
 
 
 def study(cfg: Path, *more: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """The study, its tables laid out for 200 columns (pytest exports COLUMNS=80 to children):
+    a cause stays on one line for the assertions."""
     return subprocess.run([sys.executable, "-m", "autotune", "study", "--config", str(cfg),
-                           *more], capture_output=True, text=True, timeout=timeout)
+                           *more], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "COLUMNS": "200"})
 
 
 def server_port(log: Path) -> int:

@@ -49,6 +49,13 @@ def test_the_trials_table_fits_100_columns_without_breaking_a_value() -> None:
         assert any(whole in ln for ln in lines), whole
     # a flag left to vLLM (None) is not a flag the trial sets
     assert "quantization=None" not in text and "quantization=fp8" in text
+    # narrower (pytest exports COLUMNS=80 to its children): folded, never cropped
+    narrow = Console(width=80, record=True)
+    narrow.print(trials_table(demo_records(), M, width=80))
+    shown = narrow.export_text()
+    folded = "".join(shown.split())
+    assert max(len(ln) for ln in shown.splitlines()) <= 80
+    assert "static_scaled_fp8_quant" in folded.replace("│", "")
     # a wide terminal gets wide cells: the pooled change on one line
     wide = Console(width=200, record=True)
     wide.print(trials_table(demo_records(), M, width=200))
