@@ -54,7 +54,9 @@ def points_table(points: list[Any], axis: str) -> Table:
                    "[green]met[/green]" if p.passed else "[red]missed[/red]")
         if p.runs > 1:
             verdict += f" ({p.runs} runs)"
-        what = [x.split(" ", 1)[0].rstrip(":").removesuffix("_ms").replace("_", " ")
+        # a miss names its SLO's metric first, or counts failed requests ("3 of 64 ...")
+        what = ["failed requests" if x[:1].isdigit() else
+                x.split(" ", 1)[0].rstrip(":").removesuffix("_ms").replace("_", " ")
                 for x in p.misses] + (["client"] if p.flag else [])
         t.add_row(f"{p.load:g}", verdict,
                   f"{m['request_throughput']:,.2f}", f"{m['total_token_throughput']:,.0f}",
