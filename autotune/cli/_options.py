@@ -79,9 +79,15 @@ def capacity_option_name(field: str) -> str:
 def capacity_options(f: F) -> F:
     for name in reversed(CAPACITY_FIELDS):
         field = CapacityConfig.model_fields[name]
+        help_text = f"Capacity: {field.description} [default: {field.default}]"
+        if field.annotation is bool:  # --settle / --no-settle; None: the model's default
+            opt = capacity_option_name(name)
+            f = click.option(f"{opt}/--no-{opt[2:]}", _RENAMED.get(name, name), default=None,
+                             help=help_text)(f)
+            continue
         kind = int if field.annotation is int else float
         f = click.option(capacity_option_name(name), _RENAMED.get(name, name), type=kind,
-                         help=f"Capacity: {field.description} [default: {field.default}]")(f)
+                         help=help_text)(f)
     return f
 
 

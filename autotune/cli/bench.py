@@ -54,6 +54,8 @@ def points_table(points: list[Any], axis: str) -> Table:
                    "[green]met[/green]" if p.passed else "[red]missed[/red]")
         if p.runs > 1:
             verdict += f" ({p.runs} runs)"
+        if p.settled_s is not None:  # stopped once its requests settled the miss
+            verdict += f" at {p.settled_s:.0f} s"
         # a miss names its SLO's metric first, or counts failed requests ("3 of 64 ...")
         what = ["failed requests" if x[:1].isdigit() else
                 x.split(" ", 1)[0].rstrip(":").removesuffix("_ms").replace("_", " ")

@@ -232,6 +232,9 @@ class CapacityConfig(StrictModel):
                         "prompts, not measured).")
     early_stop: bool = Field(True, description="Stop a trial's search once it cannot reach the "
                              "incumbent's capacity.")
+    settle: bool = Field(True, description="Stop a load point once its requests so far settle "
+                         "a miss: more of them over an SLO than its percentile's interval allows, "
+                         "whatever the rest do (the verdict is the same; docs/capacity.md).")
 
     @model_validator(mode="after")
     def _range(self) -> CapacityConfig:

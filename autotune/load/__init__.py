@@ -17,7 +17,7 @@ from autotune.load._run import (
     run_load,
     run_load_async,
 )
-from autotune.load._slots import Abort
+from autotune.load._slots import SETTLED_REASON, Abort
 
 __all__ = [
     "Abort",
@@ -25,6 +25,7 @@ __all__ = [
     "LoadResult",
     "LoadSettings",
     "RequestOptions",
+    "SETTLED_REASON",
     "arrival_offsets",
     "auto_processes",
     "payload",

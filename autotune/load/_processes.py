@@ -22,6 +22,7 @@ from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
 from autotune.errors import ClientError
+from autotune.load._request import OnFirst
 from autotune.load._slots import WATCH_S, Abort, ShardPlan, run_shard
 from autotune.load.record import RequestRecord
 
@@ -38,6 +39,13 @@ class Record:
 
 
 @dataclass(frozen=True)
+class First:
+    index: int
+    sent: float
+    first: float
+
+
+@dataclass(frozen=True)
 class Done:
     shard: int
     end_s: float
@@ -50,7 +58,7 @@ class Failed:
     error: str
 
 
-Message = Ready | Record | Done | Failed
+Message = Ready | Record | First | Done | Failed
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,7 @@ class Shared:
     go: Any  # multiprocessing.Event: the clock has started
     t0: Synchronized[float]  # the clock's zero (perf_counter)
     out: Any  # multiprocessing.Queue of Messages
+    firsts: bool = False  # send First messages (someone listens)
 
 
 class SharedControl:
@@ -80,6 +89,10 @@ class SharedControl:
 
     def emit(self, rec: RequestRecord) -> None:
         self.shared.out.put(Record(rec))
+
+    def first(self, index: int, sent: float, first: float) -> None:
+        if self.shared.firsts:
+            self.shared.out.put(First(index, sent, first))
 
     def abort(self, why: Abort) -> None:
         with self.shared.code.get_lock():
@@ -120,11 +133,13 @@ class Outcome:
 
 async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[float]],
                         on_done: Callable[[RequestRecord], None] | None,
-                        alive: Callable[[], bool] | None) -> Outcome:
-    """Run one process per plan; raise ClientError when one of them failed."""
+                        alive: Callable[[], bool] | None, on_first: OnFirst | None = None,
+                        settled: Callable[[], bool] | None = None) -> Outcome:
+    """Run one process per plan; raise ClientError when one of them failed. `settled` is
+    polled as `alive` is, and stops every shard (Abort.SETTLED) once it says True."""
     ctx = mp.get_context("spawn")  # fork would copy this process's threads' locks
     shared = Shared(ctx.Value("q", 0), ctx.Value("i", 0), ctx.Event(), ctx.Value("d", 0.0),
-                    ctx.Queue())
+                    ctx.Queue(), on_first is not None)
     procs = [ctx.Process(target=_shard_main, args=(k, plan, shared), name=f"autotune-load-{k}",
                          daemon=True) for k, plan in enumerate(plans)]
     got: dict[int, RequestRecord] = {}
@@ -138,6 +153,9 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
             got[msg.record.index] = msg.record
             if on_done is not None:
                 on_done(msg.record)
+        elif isinstance(msg, First):
+            if on_first is not None:
+                on_first(msg.index, msg.sent, msg.first)
         elif isinstance(msg, Ready):
             ready.add(msg.shard)
         elif isinstance(msg, Done):
@@ -157,6 +175,8 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
                 pass
             if alive is not None and not alive() and not shared.code.value:
                 shared.code.value = int(Abort.SERVER_EXITED)
+            if settled is not None and not shared.code.value and settled():
+                shared.code.value = int(Abort.SETTLED)
             for k, p in enumerate(procs):
                 if k not in ends and p.exitcode is not None and shared.out.empty():
                     handle(Failed(k, f"exited with code {p.exitcode}"))

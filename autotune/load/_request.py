@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -89,11 +90,15 @@ class _Trace:
             self.headers_time = time.perf_counter() - self.t0
 
 
+OnFirst = Callable[[int, float, float], None]  # (index, sent, first token), seconds from t0
+
+
 async def send(client: httpx.AsyncClient, model: str, index: int, req: Request,
-               opts: RequestOptions, t0: float, scheduled: float | None = None
-               ) -> RequestRecord:
+               opts: RequestOptions, t0: float, scheduled: float | None = None,
+               on_first: OnFirst | None = None) -> RequestRecord:
     """Send one request, read its stream to the end, and record it (times from `t0`;
-    `scheduled`: when the arrival schedule said to send it, open loop only)."""
+    `scheduled`: when the arrival schedule said to send it, open loop only; `on_first` hears
+    of its first token as it comes, long before the record)."""
     path, body = payload(model, req, opts)
     trace = _Trace(t0)
     sent = time.perf_counter() - t0
@@ -123,6 +128,8 @@ async def send(client: httpx.AsyncClient, model: str, index: int, req: Request,
                         data = json.loads(data_bytes)
                         if is_token_event(data, opts.endpoint):
                             chunks.append(now)
+                            if len(chunks) == 1 and on_first is not None:
+                                on_first(index, sent, now)
                         if data.get("usage"):
                             usage = data["usage"]
                 if not chunks:

@@ -17,8 +17,8 @@ import httpx
 import numpy as np
 
 from autotune.load._processes import run_processes
-from autotune.load._request import Endpoint, RequestOptions
-from autotune.load._slots import LocalControl, ShardPlan, run_shard
+from autotune.load._request import Endpoint, OnFirst, RequestOptions
+from autotune.load._slots import WATCH_S, LocalControl, ShardPlan, run_shard
 from autotune.load.record import Request, RequestRecord
 from autotune.server.scrape import ServerStats, poll, scrape_once
 
@@ -99,6 +99,8 @@ async def run_load_async(
     warmup_requests: Sequence[Request] | None = None,
     scrape_metrics: bool = False,
     metrics_interval_s: float | None = None,
+    on_first: OnFirst | None = None,
+    stop: Callable[[float], bool] | None = None,
 ) -> LoadResult:
     """Run the warm-up, then every request; returns records and the measured duration.
 
@@ -107,6 +109,12 @@ async def run_load_async(
 
     `alive` is polled while requests run; when it turns False (the server died) outstanding
     requests are cancelled and recorded as failed, so a crash ends the benchmark in about a second.
+
+    `on_first(index, sent, first)` hears of each measured request's first token as it comes.
+    `stop(seconds since the clock's zero)` is polled as `alive` is (at most every WATCH_S);
+    once it says True, no request is sent any more, those in flight are cut off, and both are
+    recorded with SETTLED_REASON: the caller has learnt what the run was for (a load point
+    whose verdict its remaining requests can no longer change).
 
     With `settings.processes` > 1 the concurrency slots are spread over that many processes
     (not with a `transport`, which cannot leave this process).
@@ -120,10 +128,21 @@ async def run_load_async(
         warm = [pool[i % len(pool)] for i in range(settings.warmup)]
     offsets = arrival_offsets(len(requests), settings.request_rate, settings.seed,
                               settings.burstiness)
+    began = time.perf_counter()
     stats = ServerStats()
     # its own client: a scrape must not wait for one of the benchmark's connections
     scraper = httpx.AsyncClient(base_url=base_url) if scrape_metrics else None
     poller: asyncio.Task[None] | None = None
+    zero: list[float] = []  # the clock's zero, once started
+    last_check = [0.0]
+
+    def settled() -> bool:
+        """`stop`, asked at most every WATCH_S once the clock runs."""
+        now = time.perf_counter()
+        if stop is None or not zero or now - last_check[0] < WATCH_S:
+            return False
+        last_check[0] = now
+        return stop(now - zero[0])
 
     async def start() -> float:
         """After the warm-up: the counters at the start, then the clock's zero."""
@@ -134,7 +153,8 @@ async def run_load_async(
             # loop, which may also read streams.
             if metrics_interval_s:
                 poller = asyncio.create_task(poll(scraper, stats, metrics_interval_s))
-        return time.perf_counter()
+        zero.append(time.perf_counter())
+        return zero[0]
 
     processes = min(settings.processes, conc)
     opts = settings.options()
@@ -149,11 +169,13 @@ async def run_load_async(
                                share(k, cap) if open_loop else share(k, conc),
                                warm[k::processes], open_loop, settings.reuse_connections)
                      for k in range(processes)]
-            outcome = await run_processes(plans, start, on_done, alive)
+            outcome = await run_processes(plans, start, on_done, alive, on_first,
+                                          settled if stop else None)
             got, why, duration, cpu = outcome.records, outcome.why, outcome.duration_s, \
                 outcome.cpu_s
         else:
-            ctl = LocalControl(len(requests), on_done, alive)
+            ctl = LocalControl(len(requests), on_done, alive, on_first,
+                               settled if stop else None)
             plan = ShardPlan(base_url, model, requests, offsets, opts,
                              cap if open_loop else conc, warm, open_loop,
                              settings.reuse_connections)
@@ -170,7 +192,9 @@ async def run_load_async(
     # the load generator's own CPU use (its busiest process): near 1.0 it is the bottleneck and
     # its latencies lag
     load_stats = {"client_cpu_fraction": cpu / duration if duration > 0 else 0.0,
-                  "client_processes": float(max(processes, 1))}
+                  "client_processes": float(max(processes, 1)),
+                  # the start-up and warm-up before the clock's zero (processes, connections)
+                  "client_warmup_s": (zero[0] if zero else time.perf_counter()) - began}
     return LoadResult(records=_records(requests, got, why.reason(settings.request_timeout_s)),
                       duration_s=duration, server_stats=stats.summary() | load_stats)
 

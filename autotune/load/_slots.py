@@ -29,10 +29,12 @@ from typing import Protocol
 import httpx
 
 from autotune.errors import ClientError
-from autotune.load._request import TIMEOUT_PREFIX, RequestOptions, send
+from autotune.load._request import TIMEOUT_PREFIX, OnFirst, RequestOptions, send
 from autotune.load.record import Request, RequestRecord
 
 WATCH_S = 0.2  # how often a shard checks for an abort
+# the error recorded on the requests a settled run did not send or cut off
+SETTLED_REASON = "cancelled: settled"
 
 
 class Abort(enum.IntEnum):
@@ -42,6 +44,8 @@ class Abort(enum.IntEnum):
     SERVER_EXITED = 1
     SERVER_HUNG = 2
     CLIENT_FAILED = 3
+    SETTLED = 4  # the caller's `stop` said the run has told what it was for
+
 
     def reason(self, timeout_s: float) -> str:
         """The error recorded on each request this abort cancelled ('' for NONE)."""
@@ -52,6 +56,7 @@ class Abort(enum.IntEnum):
             # request the same way would take (requests x timeout) / concurrency
             Abort.SERVER_HUNG: f"cancelled: server hung (a stream was silent for {timeout_s:g} s)",
             Abort.CLIENT_FAILED: "cancelled: a load generator process failed",
+            Abort.SETTLED: SETTLED_REASON,
         }[self]
 
 
@@ -64,6 +69,9 @@ class Control(Protocol):
     def emit(self, rec: RequestRecord) -> None:
         """A measured request's record."""
 
+    def first(self, index: int, sent: float, first: float) -> None:
+        """A measured request's first token (seconds from the clock's zero)."""
+
     def abort(self, why: Abort) -> None:
         """Stop every shard (the first reason wins)."""
 
@@ -75,10 +83,12 @@ class LocalControl:
     """The Control of a load that runs in this process only."""
 
     def __init__(self, n: int, on_done: Callable[[RequestRecord], None] | None,
-                 alive: Callable[[], bool] | None) -> None:
+                 alive: Callable[[], bool] | None, on_first: OnFirst | None = None,
+                 settled: Callable[[], bool] | None = None) -> None:
         self.n, self.next, self.why = n, 0, Abort.NONE
         self.records: dict[int, RequestRecord] = {}
         self._on_done, self._alive = on_done, alive
+        self._on_first, self._settled = on_first, settled
 
     def take(self) -> int | None:
         if self.next >= self.n:
@@ -91,12 +101,18 @@ class LocalControl:
         if self._on_done is not None:
             self._on_done(rec)
 
+    def first(self, index: int, sent: float, first: float) -> None:
+        if self._on_first is not None:
+            self._on_first(index, sent, first)
+
     def abort(self, why: Abort) -> None:
         self.why = self.why or why
 
     def aborted(self) -> Abort:
         if not self.why and self._alive is not None and not self._alive():
             self.why = Abort.SERVER_EXITED
+        if not self.why and self._settled is not None and self._settled():
+            self.why = Abort.SETTLED
         return self.why
 
 
@@ -185,7 +201,8 @@ async def run_shard(plan: ShardPlan, ctl: Control, start: Callable[[], Awaitable
 
         async def one(client: httpx.AsyncClient, i: int, req: Request, t0: float,
                       scheduled: float | None = None) -> None:
-            rec = await send(client, plan.model, i, req, plan.options, t0, scheduled)
+            rec = await send(client, plan.model, i, req, plan.options, t0, scheduled,
+                             ctl.first if i >= 0 else None)
             if rec.error and rec.error.startswith(TIMEOUT_PREFIX):
                 stop_all(Abort.SERVER_HUNG)
             if i >= 0:

@@ -167,6 +167,9 @@ class LoadPoint:
     intervals: dict[str, list[float]] = field(default_factory=dict)
     runs: int = 1  # 2: it was close, measured again, and judged on both runs' requests
     flag: str | None = None  # the load generator's limit (client_limit): no server verdict
+    # seconds into the point when its miss was settled and the rest of its requests were not
+    # sent (autotune.measure.settle); None: it ran to its end
+    settled_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -177,7 +180,7 @@ class LoadPoint:
         return cls(float(d["load"]), bool(d["passed"]), tuple(d.get("misses", ())),
                    dict(d.get("metrics", {})), float(d.get("seconds", 0.0)),
                    dict(d.get("server", {})), dict(d.get("intervals", {})),
-                   int(d.get("runs", 1)), d.get("flag"))
+                   int(d.get("runs", 1)), d.get("flag"), d.get("settled_s"))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,13 @@ from pathlib import Path
 
 from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
 from autotune.errors import LoadError, MeasurementWarning
-from autotune.load import LoadSettings, resolve_processes, run_load
+from autotune.load import (
+    SETTLED_REASON,
+    LoadSettings,
+    arrival_offsets,
+    resolve_processes,
+    run_load,
+)
 from autotune.load.datasets import load_tokenizer, sample_requests
 from autotune.load.record import Request, RequestRecord
 from autotune.measure.capacity import (
@@ -34,6 +40,7 @@ from autotune.measure.capacity import (
     search,
 )
 from autotune.measure.metrics import BenchMetrics, compute_metrics, per_request, steady_share
+from autotune.measure.settle import Settle
 from autotune.server.lifecycle import ServerProcess
 
 Phase = Callable[[str], None]
@@ -41,6 +48,7 @@ OnRequest = Callable[[RequestRecord], None]
 OnPoint = Callable[[LoadPoint], None]
 
 CLIENT_BUSY = 0.9  # client CPU fraction over which a measurement is suspect
+WARMUP_TOKENS = 16  # the output of a capacity point's warm-up requests, at most
 # "Too short to measure" (docs/noise.md says how these were set): a closed-loop benchmark that
 # gives each concurrency slot fewer than MIN_PER_SLOT requests is one wave of requests, and one
 # that spends less than MIN_STEADY of its time with every slot busy measures its ramp and drain
@@ -105,10 +113,13 @@ class Point:
 def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Request], *,
             max_concurrency: int | None = None, request_rate: float | None = None,
             on_request: OnRequest | None = None, alive: Callable[[], bool] | None = None,
-            warm: list[Request] | None = None, check_length: bool = True) -> Point:
+            warm: list[Request] | None = None, check_length: bool = True,
+            settle: Settle | None = None) -> Point:
     """Run `requests` (after the warm-up) against a running server at the profile's load, or at
     the given concurrency / rate; warn when it is too short to measure (`too_short`; a
-    capacity search's points have their own rule, `docs/capacity.md`)."""
+    capacity search's points have their own rule, `docs/capacity.md`). With `settle`, the run
+    stops once its verdict is a settled miss (autotune.measure.settle), and its metrics are
+    those of the requests that ended before."""
     conc = profile.max_concurrency if max_concurrency is None else max_concurrency
     settings = LoadSettings(
         max_concurrency=conc,
@@ -120,10 +131,20 @@ def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Re
         request_timeout_s=profile.request_timeout_s,
         processes=resolve_processes(profile.client_processes, conc or len(requests)),
     )
-    result = run_load(base_url, model, requests, settings, on_done=on_request, alive=alive,
+    def done(rec: RequestRecord) -> None:
+        if settle is not None:
+            settle.record(rec)
+        if on_request is not None:
+            on_request(rec)
+
+    result = run_load(base_url, model, requests, settings, on_done=done, alive=alive,
                       warmup_requests=warm, scrape_metrics=True,
-                      metrics_interval_s=profile.metrics_interval_s)
-    metrics = compute_metrics(result.records, result.duration_s)
+                      metrics_interval_s=profile.metrics_interval_s,
+                      on_first=settle.first if settle else None, stop=settle)
+    records = result.records
+    if settle is not None and settle.reason is not None:  # the cut-off ones tell nothing
+        records = [r for r in records if r.error != SETTLED_REASON]
+    metrics = compute_metrics(records, result.duration_s)
     busy = result.server_stats.get("client_cpu_fraction", 0.0)
     if busy > CLIENT_BUSY:
         warnings.warn(f"the load generator used {busy:.0%} of a CPU core: it may have limited "
@@ -133,7 +154,7 @@ def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Re
                       else conc, result.duration_s) if check_length else None
     if short:
         warnings.warn(short, MeasurementWarning, stacklevel=2)
-    return Point(metrics, result.records, result.server_stats, settings)
+    return Point(metrics, records, result.server_stats, settings)
 
 
 def measure_profile(proc: ServerProcess, model: str, profile: ProfileConfig,
@@ -166,41 +187,59 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
     (workdir / "points").mkdir(parents=True, exist_ok=True)
     told: list[str] = []
 
-    def run_at(load: float, seed: int) -> Point:
+    def run_at(load: float, seed: int) -> tuple[Point, Settle | None]:
+        t0 = time.monotonic()
         n = cap.requests_at(load)
         # a dataset is drawn at random with the point's seed, so points do not share prompts
         drawn = profile.model_copy(update={"sample": "random"}) if profile.path else profile
         reqs = sample_requests(drawn, tok, n + cap.warmup, seed, tokenizer_dir)
+        # a warm-up opens connections and wakes the server's paths: a few tokens do that, and
+        # a long ShareGPT reply would only make every point wait for it
+        warm = [Request(r.prompt, r.prompt_len, min(r.output_len, WARMUP_TOKENS))
+                for r in reqs[n:]]
+        sampled_s = time.monotonic() - t0
         conc = int(load) if cap.axis == "concurrency" else profile.max_concurrency
         rate = load if cap.axis == "rate" else profile.request_rate
+        # every arrival is sent on schedule only on the rate axis with no cap on requests in
+        # flight: only then does a missing first token bound a TTFT from its arrival
+        scheduled = arrival_offsets(n, rate, seed) if cap.axis == "rate" and not conc else None
+        settle = Settle(slos, reqs[:n], scheduled) if cap.settle else None
         pt = measure(base_url, model, at_point.model_copy(update={"seed": seed}), reqs[:n],
-                     max_concurrency=conc, request_rate=rate, alive=alive, warm=reqs[n:],
-                     check_length=False)
+                     max_concurrency=conc, request_rate=rate, alive=alive, warm=warm,
+                     check_length=False, settle=settle)
+        pt.server_stats["point_sample_s"] = sampled_s
         check()  # the server died: its cause, not a failing verdict
-        return pt
+        return pt, settle if settle is not None and settle.reason is not None else None
 
     def measure_at(load: float) -> LoadPoint:
         phase(f"load {load:g}")
         t0 = time.monotonic()
         seed = point_seed(profile.seed, load)
-        runs = [run_at(load, seed)]
+        first, settled = run_at(load, seed)
+        runs = [first]
         flat = runs[0].metrics.flat()
         bounds = intervals(slos, samples(runs[0].records))
         state, misses, _close = judge(flat, slos, bounds)
-        flag = client_limit(flat, len(runs[0].records), load, cap.axis)
+        flag = client_limit(flat, cap.requests_at(load), load, cap.axis)
+        if settled is not None:  # the requests sent already settle a miss: the rest would not
+            state, misses = "missed", [str(settled.reason)]
         if state == "close" and flag is None:  # a second run with fresh requests decides
             phase(f"load {load:g} (close: again)")
-            runs.append(run_at(load, point_seed(seed, load)))
+            again, settled = run_at(load, point_seed(seed, load))
+            runs.append(again)
             records = [r for pt in runs for r in pt.records]
             flat = compute_metrics(records, sum(pt.metrics.duration_s for pt in runs)).flat()
             bounds = intervals(slos, samples(records))
             _state, misses, _close = judge(flat, slos, {})  # the pooled value decides
+            if settled is not None:  # the fresh requests alone settle a miss
+                misses = [str(settled.reason)]
             state = "missed" if misses else "met"
-            flag = client_limit(runs[-1].metrics.flat(), len(runs[-1].records), load, cap.axis)
+            flag = client_limit(runs[-1].metrics.flat(), cap.requests_at(load), load, cap.axis)
         server = dict(runs[-1].server_stats)
         point = LoadPoint(load, state == "met", tuple(misses),
                           {k: flat[k] for k in CURVE_METRICS}, time.monotonic() - t0, server,
-                          {k: list(v) for k, v in bounds.items()}, len(runs), flag)
+                          {k: list(v) for k, v in bounds.items()}, len(runs), flag,
+                          settled.at_s if settled is not None else None)
         write_records([r for pt in runs for r in pt.records],
                       workdir / "points" / f"load-{load:g}.csv")
         note = before_engine(load, flat, point.server, CLIENT_BUSY)

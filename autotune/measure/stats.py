@@ -54,6 +54,17 @@ def _binom_cdf(n: int, p: float) -> np.ndarray:
     return np.asarray(np.cumsum(pmf) / pmf.sum())
 
 
+def percentile_ranks(n: int, q: float, level: float = LEVEL) -> tuple[int, int]:
+    """The 1-based ranks (k, u) of the order statistics that bound the q-th percentile of n
+    values at `level` (percentile_interval): X(k) <= the percentile <= X(u) with probability
+    `level`. k may be 0 (no lower bound among the values) and u may exceed n."""
+    cdf, a = _binom_cdf(n, q / 100.0), (1.0 - level) / 2.0
+    # X(k), the k-th smallest, is <= the percentile with probability P(B >= k), B ~
+    # Binomial(n, q): the lower end is the largest k with P(B <= k - 1) <= a, the upper the
+    # smallest u with P(B <= u - 1) >= 1 - a
+    return int(np.count_nonzero(cdf <= a)), int(np.argmax(cdf >= 1.0 - a)) + 1
+
+
 def percentile_interval(values: Sequence[float], q: float, level: float = LEVEL
                         ) -> tuple[float, float]:
     """A distribution-free interval of the q-th percentile (0 < q < 100) from its order
@@ -67,12 +78,7 @@ def percentile_interval(values: Sequence[float], q: float, level: float = LEVEL
     n = len(x)
     if n == 0:
         return math.nan, math.nan
-    cdf, a = _binom_cdf(n, q / 100.0), (1.0 - level) / 2.0
-    # X(k), the k-th smallest, is <= the percentile with probability P(B >= k), B ~
-    # Binomial(n, q): the lower end is the largest k with P(B <= k - 1) <= a, the upper the
-    # smallest u with P(B <= u - 1) >= 1 - a
-    k = int(np.count_nonzero(cdf <= a))
-    u = int(np.argmax(cdf >= 1.0 - a)) + 1
+    k, u = percentile_ranks(n, q, level)
     return float(x[max(k, 1) - 1]), float(x[min(u, n) - 1])
 
 

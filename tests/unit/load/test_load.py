@@ -5,6 +5,7 @@ import json
 import math
 
 import httpx
+import numpy as np
 import pytest
 
 from autotune.load import LoadSettings, arrival_offsets, run_load_async
@@ -337,3 +338,40 @@ def test_open_loop_with_a_cap_keeps_the_schedule_and_the_cap() -> None:
     res = asyncio.run(main())
     assert all(r.success for r in res.records) and in_flight[1] <= 2
     assert max(r.send_lag or 0.0 for r in res.records) > 0.05  # 30 x 20 ms over 2 slots
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_settled_run_stops_sending_and_says_so(processes: int) -> None:
+    """`stop` (a point whose verdict is settled) ends an open-loop run early, in every
+    process: the requests not sent or cut off are recorded as settled, and `on_first` heard
+    of each finished request's first token before its record."""
+    from autotune.load import SETTLED_REASON
+
+    firsts: dict[int, tuple[float, float]] = {}
+    asked: list[float] = []
+
+    def stop(elapsed: float) -> bool:
+        asked.append(elapsed)
+        return elapsed > 0.6
+
+    async def main():  # type: ignore[no-untyped-def]
+        server = await _sse_server(set(), [0, 0])
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            reqs = [Request(prompt=[1, 2], prompt_len=2, output_len=3) for _ in range(200)]
+            return await run_load_async(
+                f"http://127.0.0.1:{port}", "m", reqs,
+                LoadSettings(request_rate=50.0, warmup=2, processes=processes),
+                on_first=lambda i, sent, first: firsts.setdefault(i, (sent, first)),
+                stop=stop)
+
+    res = asyncio.run(main())
+    ok = [r for r in res.records if r.success]
+    cut = [r for r in res.records if r.error == SETTLED_REASON]
+    assert len(ok) + len(cut) == 200 and 10 <= len(ok) < 150 and cut
+    assert res.duration_s < 3.0  # 200 arrivals at 50/s would take 4 s
+    assert all(r.index in firsts and firsts[r.index][1] <= r.end_time for r in ok)
+    assert all(s <= f for s, f in firsts.values())
+    assert asked and min(asked) >= 0.0  # asked only once the clock ran
+    gaps = np.diff(sorted(asked))
+    assert len(asked) < 60 and (gaps >= 0.19).all()  # at most every WATCH_S

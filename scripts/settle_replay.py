@@ -1,0 +1,104 @@
+"""Replay recorded capacity points through the settle rule (autotune.measure.settle): when would
+each point have stopped, and would its verdict have been the same?
+
+Reads the per-request CSVs a capacity search writes (points/load-<load>.csv), feeds each
+request's first token and end to `Settle` in time order, asking every 0.2 s as the load
+generator does, and compares with the full point's verdict (capacity.judge on every request).
+
+    python scripts/settle_replay.py OUT.json DIR [DIR ...] \
+        [--slo p99_ttft_ms<=2000 --slo p99_tpot_ms<=60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from autotune.cli.bench import parse_slo
+from autotune.load.record import Request, RequestRecord
+from autotune.measure.capacity import intervals, judge
+from autotune.measure.metrics import compute_metrics
+from autotune.measure.on_server import samples
+from autotune.measure.settle import Settle
+
+TICK_S = 0.2
+
+
+def _num(v: object) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)  # type: ignore[arg-type]
+
+
+def records(csv: Path) -> list[RequestRecord]:
+    out = []
+    for row in pd.read_csv(csv).to_dict("records"):
+        err = row.get("error")
+        out.append(RequestRecord(
+            index=int(row["index"]), send_time=float(row["send_time"]),
+            prompt_len=int(row["prompt_len"]), expected_output_len=int(row["expected_output_len"]),
+            first_token_time=_num(row["first_token_time"]), end_time=_num(row["end_time"]),
+            output_tokens=int(row["output_tokens"]),
+            error=None if err is None or (isinstance(err, float) and math.isnan(err)) else str(err),
+            scheduled_time=_num(row.get("scheduled_time"))))
+    return out
+
+
+def replay(recs: list[RequestRecord], settle: Settle) -> float | None:
+    events = sorted([(r.first_token_time, 0, r) for r in recs if r.first_token_time is not None]
+                    + [(r.end_time if r.end_time is not None else r.send_time, 1, r)
+                       for r in recs], key=lambda e: (e[0], e[1]))
+    t, k = 0.0, 0
+    while k < len(events):
+        while k < len(events) and events[k][0] <= t:
+            _, kind, r = events[k]
+            if kind == 0:
+                settle.first(r.index, r.send_time, r.first_token_time)
+            else:
+                settle.record(r)
+            k += 1
+        if settle(t):
+            return t
+        t += TICK_S
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("dirs", nargs="+", type=Path)
+    ap.add_argument("--slo", action="append", default=[])
+
+    a = ap.parse_args()
+    slos = [parse_slo(s) for s in (a.slo or ["p99_ttft_ms<=2000", "p99_tpot_ms<=60"])]
+    rows = []
+    for d in a.dirs:
+        for csv in sorted(d.rglob("load-*.csv"), key=lambda p: float(p.stem[5:])):
+            recs = records(csv)
+            length = max((r.end_time or r.send_time) for r in recs)
+            flat = compute_metrics(recs, length).flat()
+            state = judge(flat, slos, intervals(slos, samples(recs)))[0]
+            offsets = [r.scheduled_time for r in recs]
+            settle = Settle(slos, [Request("", r.prompt_len, r.expected_output_len)
+                                   for r in recs],
+                            None if any(o is None for o in offsets) else offsets)  # type: ignore[arg-type]
+            at = replay(recs, settle)
+            rows.append({"dir": str(d), "load": float(csv.stem[5:]), "requests": len(recs),
+                         "full_verdict": state, "full_s": round(length, 2),
+                         "settled_s": None if at is None else round(at, 2),
+                         "agrees": at is None or state == "missed", "reason": settle.reason})
+            print(f"{d.name:>12} {csv.stem[5:]:>6} {state:>7} full {length:6.1f} s  "
+                  f"settled {'-' if at is None else f'{at:.1f} s'}")
+    saved = sum(r["full_s"] - r["settled_s"] for r in rows if r["settled_s"] is not None)
+    total = sum(r["full_s"] for r in rows)
+    out = {"slos": [s.text() for s in slos], "points": rows,
+           "all_agree": all(r["agrees"] for r in rows),
+           "full_s": round(total, 1), "saved_s": round(saved, 1)}
+    a.out.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"saved {saved:.0f} of {total:.0f} s of load; verdicts agree: {out['all_agree']}")
+
+
+if __name__ == "__main__":
+    main()
