@@ -3,11 +3,12 @@
 # settling (autotune.measure.settle) on the same boot of each config, in a random order, with
 # the H100 capacity study's workload (as scripts/gpu/capacities.sh). Detached from the call; wait
 # up to WAIT seconds, then copy every finished search's JSON, the timings and logs into $OUT.
-#   bash scripts/gpu/settle_ab.sh start PLAN [WAIT]   # PLAN: one boot a line, LABEL [VLLM-FLAGS...]
+#   bash scripts/gpu/settle_ab.sh start PLAN [WAIT]   # PLAN: one boot a line, LABEL[:settle] [VLLM-FLAGS...]
 #   bash scripts/gpu/settle_ab.sh wait [WAIT]
 # Each config is booted with the study's cache root (/root/w/vcache: the same variables as
 # autotune.measure.runner.server_env), timed to /health, then searched twice over --url. The
-# first line's config is booted once before, cold, and stopped: every timed boot is warm.
+# first line's config is booted once before, cold, and stopped: every timed boot is warm. A label
+# ending in ':settle' is searched once, with settling only.
 set -uo pipefail
 cmd=$1; shift
 root=${AB_ROOT:-/root}
@@ -57,6 +58,8 @@ first=1
 while read -r label flags; do
   [ -z "\$label" ] && continue
   case \$label in \#*) continue ;; esac
+  modes=\$(python3 -c "import random; m=['settle','no-settle']; random.shuffle(m); print(*m)")
+  case \$label in *:settle) label=\${label%:settle}; modes=settle ;; esac
   if [ \$first = 1 ]; then
     s=\$(boot cold-\$label \$flags) && echo "\$label cold_boot \$s" >> $res/times.txt
     stop
@@ -64,11 +67,11 @@ while read -r label flags; do
   fi
   s=\$(boot \$label \$flags) || { echo "\$label boot failed" >> $res/times.txt; stop; continue; }
   echo "\$label boot \$s" >> $res/times.txt
-  for mode in \$(python3 -c "import random; m=['settle','no-settle']; random.shuffle(m); print(*m)"); do
+  for mode in \$modes; do
     t0=\$(date +%s.%N)
     python3 -m autotune bench --url http://127.0.0.1:8011 \$search --\$mode \\
       --workdir $res/\$label-\$mode --output $res/\$label-\$mode.json \\
-      > $res/\$label-\$mode.out 2>&1
+      > $res/\$label-\$mode.out 2>&1 < /dev/null
     rc=\$?
     echo "\$label \$mode search \$(python3 -c "print(round(\$(date +%s.%N) - \$t0, 1))") rc=\$rc" >> $res/times.txt
   done
