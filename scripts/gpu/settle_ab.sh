@@ -8,7 +8,8 @@
 # Each config is booted with the study's cache root (/root/w/vcache: the same variables as
 # autotune.measure.runner.server_env), timed to /health, then searched twice over --url. The
 # first line's config is booted once before, cold, and stopped: every timed boot is warm. A label
-# ending in ':settle' is searched once, with settling only.
+# ending in ':settle' is searched once, with settling only. AB_COLD=0 skips the cold boot (then the
+# first line's timed boot is a fresh machine's).
 set -uo pipefail
 cmd=$1; shift
 root=${AB_ROOT:-/root}
@@ -54,7 +55,7 @@ stop() {
   while kill -0 \$(cat $res/server.pid) 2>/dev/null; do sleep 1; done
   sleep 3
 }
-first=1
+first=${AB_COLD:-1}
 while read -r label flags; do
   [ -z "\$label" ] && continue
   case \$label in \#*) continue ;; esac
