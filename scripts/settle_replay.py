@@ -15,10 +15,12 @@ import argparse
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from autotune.cli.bench import parse_slo
+from autotune.config.workload import SLOConfig
 from autotune.load.record import Request, RequestRecord
 from autotune.measure.capacity import intervals, judge
 from autotune.measure.metrics import compute_metrics
@@ -54,15 +56,42 @@ def replay(recs: list[RequestRecord], settle: Settle) -> float | None:
     while k < len(events):
         while k < len(events) and events[k][0] <= t:
             _, kind, r = events[k]
-            if kind == 0:
+            if kind == 0 and r.first_token_time is not None:
                 settle.first(r.index, r.send_time, r.first_token_time)
-            else:
+            elif kind == 1:
                 settle.record(r)
             k += 1
         if settle(t):
             return t
         t += TICK_S
     return None
+
+
+def runs(recs: list[RequestRecord]) -> list[list[RequestRecord]]:
+    """A close point measured twice keeps both runs in one CSV, each numbered from 0: split them
+    (each run has its own clock and its own Settle, as in capacity_on.run_at)."""
+    out: list[list[RequestRecord]] = [[]]
+    for r in recs:
+        if out[-1] and r.index <= out[-1][-1].index:
+            out.append([])
+        out[-1].append(r)
+    return out
+
+
+def replay_point(recs: list[RequestRecord],
+                 slos: list[SLOConfig]) -> tuple[float | None, str | None]:
+    """When the point's runs would have stopped (seconds of load, counting a finished first run),
+    and why; (None, None) if no run settles."""
+    spent = 0.0
+    for run in runs(recs):
+        offsets = [r.scheduled_time for r in run]
+        settle = Settle(slos, [Request("", r.prompt_len, r.expected_output_len) for r in run],
+                        None if any(o is None for o in offsets) else offsets)  # type: ignore[arg-type]
+        at = replay(run, settle)
+        if at is not None:
+            return spent + at, settle.reason
+        spent += max((r.end_time or r.send_time) for r in run)
+    return None, None
 
 
 def main() -> None:
@@ -73,22 +102,19 @@ def main() -> None:
 
     a = ap.parse_args()
     slos = [parse_slo(s) for s in (a.slo or ["p99_ttft_ms<=2000", "p99_tpot_ms<=60"])]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for d in a.dirs:
         for csv in sorted(d.rglob("load-*.csv"), key=lambda p: float(p.stem[5:])):
             recs = records(csv)
-            length = max((r.end_time or r.send_time) for r in recs)
+            length = sum(max((r.end_time or r.send_time) for r in run) for run in runs(recs))
             flat = compute_metrics(recs, length).flat()
             state = judge(flat, slos, intervals(slos, samples(recs)))[0]
-            offsets = [r.scheduled_time for r in recs]
-            settle = Settle(slos, [Request("", r.prompt_len, r.expected_output_len)
-                                   for r in recs],
-                            None if any(o is None for o in offsets) else offsets)  # type: ignore[arg-type]
-            at = replay(recs, settle)
+            at, reason = replay_point(recs, slos)
             rows.append({"dir": str(d), "load": float(csv.stem[5:]), "requests": len(recs),
+                         "runs": len(runs(recs)),
                          "full_verdict": state, "full_s": round(length, 2),
                          "settled_s": None if at is None else round(at, 2),
-                         "agrees": at is None or state == "missed", "reason": settle.reason})
+                         "agrees": at is None or state == "missed", "reason": reason})
             print(f"{d.name:>12} {csv.stem[5:]:>6} {state:>7} full {length:6.1f} s  "
                   f"settled {'-' if at is None else f'{at:.1f} s'}")
     saved = sum(r["full_s"] - r["settled_s"] for r in rows if r["settled_s"] is not None)

@@ -83,3 +83,20 @@ def test_the_load_points_table_fits_100_columns_with_each_miss_whole_below_it() 
     assert max(len(ln) for ln in text.splitlines()) <= 100
     assert "p99 ttft," in text and "15,039.5" in text and "…" not in text
     assert miss_lines(points) == ["  128: " + "; ".join(both)]
+
+
+def test_a_settled_miss_shows_its_target_not_the_finished_requests_p99() -> None:
+    from autotune.cli.bench import points_table
+    from autotune.measure.capacity import LoadPoint
+
+    settled = ("p99_ttft_ms <= 2000 (settled after 17.1 s: 32 of 1,440 requests already over "
+               "2,000 ms, and 23 put the p99's 95% interval above it)",)
+    p = LoadPoint(72, False, settled, {
+        "request_throughput": 43.1, "total_token_throughput": 16139.0,
+        "p99_ttft_ms": 1651.5, "p99_tpot_ms": 40.9, "p99_send_lag_ms": 2.3}, 20.3,
+        settled_s=17.1)
+    out = Console(width=WIDTH, record=True)
+    out.print(points_table([p], "rate"))
+    text = out.export_text()
+    assert "> 2,000" in text and "1,651.5" not in text  # the TTFT cell: what was settled
+    assert "40.9" in text and "missed at 17 s" in text  # TPOT, not settled, as measured
