@@ -243,7 +243,11 @@ def _spaces_dir() -> Path:
     try:
         return Path(str(resources.files("autotune.search_spaces")))
     except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "search_spaces"
+        return _CHECKOUT_SPACES
+
+
+# a source checkout's built-in spaces: search_spaces/ beside the autotune/ package
+_CHECKOUT_SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 
 
 def _builtin(name: str) -> Path | None:
