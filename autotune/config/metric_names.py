@@ -4,6 +4,8 @@ fields, flattened as `BenchMetrics.flat` writes them (measure/metrics.py compute
 from __future__ import annotations
 
 SUMMARIZED = ("ttft", "tpot", "itl", "e2el", "send_lag")
+# the percentile each statistic's name stands for (an SLO on p99_ttft_ms is on the 99th)
+QUANTILES = {"p99": 99.0, "p90": 90.0, "median": 50.0}
 METRIC_NAMES = tuple(
     ["duration_s", "completed", "failed", "total_input_tokens", "total_output_tokens"]
     + ["request_throughput", "output_throughput", "total_token_throughput"]

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from autotune.config.base import StrictModel
-from autotune.config.metric_names import METRIC_NAMES
+from autotune.config.metric_names import METRIC_NAMES, QUANTILES
 
 ProfileName = Literal["sharegpt", "random", "throughput", "long-context", "generation-heavy",
                       "dataset"]
@@ -70,7 +70,7 @@ def min_requests(metric: str) -> int:
     """Successful requests a measurement needs before `metric` can be judged: 100 / (100 - q)
     for a q-th percentile (p99: 100, p90: 10, median: 2), 1 for a mean or a throughput."""
     stat = metric.split("_", 1)[0]
-    q = {"p99": 99.0, "p90": 90.0, "median": 50.0}.get(stat)
+    q = QUANTILES.get(stat)
     return 1 if q is None else math.ceil(100.0 / (100.0 - q) - 1e-9)
 
 

@@ -56,6 +56,12 @@ class RequestRecord:
         return self.end_time - self.send_time
 
     @property
+    def tpot(self) -> float:
+        """Time per output token after the first (0 for a one-token reply)."""
+        return (self.e2el - self.ttft) / (self.output_tokens - 1) if self.output_tokens > 1 \
+            else 0.0
+
+    @property
     def send_lag(self) -> float | None:
         """Seconds between the scheduled arrival and the actual send (open loop only)."""
         return None if self.scheduled_time is None else self.send_time - self.scheduled_time

@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autotune.config.metric_names import QUANTILES
 from autotune.config.workload import SLOConfig, min_requests
 from autotune.measure.stats import percentile_interval
 
@@ -105,7 +106,7 @@ def intervals(slos: Sequence[SLOConfig], samples: Samples) -> dict[str, tuple[fl
     out = {}
     for slo in slos:
         stat, _, rest = slo.metric.partition("_")
-        q = {"p99": 99.0, "p90": 90.0, "median": 50.0}.get(stat)
+        q = QUANTILES.get(stat)
         stem = rest.removesuffix("_ms")
         if q is not None and samples.get(stem):
             out[slo.metric] = percentile_interval(samples[stem], q)

@@ -73,8 +73,7 @@ def per_request(records: Sequence[RequestRecord]) -> dict[str, list[float]]:
     are taken over, and what a percentile's interval is drawn from (autotune.measure.capacity)."""
     ok = [r for r in records if r.success]
     return {"ttft": [r.ttft for r in ok],
-            "tpot": [(r.e2el - r.ttft) / (r.output_tokens - 1) for r in ok
-                     if r.output_tokens > 1],
+            "tpot": [r.tpot for r in ok if r.output_tokens > 1],
             "itl": [x for r in ok for x in r.itls()],
             "e2el": [r.e2el for r in ok],
             "send_lag": [lag for r in records if (lag := r.send_lag) is not None

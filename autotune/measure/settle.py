@@ -31,13 +31,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autotune.config.metric_names import QUANTILES
 from autotune.config.workload import SLOConfig
 from autotune.load.record import Request, RequestRecord
 from autotune.measure.stats import percentile_ranks
 
 MARGIN_S = 1.0
 STEMS = ("ttft", "tpot", "e2el")
-QUANTILES = {"p99": 99.0, "p90": 90.0, "median": 50.0}
 
 
 @dataclass(frozen=True)
@@ -100,8 +100,7 @@ class Settle:
             rec = self.done.get(i)
             if rec is not None and rec.success:
                 out.append(rec.ttft if stem == "ttft" else rec.e2el if stem == "e2el" else
-                           (rec.e2el - rec.ttft) / (rec.output_tokens - 1)
-                           if rec.output_tokens > 1 else 0.0)
+                           rec.tpot)
             elif i in self.firsts:
                 sent, first = self.firsts[i]
                 out.append(first - sent if stem == "ttft" else late - sent if stem == "e2el"
