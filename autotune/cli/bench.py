@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from autotune.cli._options import (
     profile_options,
 )
 from autotune.config.base import parse_model
+from autotune.config.metric_names import FAILED
 from autotune.config.study import ServerConfig
 from autotune.config.workload import Axis, SLOConfig
 from autotune.errors import ConfigError
@@ -40,7 +42,7 @@ def parse_slo(text: str) -> SLOConfig:
     return parse_model(SLOConfig, {"metric": m.group(1), bound: float(m.group(3))}, "--slo")
 
 
-def points_table(points: list[Any], axis: str) -> Table:
+def points_table(points: list[Any], axis: str, slos: Sequence[SLOConfig] = ()) -> Table:
     """The load points by load; what each missed, in short (the SLO's metric): `miss_lines`
     gives the whole text, under the table, so the table fits 100 columns."""
     t = Table(title=f"load points ({axis})", header_style="bold")
@@ -48,6 +50,7 @@ def points_table(points: list[Any], axis: str) -> Table:
                 "p99 lag ms", "s", "missed"):
         t.add_column(col, justify="left" if col in ("verdict", "missed") else "right",
                      no_wrap=col == "verdict")
+    target = {s.metric: s.max for s in slos if s.max is not None}
     for p in sorted(points, key=lambda p: p.load):
         m = p.metrics
         verdict = ("[yellow]client limit[/yellow]" if p.flag else
@@ -56,19 +59,17 @@ def points_table(points: list[Any], axis: str) -> Table:
             verdict += f" ({p.runs} runs)"
         if p.settled_s is not None:  # stopped once its requests settled the miss
             verdict += f" at {p.settled_s:.0f} s"
-        # a miss names its SLO's metric first, or counts failed requests ("3 of 64 ...")
-        what = ["failed requests" if x[:1].isdigit() else
-                x.split(" ", 1)[0].rstrip(":").removesuffix("_ms").replace("_", " ")
-                for x in p.misses] + (["client"] if p.flag else [])
+        what = ["failed requests" if x == FAILED else
+                x.removesuffix("_ms").replace("_", " ") for x in p.missed]
         # a settled miss's metric: the requests still out are the slow ones, so the finished
         # requests' p99 reads low; the cell says what was settled instead ("> 2,000")
-        settled = {x.split(" ", 1)[0]: x.split(" ", 3)[2] for x in p.misses
-                   if "(settled after" in x and x[:1].isalpha()}
+        settled = set(p.missed) if p.settled_s is not None else set()
         t.add_row(f"{p.load:g}", verdict,
                   f"{m['request_throughput']:,.2f}", f"{m['total_token_throughput']:,.0f}",
-                  *(f"> {float(settled[k]):,.0f}" if k in settled else f"{m[k]:,.1f}"
+                  *(f"> {target[k]:,.0f}" if k in settled and k in target else f"{m[k]:,.1f}"
                     for k in ("p99_ttft_ms", "p99_tpot_ms")),
-                  f"{m.get('p99_send_lag_ms', 0.0):,.1f}", f"{p.seconds:.1f}", ", ".join(what))
+                  f"{m.get('p99_send_lag_ms', 0.0):,.1f}", f"{p.seconds:.1f}",
+                  ", ".join([*what, *(["client"] if p.flag else [])]))
     return t
 
 
@@ -154,7 +155,7 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
                 result = on_server.capacity_on(url, model, server.tokenizer_dir, profile, cap, slos,
                                          run_dir, on_phase=tp.phase)
                 doc = {"url": url, "summary": result.summary(), **result.to_json()}
-        out.print(points_table(list(result.points), cap.axis))
+        out.print(points_table(list(result.points), cap.axis, slos))
         for line in miss_lines(list(result.points)):
             out.print(line, highlight=False, soft_wrap=True)
         unit = "requests in flight" if cap.axis == "concurrency" else "requests/s"

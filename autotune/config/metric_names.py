@@ -4,10 +4,12 @@ fields, flattened as `BenchMetrics.flat` writes them (measure/metrics.py compute
 from __future__ import annotations
 
 SUMMARIZED = ("ttft", "tpot", "itl", "e2el", "send_lag")
+# the metric counting failed requests: what a load point's miss on failures is on
+FAILED = "failed"
 # the percentile each statistic's name stands for (an SLO on p99_ttft_ms is on the 99th)
 QUANTILES = {"p99": 99.0, "p90": 90.0, "median": 50.0}
 METRIC_NAMES = tuple(
-    ["duration_s", "completed", "failed", "total_input_tokens", "total_output_tokens"]
+    ["duration_s", "completed", FAILED, "total_input_tokens", "total_output_tokens"]
     + ["request_throughput", "output_throughput", "total_token_throughput"]
     + [
         f"{s}_{n}_ms"

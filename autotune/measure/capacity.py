@@ -37,9 +37,9 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from autotune.config.metric_names import QUANTILES
+from autotune.config.metric_names import FAILED, QUANTILES
 from autotune.config.workload import SLOConfig, min_requests
 from autotune.measure.stats import percentile_interval
 
@@ -93,8 +93,8 @@ MIN_ARRIVALS_S = 10.0
 
 def verdict(metrics: dict[str, float], slos: Sequence[SLOConfig]) -> tuple[bool, list[str]]:
     """(passed, what was missed) for one load point's flat metrics (point estimates only)."""
-    state, misses, _ = judge(metrics, slos, {})
-    return state == "met", misses
+    v = judge(metrics, slos, {})
+    return v.state == "met", v.misses
 
 
 Samples = dict[str, Sequence[float]]  # per-request values by metric stem (ttft, tpot, ...)
@@ -113,15 +113,26 @@ def intervals(slos: Sequence[SLOConfig], samples: Samples) -> dict[str, tuple[fl
     return out
 
 
+class Verdict(NamedTuple):
+    """One point's verdict: its state, each miss in words and, in the same order, the metric
+    it is on (an SLO's metric, or FAILED), so that a reader needs no parsing of the words."""
+
+    state: str  # "met" | "missed" | "close"
+    misses: list[str]
+    close: list[str]
+    missed: list[str]
+
+
 def judge(metrics: dict[str, float], slos: Sequence[SLOConfig],
-          bounds: dict[str, tuple[float, float]]) -> tuple[str, list[str], list[str]]:
-    """("met" | "missed" | "close", what was missed, what was close) for one point's flat
-    metrics and the intervals of its percentile metrics (`intervals`; a metric without one is
-    judged on its value alone)."""
-    misses, close = [], []
+          bounds: dict[str, tuple[float, float]]) -> Verdict:
+    """The verdict on one point's flat metrics and the intervals of its percentile metrics
+    (`intervals`; a metric without one is judged on its value alone): "met", "missed" or
+    "close" (an interval straddles a target)."""
+    misses, missed, close = [], [], []
     failed, completed = int(metrics.get("failed", 0)), int(metrics.get("completed", 0))
     if failed:
         misses.append(f"{failed} of {failed + completed} requests failed")
+        missed.append(FAILED)
     for slo in slos:
         need = min_requests(slo.metric)
         value = metrics.get(slo.metric, math.nan)
@@ -129,12 +140,14 @@ def judge(metrics: dict[str, float], slos: Sequence[SLOConfig],
         if completed < need:
             misses.append(f"{slo.metric}: {completed} successful requests, fewer than the "
                           f"{need} it needs")
+            missed.append(slo.metric)
         elif slo.violation(lo) > 0 and slo.violation(hi) > 0:
             misses.append(f"{slo.text()} (got {value:,.1f}"
                           + (f", 95% [{lo:,.1f}, {hi:,.1f}])" if lo != hi else ")"))
+            missed.append(slo.metric)
         elif slo.violation(lo) > 0 or slo.violation(hi) > 0:
             close.append(f"{slo.text()}: {value:,.1f}, 95% [{lo:,.1f}, {hi:,.1f}]")
-    return ("missed" if misses else "close" if close else "met"), misses, close
+    return Verdict("missed" if misses else "close" if close else "met", misses, close, missed)
 
 
 def client_limit(metrics: dict[str, float], requests: int, load: float, axis: str
@@ -171,6 +184,7 @@ class LoadPoint:
     # seconds into the point when its miss was settled and the rest of its requests were not
     # sent (autotune.measure.settle); None: it ran to its end
     settled_s: float | None = None
+    missed: tuple[str, ...] = ()  # the metric of each miss, in order (Verdict.missed)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -181,7 +195,8 @@ class LoadPoint:
         return cls(float(d["load"]), bool(d["passed"]), tuple(d.get("misses", ())),
                    dict(d.get("metrics", {})), float(d.get("seconds", 0.0)),
                    dict(d.get("server", {})), dict(d.get("intervals", {})),
-                   int(d.get("runs", 1)), d.get("flag"), d.get("settled_s"))
+                   int(d.get("runs", 1)), d.get("flag"), d.get("settled_s"),
+                   tuple(d.get("missed", ())))
 
 
 @dataclass(frozen=True)

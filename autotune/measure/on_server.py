@@ -219,10 +219,10 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         runs = [first]
         flat = runs[0].metrics.flat()
         bounds = intervals(slos, samples(runs[0].records))
-        state, misses, _close = judge(flat, slos, bounds)
+        state, misses, _close, missed = judge(flat, slos, bounds)
         flag = client_limit(flat, cap.requests_at(load), load, cap.axis)
         if settled is not None:  # the requests sent already settle a miss: the rest would not
-            state, misses = "missed", [str(settled.reason)]
+            state, misses, missed = "missed", [str(settled.reason)], [str(settled.metric)]
         if state == "close" and flag is None:  # a second run with fresh requests decides
             phase(f"load {load:g} (close: again)")
             again, settled = run_at(load, point_seed(seed, load))
@@ -230,16 +230,16 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
             records = [r for pt in runs for r in pt.records]
             flat = compute_metrics(records, sum(pt.metrics.duration_s for pt in runs)).flat()
             bounds = intervals(slos, samples(records))
-            _state, misses, _close = judge(flat, slos, {})  # the pooled value decides
+            _state, misses, _close, missed = judge(flat, slos, {})  # the pooled value decides
             if settled is not None:  # the fresh requests alone settle a miss
-                misses = [str(settled.reason)]
+                misses, missed = [str(settled.reason)], [str(settled.metric)]
             state = "missed" if misses else "met"
             flag = client_limit(runs[-1].metrics.flat(), cap.requests_at(load), load, cap.axis)
         server = dict(runs[-1].server_stats)
         point = LoadPoint(load, state == "met", tuple(misses),
                           {k: flat[k] for k in CURVE_METRICS}, time.monotonic() - t0, server,
                           {k: list(v) for k, v in bounds.items()}, len(runs), flag,
-                          settled.at_s if settled is not None else None)
+                          settled.at_s if settled is not None else None, tuple(missed))
         write_records([r for pt in runs for r in pt.records],
                       workdir / "points" / f"load-{load:g}.csv")
         note = before_engine(load, flat, point.server, CLIENT_BUSY)

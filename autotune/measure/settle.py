@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.config.metric_names import QUANTILES
+from autotune.config.metric_names import FAILED, QUANTILES
 from autotune.config.workload import SLOConfig
 from autotune.load.record import Request, RequestRecord
 from autotune.measure.stats import percentile_ranks
@@ -83,6 +83,7 @@ class Settle:
         self.firsts: dict[int, tuple[float, float]] = {}  # index -> (sent, first token)
         self.done: dict[int, RequestRecord] = {}
         self.reason: str | None = None  # the settled miss, once it is
+        self.metric: str | None = None  # the SLO metric it is on (FAILED: failed requests)
         self.at_s: float | None = None  # when it was settled (seconds from the clock's zero)
 
     def first(self, index: int, sent: float, first: float) -> None:
@@ -116,29 +117,33 @@ class Settle:
         """Whether the point's verdict is a settled miss, `now` seconds after its clock's
         zero (sets `reason` and `at_s` the first time)."""
         if self.reason is None:
-            self.reason = self._missed(now)
-            self.at_s = now if self.reason is not None else None
+            got = self._missed(now)
+            if got is not None:
+                self.metric, self.reason = got
+                self.at_s = now
         return self.reason is not None
 
-    def _missed(self, now: float) -> str | None:
+    def _missed(self, now: float) -> tuple[str, str] | None:
+        """(the metric, the miss in words), or None while nothing is settled."""
         failed = [r for r in self.done.values() if r.error is not None]
         if failed:
-            return (f"{len(failed)} of {len(self.requests)} requests failed "
-                    f"({failed[0].error}): settled after {now:.1f} s")
+            return FAILED, (f"{len(failed)} of {len(self.requests)} requests failed "
+                            f"({failed[0].error}): settled after {now:.1f} s")
         for rule in self.rules:
             bounds = self._bounds(rule.stem, now)
             target = rule.target_s
             if rule.stat == "mean":
                 low = sum(bounds) / rule.n
                 if low > target:
-                    return (f"{rule.slo.text()} (settled after {now:.1f} s: the mean is at "
-                            f"least {low * 1000:,.1f} whatever the rest do)")
+                    return rule.slo.metric, (
+                        f"{rule.slo.text()} (settled after {now:.1f} s: the mean is at "
+                        f"least {low * 1000:,.1f} whatever the rest do)")
                 continue
             over = sum(b > target for b in bounds)
             if over >= rule.need:
-                return (f"{rule.slo.text()} (settled after {now:.1f} s: {over:,} of "
-                        f"{rule.n:,} requests already over {rule.slo.max:,g} ms, and "
-                        f"{rule.need:,} "
-                        f"put the {rule.stat}'s 95% interval above it)")
+                return rule.slo.metric, (
+                    f"{rule.slo.text()} (settled after {now:.1f} s: {over:,} of "
+                    f"{rule.n:,} requests already over {rule.slo.max:,g} ms, and "
+                    f"{rule.need:,} put the {rule.stat}'s 95% interval above it)")
         return None
 

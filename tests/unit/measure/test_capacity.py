@@ -134,23 +134,27 @@ def test_intervals_turn_a_percentile_into_met_missed_or_close() -> None:
     the target, missed when the whole interval is beyond it, close when it straddles it."""
     import numpy as np
 
-    from autotune.measure.capacity import intervals, judge
+    from autotune.config.metric_names import FAILED
+    from autotune.measure.capacity import Verdict, intervals, judge
 
     rng = np.random.default_rng(0)
     base = {"completed": 1000.0, "failed": 0.0, "p99_tpot_ms": 30.0}
 
-    def point(scale: float) -> tuple[str, list[str], list[str]]:
+    def point(scale: float) -> Verdict:
         ttft = list(rng.exponential(scale, size=1000))
         m = {**base, "p99_ttft_ms": float(np.percentile(ttft, 99))}
         return judge(m, SLOS, intervals(SLOS, {"ttft": ttft, "tpot": [30.0] * 1000}))
 
     assert point(200.0)[0] == "met"  # p99 ~ 920 ms, its interval far below 2 s
-    state, misses, _ = point(1000.0)  # p99 ~ 4.6 s
-    assert state == "missed" and "95% [" in misses[0]
-    state, _, close = point(2000.0 / 4.6)  # p99 ~ 2 s: the target inside the interval
-    assert state == "close" and close[0].startswith("p99_ttft_ms <= 2000: ")
+    state, misses, _, missed = point(1000.0)  # p99 ~ 4.6 s
+    assert state == "missed" and "95% [" in misses[0] and missed == ["p99_ttft_ms"]
+    state, _, close, missed = point(2000.0 / 4.6)  # p99 ~ 2 s: the target inside the interval
+    assert state == "close" and close[0].startswith("p99_ttft_ms <= 2000: ") and missed == []
     # a metric without samples is judged on its value
     assert judge({**base, "p99_ttft_ms": 1999.0}, SLOS, {})[0] == "met"
+    # each miss comes with the metric it is on, in order: failures first
+    v = judge({**base, "failed": 2.0, "p99_ttft_ms": 2500.0, "p99_tpot_ms": 61.0}, SLOS, {})
+    assert v.missed == [FAILED, "p99_ttft_ms", "p99_tpot_ms"] and len(v.misses) == 3
 
 
 def test_a_point_the_client_could_not_offer_ends_the_search() -> None:

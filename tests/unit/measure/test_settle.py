@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autotune.config.metric_names import FAILED
 from autotune.config.workload import SLOConfig
 from autotune.load import arrival_offsets
 from autotune.load.record import Request, RequestRecord
@@ -94,6 +95,7 @@ def test_bounds_from_first_tokens_and_from_arrivals_without_one() -> None:
     assert not ttft(3.0)
     ttft.first(5, 0.1, 2.2)
     assert ttft(3.0) and ttft.at_s == 3.0 and "6 of 200" in str(ttft.reason)
+    assert ttft.metric == "p99_ttft_ms"  # what it settled, as data
     waiting = Settle(SLOS[:1], reqs, offsets=[0.01 * i for i in range(200)])
     assert not waiting(3.0)  # arrivals 0.00..0.05 are 3 s old, but the margin is 1 s
     assert waiting(3.06) and "6 of 200" in str(waiting.reason)
@@ -101,7 +103,7 @@ def test_bounds_from_first_tokens_and_from_arrivals_without_one() -> None:
     for i in range(6):
         tpot.first(i, 0.0, 0.5)
     assert not tpot(1.5 + 100 * 0.060)  # (now - 1 - 0.5) / 100 = 60 ms: not over yet
-    assert tpot(1.6 + 100 * 0.060)
+    assert tpot(1.6 + 100 * 0.060) and tpot.metric == "p99_tpot_ms"
     mean = Settle([SLOConfig(metric="mean_ttft_ms", max=100.0)], reqs)
     for i in range(20):
         mean.first(i, 0.0, 1.0)
@@ -119,7 +121,7 @@ def test_a_failed_request_settles_and_other_slos_do_not() -> None:
     assert not other(200.0)
     other.record(RequestRecord(index=1, send_time=0.0, prompt_len=10, expected_output_len=5,
                                error="HTTP 500: boom"))
-    assert other(200.0) and "HTTP 500" in str(other.reason)
+    assert other(200.0) and "HTTP 500" in str(other.reason) and other.metric == FAILED
 
 
 @pytest.mark.parametrize("seed", range(4))

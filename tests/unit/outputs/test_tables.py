@@ -72,7 +72,8 @@ def test_the_load_points_table_fits_100_columns_with_each_miss_whole_below_it() 
     def pt(load: float, ttft: float, tpot: float, misses: tuple[str, ...]) -> LoadPoint:
         return LoadPoint(load, not misses, misses, {
             "request_throughput": load * 0.6, "total_token_throughput": load * 280.0,
-            "p99_ttft_ms": ttft, "p99_tpot_ms": tpot, "p99_send_lag_ms": 2.5}, 40.0)
+            "p99_ttft_ms": ttft, "p99_tpot_ms": tpot, "p99_send_lag_ms": 2.5}, 40.0,
+            missed=tuple(m.split(" ", 1)[0] for m in misses))
 
     both = ("p99_ttft_ms <= 2000 (got 15,039.5, 95% [14,848.4, 15,136.2])",
             "p99_tpot_ms <= 60 (got 163.5, 95% [159.2, 168.6])")
@@ -94,9 +95,13 @@ def test_a_settled_miss_shows_its_target_not_the_finished_requests_p99() -> None
     p = LoadPoint(72, False, settled, {
         "request_throughput": 43.1, "total_token_throughput": 16139.0,
         "p99_ttft_ms": 1651.5, "p99_tpot_ms": 40.9, "p99_send_lag_ms": 2.3}, 20.3,
-        settled_s=17.1)
+        settled_s=17.1, missed=("p99_ttft_ms",))
+    from autotune.config.workload import SLOConfig
+
+    slos = [SLOConfig(metric="p99_ttft_ms", max=2000), SLOConfig(metric="p99_tpot_ms", max=60)]
     out = Console(width=WIDTH, record=True)
-    out.print(points_table([p], "rate"))
+    out.print(points_table([p], "rate", slos))
     text = out.export_text()
     assert "> 2,000" in text and "1,651.5" not in text  # the TTFT cell: what was settled
     assert "40.9" in text and "missed at 17 s" in text  # TPOT, not settled, as measured
+    assert "p99 ttft" in text  # the missed column names the settled metric
