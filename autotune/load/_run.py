@@ -101,6 +101,7 @@ async def run_load_async(
     metrics_interval_s: float | None = None,
     on_first: OnFirst | None = None,
     stop: Callable[[float], bool] | None = None,
+    on_schedule: Callable[[list[float]], None] | None = None,
 ) -> LoadResult:
     """Run the warm-up, then every request; returns records and the measured duration.
 
@@ -116,6 +117,11 @@ async def run_load_async(
     recorded with SETTLED_REASON: the caller has learnt what the run was for (a load point
     whose verdict its remaining requests can no longer change).
 
+    `on_schedule(offsets)` hears, before any request, each request's arrival in seconds from
+    the clock's zero, when every request is sent at it: a rate with no cap on requests in flight
+    (a cap holds a request back until a slot frees). Then a request with no first token yet
+    has waited at least since its arrival (autotune.measure.settle bounds its TTFT by it).
+
     With `settings.processes` > 1 the concurrency slots are spread over that many processes
     (not with a `transport`, which cannot leave this process).
     """
@@ -128,6 +134,8 @@ async def run_load_async(
         warm = [pool[i % len(pool)] for i in range(settings.warmup)]
     offsets = arrival_offsets(len(requests), settings.request_rate, settings.seed,
                               settings.burstiness)
+    if on_schedule is not None and open_loop and not cap:
+        on_schedule(list(offsets))
     began = time.perf_counter()
     stats = ServerStats()
     # its own client: a scrape must not wait for one of the benchmark's connections

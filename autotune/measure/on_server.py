@@ -21,7 +21,6 @@ from autotune.errors import LoadError, MeasurementWarning
 from autotune.load import (
     SETTLED_REASON,
     LoadSettings,
-    arrival_offsets,
     resolve_processes,
     run_load,
 )
@@ -140,7 +139,8 @@ def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Re
     result = run_load(base_url, model, requests, settings, on_done=done, alive=alive,
                       warmup_requests=warm, scrape_metrics=True,
                       metrics_interval_s=profile.metrics_interval_s,
-                      on_first=settle.first if settle else None, stop=settle)
+                      on_first=settle.first if settle else None, stop=settle,
+                      on_schedule=settle.schedule if settle else None)
     records = result.records
     if settle is not None and settle.reason is not None:  # the cut-off ones tell nothing
         records = [r for r in records if r.error != SETTLED_REASON]
@@ -200,10 +200,8 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         sampled_s = time.monotonic() - t0
         conc = int(load) if cap.axis == "concurrency" else profile.max_concurrency
         rate = load if cap.axis == "rate" else profile.request_rate
-        # every arrival is sent on schedule only on the rate axis with no cap on requests in
-        # flight: only then does a missing first token bound a TTFT from its arrival
-        scheduled = arrival_offsets(n, rate, seed) if cap.axis == "rate" and not conc else None
-        settle = Settle(slos, reqs[:n], scheduled) if cap.settle else None
+        # the load generator hands settle its arrival schedule when it sends on it
+        settle = Settle(slos, reqs[:n]) if cap.settle else None
         pt = measure(base_url, model, at_point.model_copy(update={"seed": seed}), reqs[:n],
                      max_concurrency=conc, request_rate=rate, alive=alive, warm=warm,
                      check_length=False, settle=settle)

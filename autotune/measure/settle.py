@@ -73,11 +73,13 @@ class Settle:
     """Follows one load point's requests and says once its verdict is a settled miss.
 
     `offsets`: each request's scheduled arrival (seconds from the clock's zero) when every
-    request is sent at it (the rate axis with no concurrency cap), else None."""
+    request is sent at it (the rate axis with no concurrency cap), else None; the load
+    generator hands them over itself (`schedule`, run_load's `on_schedule`)."""
 
     def __init__(self, slos: Sequence[SLOConfig], requests: Sequence[Request],
                  offsets: Sequence[float] | None = None, margin_s: float = MARGIN_S) -> None:
-        self.requests, self.offsets, self.margin = list(requests), offsets, margin_s
+        self.requests, self.margin = list(requests), margin_s
+        self.offsets = list(offsets) if offsets is not None else None
         self.rules = rules(slos, requests)
 
         self.firsts: dict[int, tuple[float, float]] = {}  # index -> (sent, first token)
@@ -85,6 +87,11 @@ class Settle:
         self.reason: str | None = None  # the settled miss, once it is
         self.metric: str | None = None  # the SLO metric it is on (FAILED: failed requests)
         self.at_s: float | None = None  # when it was settled (seconds from the clock's zero)
+
+    def schedule(self, offsets: Sequence[float]) -> None:
+        """The load generator's arrivals, when it sends every request at its own
+        (`run_load`'s `on_schedule`)."""
+        self.offsets = list(offsets)
 
     def first(self, index: int, sent: float, first: float) -> None:
         self.firsts[index] = (sent, first)

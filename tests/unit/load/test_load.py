@@ -276,6 +276,7 @@ def test_open_loop_sends_on_schedule_over_reused_connections(processes: int) -> 
     serve's connector does. Each request takes 20 ms; at 100 req/s about 2 are in flight."""
     peers: set[int] = set()
     in_flight = [0, 0]
+    handed: list[list[float]] = []
 
     async def main():  # type: ignore[no-untyped-def]
         server = await _sse_server(peers, in_flight)
@@ -284,12 +285,14 @@ def test_open_loop_sends_on_schedule_over_reused_connections(processes: int) -> 
             reqs = [Request(prompt=[1, 2], prompt_len=2, output_len=3) for _ in range(60)]
             return await run_load_async(
                 f"http://127.0.0.1:{port}", "m", reqs,
-                LoadSettings(request_rate=100.0, seed=3, warmup=2, processes=processes))
+                LoadSettings(request_rate=100.0, seed=3, warmup=2, processes=processes),
+                on_schedule=handed.append)
 
     res = asyncio.run(main())
     offs = arrival_offsets(60, 100.0, 3)
     assert all(r.success for r in res.records)
     assert [r.scheduled_time for r in res.records] == offs
+    assert handed == [offs]  # the caller hears the schedule the requests were sent on
     lags = [r.send_lag for r in res.records]
     # recorded, and not early; the bound is loose: a busy 2-core machine (a vLLM server beside
     # the tests) delays the event loop by hundreds of ms (the lag is measured, not promised)
@@ -325,6 +328,7 @@ def test_open_loop_with_a_cap_keeps_the_schedule_and_the_cap() -> None:
     --max-concurrency): never more than the cap in flight; a request that waits for a free
     slot is sent late, and that wait is its send lag."""
     in_flight = [0, 0]
+    handed: list[list[float]] = []
 
     async def main():  # type: ignore[no-untyped-def]
         server = await _sse_server(set(), in_flight)
@@ -333,10 +337,11 @@ def test_open_loop_with_a_cap_keeps_the_schedule_and_the_cap() -> None:
             reqs = [Request(prompt=[1, 2], prompt_len=2, output_len=3) for _ in range(30)]
             return await run_load_async(
                 f"http://127.0.0.1:{port}", "m", reqs,
-                LoadSettings(request_rate=1000.0, max_concurrency=2))
+                LoadSettings(request_rate=1000.0, max_concurrency=2), on_schedule=handed.append)
 
     res = asyncio.run(main())
     assert all(r.success for r in res.records) and in_flight[1] <= 2
+    assert handed == []  # a capped request is not sent at its arrival: no schedule to bound by
     assert max(r.send_lag or 0.0 for r in res.records) > 0.05  # 30 x 20 ms over 2 slots
 
 
