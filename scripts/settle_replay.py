@@ -6,7 +6,10 @@ request's first token and end to `Settle` in time order, asking every 0.2 s as t
 generator does, and compares with the full point's verdict (capacity.judge on every request).
 
     python scripts/settle_replay.py OUT.json DIR [DIR ...] \
-        [--slo p99_ttft_ms<=2000 --slo p99_tpot_ms<=60]
+        [--slo p99_ttft_ms<=2000 --slo p99_tpot_ms<=60] [--met-only]
+
+Each met point also says how much sooner its met verdict was known whatever its remaining
+requests did (`met_known`): what settling a met verdict would save. It is not built.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from typing import Any
 import pandas as pd
 
 from autotune.cli.bench import parse_slo
+from autotune.config.metric_names import QUANTILES
 from autotune.config.workload import SLOConfig
 from autotune.load.record import Request, RequestRecord
 from autotune.measure.capacity import intervals, judge
 from autotune.measure.metrics import compute_metrics
 from autotune.measure.on_server import samples
 from autotune.measure.settle import Settle
+from autotune.measure.stats import percentile_ranks
 
 TICK_S = 0.2
 
@@ -94,11 +99,37 @@ def replay_point(recs: list[RequestRecord],
     return None, None
 
 
+def met_known(run: list[RequestRecord], slos: list[SLOConfig]) -> float | None:
+    """When a run's met verdict was known, whatever its remaining requests did: for every
+    percentile SLO, the high rank of its 95% interval reached by requests known under the target
+    (TTFT at the first token; TPOT and E2EL at the end, no sooner: a request still decoding has
+    no upper bound). None when an SLO cannot be known so (a mean, a lower bound)."""
+    at = 0.0
+    for slo in slos:
+        stat, _, rest = slo.metric.partition("_")
+        stem = rest.removesuffix("_ms")
+        if slo.max is None or stat not in QUANTILES or stem not in ("ttft", "tpot", "e2el"):
+            return None
+        rows = [r for r in run if stem != "tpot" or r.expected_output_len > 1]
+        known = sorted(
+            (r.first_token_time if stem == "ttft" else r.end_time)  # type: ignore[misc]
+            for r in rows if r.success and getattr(r, stem) is not None
+            and getattr(r, stem) * 1000 <= slo.max)
+        k = percentile_ranks(len(rows), QUANTILES[stat])[1]
+        if len(known) < k:
+            return None
+        at = max(at, known[k - 1])
+    return at
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
     ap.add_argument("dirs", nargs="+", type=Path)
     ap.add_argument("--slo", action="append", default=[])
+    ap.add_argument("--met-only", action="store_true",
+                    help="only the met points' early-known time: for searches recorded with "
+                    "settling on, whose settled points lack the requests they cut off")
 
     a = ap.parse_args()
     slos = [parse_slo(s) for s in (a.slo or ["p99_ttft_ms<=2000", "p99_tpot_ms<=60"])]
@@ -109,21 +140,33 @@ def main() -> None:
             length = sum(max((r.end_time or r.send_time) for r in run) for run in runs(recs))
             flat = compute_metrics(recs, length).flat()
             state = judge(flat, slos, intervals(slos, samples(recs)))[0]
-            at, reason = replay_point(recs, slos)
+            if a.met_only and state != "met":
+                continue
+            at, reason = (None, None) if a.met_only else replay_point(recs, slos)
+            last = runs(recs)[-1]
+            known = met_known(last, slos) if state == "met" else None
             rows.append({"dir": str(d), "load": float(csv.stem[5:]), "requests": len(recs),
                          "runs": len(runs(recs)),
                          "full_verdict": state, "full_s": round(length, 2),
                          "settled_s": None if at is None else round(at, 2),
-                         "agrees": at is None or state == "missed", "reason": reason})
+                         "agrees": at is None or state == "missed", "reason": reason,
+                         # a met point: how much sooner its last run knew it (not built)
+                         "met_known_saves_s": None if known is None else round(
+                             max((r.end_time or r.send_time) for r in last) - known, 2)})
             print(f"{d.name:>12} {csv.stem[5:]:>6} {state:>7} full {length:6.1f} s  "
                   f"settled {'-' if at is None else f'{at:.1f} s'}")
     saved = sum(r["full_s"] - r["settled_s"] for r in rows if r["settled_s"] is not None)
     total = sum(r["full_s"] for r in rows)
+    met = [r["met_known_saves_s"] for r in rows if r["met_known_saves_s"] is not None]
     out = {"slos": [s.text() for s in slos], "points": rows,
            "all_agree": all(r["agrees"] for r in rows),
-           "full_s": round(total, 1), "saved_s": round(saved, 1)}
+           "full_s": round(total, 1), "saved_s": round(saved, 1),
+           "met_points": len(met), "met_known_saves_s": round(sum(met), 1),
+           "met_known_saves_max_s": max(met, default=0.0)}
     a.out.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"saved {saved:.0f} of {total:.0f} s of load; verdicts agree: {out['all_agree']}")
+    print(f"saved {saved:.0f} of {total:.0f} s of load; verdicts agree: {out['all_agree']}; "
+          f"a met verdict known early would save {sum(met):.0f} s more over {len(met)} met "
+          f"points (at most {out['met_known_saves_max_s']} s one)")
 
 
 if __name__ == "__main__":
