@@ -8,6 +8,8 @@ generator does, and compares with the full point's verdict (capacity.judge on ev
     python scripts/settle_replay.py OUT.json DIR [DIR ...] \
         [--slo p99_ttft_ms<=2000 --slo p99_tpot_ms<=60] [--met-only]
 
+A DIR holding the trial's result.json (a study's trial-NNNN) also gets its minutes with its points
+settled: its boot and bench seconds as recorded, less the load that settling would not have sent.
 Each met point also says how much sooner its met verdict was known whatever its remaining
 requests did (`met_known`): what settling a met verdict would save. It is not built.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -157,12 +160,30 @@ def main() -> None:
                   f"settled {'-' if at is None else f'{at:.1f} s'}")
     saved = sum(r["full_s"] - r["settled_s"] for r in rows if r["settled_s"] is not None)
     total = sum(r["full_s"] for r in rows)
+    trials = {}  # a trial's minutes with its points settled: its own boot and bench overhead
+    for d in a.dirs:
+        res = d / "result.json"
+        pts = [r for r in rows if r["dir"] == str(d)]
+        if not res.exists() or not pts or a.met_only:
+            continue
+        tm = json.loads(res.read_text()).get("timings", {})
+        full = sum(r["full_s"] for r in pts)
+        short = sum(r["full_s"] if r["settled_s"] is None else r["settled_s"] for r in pts)
+        trials[d.name] = {"boot_s": round(tm["boot_s"], 1), "bench_s": round(tm["bench_s"], 1),
+                          "bench_settled_s": round(tm["bench_s"] - full + short, 1),
+                          "minutes": round((tm["boot_s"] + tm["bench_s"]) / 60, 2),
+                          "minutes_settled": round(
+                              (tm["boot_s"] + tm["bench_s"] - full + short) / 60, 2)}
     met = [r["met_known_saves_s"] for r in rows if r["met_known_saves_s"] is not None]
     out = {"slos": [s.text() for s in slos], "points": rows,
            "all_agree": all(r["agrees"] for r in rows),
            "full_s": round(total, 1), "saved_s": round(saved, 1),
            "met_points": len(met), "met_known_saves_s": round(sum(met), 1),
-           "met_known_saves_max_s": max(met, default=0.0)}
+           "met_known_saves_max_s": max(met, default=0.0), "trials": trials}
+    if trials:
+        out["trial_minutes_median"] = statistics.median(t["minutes"] for t in trials.values())
+        out["trial_minutes_settled_median"] = statistics.median(
+            t["minutes_settled"] for t in trials.values())
     a.out.write_text(json.dumps(out, indent=2) + "\n")
     print(f"saved {saved:.0f} of {total:.0f} s of load; verdicts agree: {out['all_agree']}; "
           f"a met verdict known early would save {sum(met):.0f} s more over {len(met)} met "
