@@ -65,7 +65,9 @@ class Bill:
         other = self.part(False) + self.part(True) - boot - load
         n, c = sum(not t.confirm for t in self.trials), sum(t.confirm for t in self.trials)
         per = ", ".join(f"{t.number}: {t.minutes:.1f}" for t in self.trials)
-        out = [f"bill: {self.total:.1f} {self.unit} ({self.devices} per trial): {n} trials "
+        held = (f"{self.devices} GPU{'s' if self.devices > 1 else ''} per trial"
+                if self.unit == "GPU-min" else "the machine's minutes")
+        out = [f"bill: {self.total:.1f} {self.unit} ({held}): {n} trials "
                f"{self.part(False):.1f}" + (f", {c} confirm repeats {self.part(True):.1f}"
                                              if c else "") + f", idle {self.idle:.1f}; "
                f"boots {boot:.1f}, load {load:.1f}, the rest of the trials {other:.1f}",
