@@ -32,7 +32,7 @@ from autotune.load.record import Request, RequestRecord
 from autotune.measure.capacity import intervals, judge
 from autotune.measure.metrics import compute_metrics
 from autotune.measure.on_server import samples
-from autotune.measure.settle import Settle
+from autotune.measure.settle import Settle, rules
 from autotune.measure.stats import percentile_ranks
 
 TICK_S = 0.2
@@ -106,19 +106,18 @@ def met_known(run: list[RequestRecord], slos: list[SLOConfig]) -> float | None:
     """When a run's met verdict was known, whatever its remaining requests did: for every
     percentile SLO, the high rank of its 95% interval reached by requests known under the target
     (TTFT at the first token; TPOT and E2EL at the end, no sooner: a request still decoding has
-    no upper bound). None when an SLO cannot be known so (a mean, a lower bound)."""
+    no upper bound). None when an SLO cannot be known so (a mean, a lower bound, another
+    metric): settle's own rules say which SLOs are of this kind."""
+    got = rules(slos, [Request("", r.prompt_len, r.expected_output_len) for r in run])
+    if len(got) != len(slos) or any(rule.stat not in QUANTILES for rule in got):
+        return None
     at = 0.0
-    for slo in slos:
-        stat, _, rest = slo.metric.partition("_")
-        stem = rest.removesuffix("_ms")
-        if slo.max is None or stat not in QUANTILES or stem not in ("ttft", "tpot", "e2el"):
-            return None
-        rows = [r for r in run if stem != "tpot" or r.expected_output_len > 1]
+    for rule in got:
         known = sorted(
-            (r.first_token_time if stem == "ttft" else r.end_time)  # type: ignore[misc]
-            for r in rows if r.success and getattr(r, stem) is not None
-            and getattr(r, stem) * 1000 <= slo.max)
-        k = percentile_ranks(len(rows), QUANTILES[stat])[1]
+            (r.first_token_time if rule.stem == "ttft" else r.end_time)  # type: ignore[misc]
+            for r in run if r.success and (rule.stem != "tpot" or r.expected_output_len > 1)
+            and getattr(r, rule.stem) <= rule.target_s)
+        k = percentile_ranks(rule.n, QUANTILES[rule.stat])[1]
         if len(known) < k:
             return None
         at = max(at, known[k - 1])
@@ -140,16 +139,17 @@ def main() -> None:
     for d in a.dirs:
         for csv in sorted(d.rglob("load-*.csv"), key=lambda p: float(p.stem[5:])):
             recs = records(csv)
-            length = sum(max((r.end_time or r.send_time) for r in run) for run in runs(recs))
+            parts = runs(recs)
+            length = sum(max((r.end_time or r.send_time) for r in run) for run in parts)
             flat = compute_metrics(recs, length).flat()
             state = judge(flat, slos, intervals(slos, samples(recs)))[0]
             if a.met_only and state != "met":
                 continue
             at, reason = (None, None) if a.met_only else replay_point(recs, slos)
-            last = runs(recs)[-1]
+            last = parts[-1]
             known = met_known(last, slos) if state == "met" else None
             rows.append({"dir": str(d), "load": float(csv.stem[5:]), "requests": len(recs),
-                         "runs": len(runs(recs)),
+                         "runs": len(parts),
                          "full_verdict": state, "full_s": round(length, 2),
                          "settled_s": None if at is None else round(at, 2),
                          "agrees": at is None or state == "missed", "reason": reason,
