@@ -14,7 +14,8 @@ import yaml
 
 from autotune.config.study import ServerConfig
 from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
-from autotune.measure.on_server import capacity_on
+from autotune.measure.capacity import before_engine
+from autotune.measure.on_server import CLIENT_BUSY, capacity_on
 from autotune.server.lifecycle import ServerProcess
 from tests.cpu import CPU_BASE
 from tests.servers import serving
@@ -81,9 +82,14 @@ def test_search_agrees_with_a_dense_sweep(three_seq_server: ServerProcess, tiny_
     assert sweep[6] > 5 * sweep[1]  # the wait for a slot: the knee lies inside the sweep
     # Each point keeps vLLM's own TTFT. Beyond the knee the wait for a slot is in the engine's
     # queue, so vLLM counts it too: the server's mean TTFT and queue time grow with the
-    # client's, and the point is not read as time spent before the engine.
+    # client's, and the point is not read as time spent before the engine (the search's own
+    # rule, before_engine). A fixed share of the client's TTFT was asked here before: vLLM's
+    # mean read 0.73-0.87 of the client's at 6 in three runs, and 0.41 (219 of 539 ms) in one
+    # CI run on 2 busy cores, where the rule still does not fire.
     assert server[6]["server_mean_queue_ms"] > 5 * max(server[1]["server_mean_queue_ms"], 1.0)
-    assert server[6]["server_mean_ttft_ms"] > 0.5 * server[6]["client_mean_ttft_ms"]
+    assert server[6]["server_mean_ttft_ms"] > 5 * max(server[1]["server_mean_ttft_ms"], 1.0)
+    assert before_engine(6, {"mean_ttft_ms": server[6]["client_mean_ttft_ms"]}, server[6],
+                         CLIENT_BUSY) is None
     assert 1 <= dense <= 5
     assert abs(res.capacity - dense) <= base.tolerance * dense
     assert len(res.points) < len(loads)
