@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin
 
 import click
 
@@ -85,7 +85,9 @@ def capacity_options(f: F) -> F:
             f = click.option(f"{opt}/--no-{opt[2:]}", _RENAMED.get(name, name), default=None,
                              help=help_text)(f)
             continue
-        kind = int if field.annotation is int else float
+        kind: Any = int if field.annotation is int else float
+        if get_origin(field.annotation) is Literal:
+            kind = choice(field.annotation)
         f = click.option(capacity_option_name(name), _RENAMED.get(name, name), type=kind,
                          help=help_text)(f)
     return f

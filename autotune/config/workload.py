@@ -218,6 +218,11 @@ class CapacityConfig(StrictModel):
                                 "incumbent is known (default: low).")
     tolerance: float = Field(0.05, gt=0, lt=1, description="Stop when the bracket "
                              "(lowest failing - highest passing) / highest passing is within it.")
+    bracket: Literal["near", "double"] = Field(
+        "near", description="How the search steps from its first load until one load meets the "
+        "SLOs and one misses: near takes two steps of (1 + tolerance)^3 up or "
+        "(1 + tolerance)^-2 down (x1.33 / x0.83 at 10%), then doubles or halves; double doubles "
+        "or halves from the first step (the rule before 2026-11-25).")
     requests_per_point: int = Field(200, ge=1, description="Measured requests per load point.")
     requests_per_slot: float = Field(
         2.0, ge=0, description="On the concurrency axis, at least this many requests per slot "

@@ -1,8 +1,7 @@
 """Capacity under SLOs: the most load one server sustains while every SLO holds.
 
-One boot, many load points. The search brackets the capacity (starting at the incumbent's
-capacity when there is one, else at `low`; doubling while the SLOs hold, halving while they
-fail), then bisects the bracket until it is within `tolerance`. Each load point is judged by
+One boot, many load points: the search (autotune.measure.search) brackets the capacity and
+bisects it; this module holds what it works on: each load point is judged by
 `verdict`:
 
 - every request of the point succeeded, and
@@ -25,17 +24,15 @@ A measured point that contradicts it (noise near the knee) is kept in the curve;
 uses the latest verdicts.
 
 Early stop: once the search has a failing load at or below the incumbent's capacity, this config
-cannot beat the incumbent; with `stop_below` set, the search ends there and reports the highest
-passing load it measured (a lower bound, marked `stopped`), saving the bisection steps.
-
-Pure: the measurement is a callback, so the search is tested against a synthetic server.
+cannot beat the incumbent; the search ends there and reports the highest passing load it
+measured (a lower bound, marked `stopped`: `EARLY_STOP`, `stopped_early`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
@@ -240,88 +237,6 @@ class CapacityResult:
         at = next((p for p in points if p.passed and p.load == cap), None)
         return cls(str(d.get("axis", "concurrency")), cap, at, points, d.get("fail"),
                    d.get("stopped"))
-
-
-Measure = Callable[[float], LoadPoint]
-
-
-def _round(x: float, integer: bool, up: bool = False) -> float:
-    if not integer:
-        return x
-    return float(math.ceil(x) if up else math.floor(x))
-
-
-class _Flagged(Exception):
-    """A point the load generator could not offer: the search ends below it."""
-
-
-def search(measure: Measure, *, axis: str, low: float, high: float, tolerance: float,
-           start: float | None = None, stop_below: float | None = None) -> CapacityResult:
-    """Bracket, then bisect. `measure(load)` returns the judged point; loads on the
-    concurrency axis are whole numbers. A flagged point (`LoadPoint.flag`) ends the search:
-    the capacity is the highest passing load below it, `stopped` says why."""
-    integer = axis == "concurrency"
-    points: list[LoadPoint] = []
-
-    def probe(x: float) -> bool:
-        p = measure(x)
-        points.append(p)
-        if p.flag:
-            raise _Flagged(p.flag)
-        return p.passed
-
-    try:
-        return _bracket(probe, points, axis, low, high, tolerance, start, stop_below, integer)
-    except _Flagged as e:
-        ok = [p.load for p in points if p.passed and not p.flag]
-        lo = max(ok) if ok else None
-        at = next((p for p in reversed(points) if p.load == lo and p.passed), None)
-        return CapacityResult(axis, lo or 0.0, at, tuple(points), points[-1].load,
-                              f"not a server verdict at {points[-1].load:g}: {e}")
-
-
-def _bracket(probe: Callable[[float], bool], points: list[LoadPoint], axis: str, low: float,
-             high: float, tolerance: float, start: float | None, stop_below: float | None,
-             integer: bool) -> CapacityResult:
-
-    def result(lo: float | None, hi: float | None, stopped: str | None) -> CapacityResult:
-        at = next((p for p in reversed(points) if p.load == lo and p.passed), None)
-        return CapacityResult(axis, lo or 0.0, at, tuple(points), hi, stopped)
-
-    x = min(max(_round(start if start else low, integer), low), high)
-    lo: float | None = None
-    hi: float | None = None
-    if probe(x):
-        lo = x
-        while hi is None:
-            if x >= high:
-                return result(lo, None, f"met the SLOs at the highest load ({high:g})")
-            x = min(_round(x * 2, integer, up=True), high)
-            if probe(x):
-                lo = x
-            else:
-                hi = x
-    else:
-        hi = x
-        while lo is None:
-            if x <= low:
-                return result(None, hi, f"missed the SLOs at the lowest load ({low:g})")
-            x = max(_round(x / 2, integer), low)
-            if probe(x):
-                lo = x
-            else:
-                hi = x
-    while (hi - lo) / lo > tolerance:
-        if stop_below is not None and hi <= stop_below:
-            return result(lo, hi, f"{EARLY_STOP}'s {stop_below:g}: failed at {hi:g}")
-        mid = _round((lo + hi) / 2, integer)
-        if mid <= lo or mid >= hi:
-            break
-        if probe(mid):
-            lo = mid
-        else:
-            hi = mid
-    return result(lo, hi, None)
 
 
 def point_seed(seed: int, load: float) -> int:

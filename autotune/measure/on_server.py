@@ -36,9 +36,9 @@ from autotune.measure.capacity import (
     intervals,
     judge,
     point_seed,
-    search,
 )
 from autotune.measure.metrics import BenchMetrics, compute_metrics, per_request, steady_share
+from autotune.measure.search import search
 from autotune.measure.settle import Settle
 from autotune.server.lifecycle import ServerProcess
 
@@ -249,6 +249,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         return point
 
     result = search(measure_at, axis=cap.axis, low=cap.low, high=cap.high,
-                    tolerance=cap.tolerance, start=start or cap.start, stop_below=stop_below)
+                    tolerance=cap.tolerance, start=start or cap.start, stop_below=stop_below,
+                    bracket=cap.bracket)
     (workdir / "capacity.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
     return result

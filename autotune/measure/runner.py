@@ -116,13 +116,22 @@ def cache_env(root: Path) -> dict[str, str]:
             "CUDA_CACHE_PATH": str(root / "cuda")}
 
 
+# `vllm serve` starts its engine process with spawn unless told otherwise, and the new
+# interpreter imports vLLM and torch again: 20-29 s of each warm boot on the H100 (the API
+# server's config line to the engine's first line, docs/results/trial-cost-h100). fork is vLLM's
+# own default outside its CLI, and vLLM still picks spawn where fork is unsafe (CUDA already
+# initialized in the parent; its CPU platform always spawns).
+BOOT_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
+
+
 def server_env(server: ServerConfig, workdir: Path) -> dict[str, str]:
     """The server's environment: the caches under one root shared by trials (`cache_env`;
-    server.cache_root, default <workdir>/vllm-cache), then ours, then the config's. A JIT cache
-    the user's environment already places stays where it is; VLLM_CACHE_ROOT is always the
-    study's."""
+    server.cache_root, default <workdir>/vllm-cache) and BOOT_ENV, then ours, then the config's.
+    A JIT cache the user's environment already places stays where it is; VLLM_CACHE_ROOT is
+    always the study's."""
     cache = Path(server.cache_root or workdir.parent / "vllm-cache")
-    return {**cache_env(cache), **os.environ, **server.env, "VLLM_CACHE_ROOT": str(cache)}
+    return {**cache_env(cache), **BOOT_ENV, **os.environ, **server.env,
+            "VLLM_CACHE_ROOT": str(cache)}
 
 
 

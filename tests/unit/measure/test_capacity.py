@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from autotune.config.workload import SLOConfig
-from autotune.measure.capacity import LoadPoint, min_requests, point_seed, search, verdict
+from autotune.measure.capacity import LoadPoint, min_requests, point_seed, verdict
+from autotune.measure.search import search
 
 SLOS = [SLOConfig(metric="p99_ttft_ms", max=2000.0), SLOConfig(metric="p99_tpot_ms", max=60.0)]
 
@@ -35,7 +36,7 @@ def true_capacity(knee: float) -> float:
 @pytest.mark.parametrize("knee", [10.0, 37.0, 150.0, 700.0])
 def test_bisection_lands_within_the_tolerance(knee: float) -> None:
     measure, seen = server(knee)
-    res = search(measure, axis="rate", low=1.0, high=2000.0, tolerance=0.05)
+    res = search(measure, axis="rate", low=1.0, high=2000.0, tolerance=0.05)  # from low
     true = true_capacity(knee)
     assert res.capacity <= true < res.fail  # type: ignore[operator]
     assert (res.fail - res.capacity) / res.capacity <= 0.05  # type: ignore[operator]
@@ -46,6 +47,37 @@ def test_bisection_lands_within_the_tolerance(knee: float) -> None:
     assert seen[:first_fail + 1] == [2.0 ** i for i in range(first_fail + 1)]
     assert res.summary()["capacity_req_s"] == pytest.approx(res.capacity * 0.9)
     assert res.summary()["goodput_tok_s"] == pytest.approx(res.capacity * 100.0)
+
+
+def test_near_brackets_take_fewer_points_and_land_within_the_tolerance() -> None:
+    """From a start near the capacity (a study's incumbent), "near" steps of 1.1^3 up and 1.1^-2
+    down bracket it in fewer points than doubling; both end within the tolerance, and from `low`
+    "near" doubles as "double" does."""
+    import math
+
+    knees = [64.0 * math.exp(-0.35 + 0.7 * i / 59) - 4.25 for i in range(60)]  # x0.7-1.4
+    counts = {}
+    for bracket in ("near", "double"):
+        n = 0
+        for knee in knees:
+            measure, seen = server(knee)
+            res = search(measure, axis="rate", low=4.0, high=512.0, tolerance=0.1, start=64.0,
+                         bracket=bracket)
+            true = true_capacity(knee)
+            assert res.capacity <= true < res.fail  # type: ignore[operator]
+            assert (res.fail - res.capacity) / res.capacity <= 0.1  # type: ignore[operator]
+            n += len(seen)
+        counts[bracket] = n / len(knees)
+    assert counts["near"] < counts["double"] - 0.75, counts  # 4.07 against 5.28
+    measure, seen = server(100.0)
+    search(measure, axis="rate", low=4.0, high=512.0, tolerance=0.1, start=64.0)
+    assert seen[:3] == [64.0, 85.2, 113.0]  # 64 x 1.331 = 85.184 -> 85.2 (three digits)
+    measure, seen = server(37.0)
+    search(measure, axis="rate", low=1.0, high=2000.0, tolerance=0.1)  # no start: doubling
+    assert seen[:7] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    measure, seen = server(41.0)  # the concurrency axis: whole steps, up and down
+    search(measure, axis="concurrency", low=1, high=1024, tolerance=0.1, start=64)
+    assert all(x == int(x) for x in seen) and seen[:3] == [64.0, 52.0, 42.0]
 
 
 def test_concurrency_axis_finds_the_exact_integer() -> None:
@@ -74,8 +106,12 @@ def test_starts_at_the_incumbent_and_stops_early_when_it_cannot_beat_it() -> Non
 
 def test_misses_at_the_lowest_load_and_passes_at_the_highest() -> None:
     measure, seen = server(-100.0)  # never meets p99 TTFT
-    res = search(measure, axis="rate", low=2.0, high=64.0, tolerance=0.05, start=16.0)
+    res = search(measure, axis="rate", low=2.0, high=64.0, tolerance=0.05, start=16.0,
+                 bracket="double")
     assert res.capacity == 0.0 and res.at is None and seen == [16.0, 8.0, 4.0, 2.0]
+    measure, seen = server(-100.0)  # "near": two steps of 1.05^-2, then halving, down to low
+    res = search(measure, axis="rate", low=2.0, high=64.0, tolerance=0.05, start=16.0)
+    assert seen == [16.0, 14.5, 13.2, 6.6, 3.3, 2.0] and res.capacity == 0.0
     assert res.stopped == "missed the SLOs at the lowest load (2)"
     assert res.summary()["capacity_req_s"] == 0.0
     measure, seen = server(1e9)
@@ -176,9 +212,9 @@ def test_a_point_the_client_could_not_offer_ends_the_search() -> None:
         return LoadPoint(load, True, (), {"request_throughput": load}, flag=flag)
 
     res = search(measure, axis="rate", low=4.0, high=512.0, tolerance=0.1, start=8.0)
-    assert [p.load for p in res.points] == [8.0, 16.0, 32.0]
-    assert res.capacity == 16.0 and res.fail == 32.0
-    assert res.stopped is not None and res.stopped.startswith("not a server verdict at 32: burst")
+    assert [p.load for p in res.points] == [8.0, 10.6, 14.1, 28.2]
+    assert res.capacity == 14.1 and res.fail == 28.2
+    assert res.stopped is not None and res.stopped.startswith("not a server verdict at 28.2: burst")
 
 
 def test_capacity_defaults_measure_a_sustained_rate() -> None:
@@ -192,7 +228,8 @@ def test_capacity_defaults_measure_a_sustained_rate() -> None:
 
 def test_a_search_round_trips_through_the_trial_record() -> None:
     """A trial stores its search as JSON; every reader gets the typed search back."""
-    from autotune.measure.capacity import CapacityResult, search
+    from autotune.measure.capacity import CapacityResult
+    from autotune.measure.search import search
 
     measure, _calls = server(40.0)
     res = search(measure, axis="rate", low=1, high=128, tolerance=0.1, start=16)

@@ -31,3 +31,17 @@ def test_a_cache_the_user_placed_stays_where_it_is(tmp_path: Path,
     env = server_env(ServerConfig(model="/m", env={"CUDA_CACHE_PATH": "/cfg/cuda"}), tmp_path)
     assert env["TRITON_CACHE_DIR"] == "/fast/triton" and env["CUDA_CACHE_PATH"] == "/cfg/cuda"
     assert env["VLLM_CACHE_ROOT"] == str(tmp_path.parent / "vllm-cache")  # always the study's
+
+
+def test_the_engine_process_is_forked_unless_the_user_says_otherwise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's CLI spawns its engine (a second import of vLLM and torch, 20-29 s of a warm H100
+    boot); the server gets fork, vLLM's library default, unless the user's environment or the
+    study's server.env names a method."""
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
+    assert server_env(ServerConfig(model="/m"), tmp_path)["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    assert server_env(ServerConfig(model="/m"), tmp_path)["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD")
+    cfg = ServerConfig(model="/m", env={"VLLM_WORKER_MULTIPROC_METHOD": "spawn"})
+    assert server_env(cfg, tmp_path)["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"

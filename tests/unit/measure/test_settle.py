@@ -11,9 +11,10 @@ from autotune.config.metric_names import FAILED
 from autotune.config.workload import SLOConfig
 from autotune.load import arrival_offsets
 from autotune.load.record import Request, RequestRecord
-from autotune.measure.capacity import LoadPoint, intervals, judge, search
+from autotune.measure.capacity import LoadPoint, intervals, judge
 from autotune.measure.metrics import compute_metrics
 from autotune.measure.on_server import samples
+from autotune.measure.search import search
 from autotune.measure.settle import Settle, rules
 from autotune.measure.stats import percentile_interval, percentile_ranks
 

@@ -104,8 +104,8 @@ def test_a_capacity_suite_scores_the_worst_profile_and_names_a_miss(
     infeasible with that profile named."""
     import optuna
 
-    from autotune.measure.capacity import search
     from autotune.measure.runner import BootRun, Timings
+    from autotune.measure.search import search
     from autotune.tuning import objective as objective_mod
     from autotune.tuning.objective import Objective
     from autotune.tuning.search_space import SearchSpace

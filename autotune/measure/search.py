@@ -1,0 +1,141 @@
+"""The capacity search: bracket the most load that meets the SLOs, then bisect it.
+
+From its first load (the incumbent's capacity, else `start`, else `low`) the search steps up
+while the SLOs hold and down while they fail (`bracket_steps`) until it has a passing and a
+failing load, then bisects them until (lowest failing - highest passing) / highest passing is
+within `tolerance`. Each point is judged by the measure callback (autotune.measure.capacity's
+verdict rule); a point the client could not offer ends the search below it; with `stop_below`
+(the incumbent's capacity) a failing load at or below it ends the search early with a lower
+bound. Pure: the measurement is a callback, so the search is tested against a synthetic server.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from autotune.measure.capacity import EARLY_STOP, CapacityResult, LoadPoint
+
+Measure = Callable[[float], LoadPoint]
+
+# the bracket's rules (CapacityConfig.bracket)
+BRACKETS = ("near", "double")
+NEAR_STEPS = 2  # "near": this many small steps, then doubling/halving
+
+
+def bracket_steps(bracket: str, tolerance: float, from_start: bool = True
+                  ) -> tuple[list[float], list[float]]:
+    """The factors a search steps its load by while it brackets the capacity, up (while the SLOs
+    hold) and down (while they fail); the last factor repeats.
+
+    "double": x2 / x0.5 from the first step. "near", for a search that starts at a given load
+    (the incumbent's capacity, or `start`): the first NEAR_STEPS steps are (1 + tolerance)^3 up
+    and (1 + tolerance)^-2 down (x1.33 / x0.83 at 10%, never beyond x2 / x0.5), then x2 / x0.5.
+    A study starts each trial at the incumbent's capacity and most configs land near it: from a
+    bracket of (1 + tolerance)^3 two bisections reach the tolerance, from one of x2 four do. A
+    search from `low` (nothing known) doubles from the first step either way.
+    """
+    if bracket == "double" or (bracket == "near" and not from_start):
+        return [2.0], [0.5]
+    if bracket != "near":
+        raise ValueError(f"bracket: {bracket!r} is not one of {', '.join(BRACKETS)}")
+    up = min((1 + tolerance) ** 3, 2.0)
+    down = max((1 + tolerance) ** -2, 0.5)
+    return [up] * NEAR_STEPS + [2.0], [down] * NEAR_STEPS + [0.5]
+
+
+def _round(x: float, integer: bool, up: bool = False) -> float:
+    if not integer:
+        return x
+    return float(math.ceil(x) if up else math.floor(x))
+
+
+def _step(x: float, integer: bool, up: bool = False) -> float:
+    """A bracket step's load: whole on the concurrency axis; on the rate axis three significant
+    digits, whole from 100 up (x0.83 of 64 is 52.9, not 52.892561...; a step moves the load by
+    17% or more)."""
+    if integer:
+        return _round(x, integer, up)
+    return float(round(x)) if x >= 100 else float(f"{x:.3g}")
+
+
+class _Flagged(Exception):
+    """A point the load generator could not offer: the search ends below it."""
+
+
+def search(measure: Measure, *, axis: str, low: float, high: float, tolerance: float,
+           start: float | None = None, stop_below: float | None = None,
+           bracket: str = "near") -> CapacityResult:
+    """Bracket, then bisect. `measure(load)` returns the judged point; loads on the
+    concurrency axis are whole numbers. A flagged point (`LoadPoint.flag`) ends the search:
+    the capacity is the highest passing load below it, `stopped` says why."""
+    integer = axis == "concurrency"
+    points: list[LoadPoint] = []
+
+    def probe(x: float) -> bool:
+        p = measure(x)
+        points.append(p)
+        if p.flag:
+            raise _Flagged(p.flag)
+        return p.passed
+
+    try:
+        return _bracket(probe, points, axis, low, high, tolerance, start, stop_below, integer,
+                        bracket_steps(bracket, tolerance, from_start=bool(start)))
+    except _Flagged as e:
+        ok = [p.load for p in points if p.passed and not p.flag]
+        lo = max(ok) if ok else None
+        at = next((p for p in reversed(points) if p.load == lo and p.passed), None)
+        return CapacityResult(axis, lo or 0.0, at, tuple(points), points[-1].load,
+                              f"not a server verdict at {points[-1].load:g}: {e}")
+
+
+def _bracket(probe: Callable[[float], bool], points: list[LoadPoint], axis: str, low: float,
+             high: float, tolerance: float, start: float | None, stop_below: float | None,
+             integer: bool, steps: tuple[list[float], list[float]]) -> CapacityResult:
+    ups, downs = steps
+    step = 0  # bracket steps taken
+
+    def factor(factors: list[float]) -> float:
+        return factors[min(step, len(factors) - 1)]
+
+    def result(lo: float | None, hi: float | None, stopped: str | None) -> CapacityResult:
+        at = next((p for p in reversed(points) if p.load == lo and p.passed), None)
+        return CapacityResult(axis, lo or 0.0, at, tuple(points), hi, stopped)
+
+    x = min(max(_round(start if start else low, integer), low), high)
+    lo: float | None = None
+    hi: float | None = None
+    if probe(x):
+        lo = x
+        while hi is None:
+            if x >= high:
+                return result(lo, None, f"met the SLOs at the highest load ({high:g})")
+            x = min(_step(x * factor(ups), integer, up=True), high)
+            step += 1
+            if probe(x):
+                lo = x
+            else:
+                hi = x
+    else:
+        hi = x
+        while lo is None:
+            if x <= low:
+                return result(None, hi, f"missed the SLOs at the lowest load ({low:g})")
+            x = max(_step(x * factor(downs), integer), low)
+            step += 1
+            if probe(x):
+                lo = x
+            else:
+                hi = x
+    while (hi - lo) / lo > tolerance:
+        if stop_below is not None and hi <= stop_below:
+            return result(lo, hi, f"{EARLY_STOP}'s {stop_below:g}: failed at {hi:g}")
+        mid = _round((lo + hi) / 2, integer)
+        if mid <= lo or mid >= hi:
+            break
+        if probe(mid):
+            lo = mid
+        else:
+            hi = mid
+    return result(lo, hi, None)
