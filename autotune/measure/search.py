@@ -33,7 +33,9 @@ def bracket_steps(bracket: str, tolerance: float, from_start: bool = True
     and (1 + tolerance)^-2 down (x1.33 / x0.83 at 10%, never beyond x2 / x0.5), then x2 / x0.5.
     A study starts each trial at the incumbent's capacity and most configs land near it: from a
     bracket of (1 + tolerance)^3 two bisections reach the tolerance, from one of x2 four do. A
-    search from `low` (nothing known) doubles from the first step either way.
+    search from `low` (nothing known) doubles from the first step either way, and so does one
+    that missed at or below `stop_below`: it stops at its first met load, a lower bound, which
+    halving reaches in fewer points.
     """
     if bracket == "double" or (bracket == "near" and not from_start):
         return [2.0], [0.5]
@@ -122,7 +124,10 @@ def _bracket(probe: Callable[[float], bool], points: list[LoadPoint], axis: str,
         while lo is None:
             if x <= low:
                 return result(None, hi, f"missed the SLOs at the lowest load ({low:g})")
-            x = max(_step(x * factor(downs), integer), low)
+            # below the incumbent the trial stops at its first met load and reports it as a lower
+            # bound: halving finds one in fewer points than near steps would
+            doomed = stop_below is not None and hi <= stop_below
+            x = max(_step(x * (0.5 if doomed else factor(downs)), integer), low)
             step += 1
             if probe(x):
                 lo = x

@@ -94,6 +94,7 @@ def test_starts_at_the_incumbent_and_stops_early_when_it_cannot_beat_it() -> Non
     b = search(early, axis="rate", low=1.0, high=2000.0, tolerance=0.02, start=100.0,
                stop_below=100.0)
     assert seen[0] == 100.0  # started at the incumbent's capacity
+    assert seen[1] == 50.0  # missed at the incumbent: halving to a lower bound, no near step
     assert b.stopped is not None and "incumbent" in b.stopped
     assert b.capacity <= a.capacity  # a lower bound, never above the real answer
     assert len(seen) < len(seen_full)
