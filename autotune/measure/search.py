@@ -52,13 +52,15 @@ def _round(x: float, integer: bool, up: bool = False) -> float:
     return float(math.ceil(x) if up else math.floor(x))
 
 
-def _step(x: float, integer: bool, up: bool = False) -> float:
-    """A bracket step's load: whole on the concurrency axis; on the rate axis three significant
-    digits, whole from 100 up (x0.83 of 64 is 52.9, not 52.892561...; a step moves the load by
-    17% or more)."""
+def _step(x: float, factor: float, integer: bool) -> float:
+    """The load a bracket step from `x` goes to: whole on the concurrency axis (rounded away from
+    `x`); on the rate axis three significant digits, whole from 100 up (x0.83 of 64 is 52.9, not
+    52.892561...), unless rounding would undo a step as small as a tight tolerance's."""
+    y = x * factor
     if integer:
-        return _round(x, integer, up)
-    return float(round(x)) if x >= 100 else float(f"{x:.3g}")
+        return _round(y, integer, up=factor > 1)
+    r = float(round(y)) if y >= 100 else float(f"{y:.3g}")
+    return r if (r > x if factor > 1 else r < x) else y
 
 
 class _Flagged(Exception):
@@ -113,7 +115,7 @@ def _bracket(probe: Callable[[float], bool], points: list[LoadPoint], axis: str,
         while hi is None:
             if x >= high:
                 return result(lo, None, f"met the SLOs at the highest load ({high:g})")
-            x = min(_step(x * factor(ups), integer, up=True), high)
+            x = min(_step(x, factor(ups), integer), high)
             step += 1
             if probe(x):
                 lo = x
@@ -127,7 +129,7 @@ def _bracket(probe: Callable[[float], bool], points: list[LoadPoint], axis: str,
             # below the incumbent the trial stops at its first met load and reports it as a lower
             # bound: halving finds one in fewer points than near steps would
             doomed = stop_below is not None and hi <= stop_below
-            x = max(_step(x * (0.5 if doomed else factor(downs)), integer), low)
+            x = max(_step(x, 0.5 if doomed else factor(downs), integer), low)
             step += 1
             if probe(x):
                 lo = x

@@ -75,6 +75,12 @@ def test_near_brackets_take_fewer_points_and_land_within_the_tolerance() -> None
     measure, seen = server(37.0)
     search(measure, axis="rate", low=1.0, high=2000.0, tolerance=0.1)  # no start: doubling
     assert seen[:7] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    # a tolerance of 0.1%: a step of x1.003 from 150 rounds back to 150, so it keeps its
+    # digits; the next one rounds to 151
+    measure, seen = server(148.0)
+    res = search(measure, axis="rate", low=4.0, high=512.0, tolerance=0.001, start=150.0)
+    assert seen[:3] == [150.0, pytest.approx(150.45045), 151.0] and res.fail is not None
+    assert (res.fail - res.capacity) / res.capacity <= 0.001
     measure, seen = server(41.0)  # the concurrency axis: whole steps, up and down
     search(measure, axis="concurrency", low=1, high=1024, tolerance=0.1, start=64)
     assert all(x == int(x) for x in seen) and seen[:3] == [64.0, 52.0, 42.0]
