@@ -243,3 +243,15 @@ def test_a_search_round_trips_through_the_trial_record() -> None:
     back = CapacityResult.from_json(res.to_json())
     assert back.points == res.points and back.at == res.at and back.capacity == res.capacity
     assert back.curve() == res.curve() and back.summary() == res.summary()
+
+
+def test_the_bracket_rule_is_a_setting_of_bench_and_study() -> None:
+    """bench's --bracket and the study file's capacity.bracket: near by default, double as
+    before, anything else one error naming the field."""
+    from autotune.cli._options import capacity_from
+    from autotune.errors import ConfigError
+
+    assert capacity_from("rate", {}).bracket == "near"
+    assert capacity_from("rate", {"bracket": "double"}).bracket == "double"
+    with pytest.raises(ConfigError, match="bracket"):
+        capacity_from("rate", {"bracket": "wide"})
