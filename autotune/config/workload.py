@@ -203,6 +203,8 @@ class SLOConfig(StrictModel):
 
 
 Axis = Literal["concurrency", "rate"]
+# how the capacity search steps while it brackets (autotune.measure.search.bracket_steps)
+Bracket = Literal["near", "double"]
 
 
 class CapacityConfig(StrictModel):
@@ -218,7 +220,7 @@ class CapacityConfig(StrictModel):
                                 "incumbent is known (default: low).")
     tolerance: float = Field(0.05, gt=0, lt=1, description="Stop when the bracket "
                              "(lowest failing - highest passing) / highest passing is within it.")
-    bracket: Literal["near", "double"] = Field(
+    bracket: Bracket = Field(
         "near", description="How the search steps from its first load until one load meets the "
         "SLOs and one misses: near takes two steps of (1 + tolerance)^3 up or "
         "(1 + tolerance)^-2 down (x1.33 / x0.83 at 10%), then doubles or halves; double doubles "

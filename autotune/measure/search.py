@@ -14,17 +14,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from autotune.config.workload import Bracket
 from autotune.measure.capacity import EARLY_STOP, CapacityResult, LoadPoint
 
 Measure = Callable[[float], LoadPoint]
 
-# the bracket's rules (CapacityConfig.bracket)
-BRACKETS = ("near", "double")
 NEAR_STEPS = 2  # "near": this many small steps, then doubling/halving
 
 
-def bracket_steps(bracket: str, tolerance: float, from_start: bool = True
-                  ) -> tuple[list[float], list[float]]:
+def bracket_steps(bracket: Bracket, tolerance: float, from_start: bool = True,
+                  doomed: bool = False) -> tuple[list[float], list[float]]:
     """The factors a search steps its load by while it brackets the capacity, up (while the SLOs
     hold) and down (while they fail); the last factor repeats.
 
@@ -33,17 +32,15 @@ def bracket_steps(bracket: str, tolerance: float, from_start: bool = True
     and (1 + tolerance)^-2 down (x1.33 / x0.83 at 10%, never beyond x2 / x0.5), then x2 / x0.5.
     A study starts each trial at the incumbent's capacity and most configs land near it: from a
     bracket of (1 + tolerance)^3 two bisections reach the tolerance, from one of x2 four do. A
-    search from `low` (nothing known) doubles from the first step either way, and so does one
-    that missed at or below `stop_below`: it stops at its first met load, a lower bound, which
-    halving reaches in fewer points.
+    search from `low` (nothing known) doubles from the first step either way. `doomed`: the first
+    load is at or below the early-stop bound, so a search that misses there stops at its first
+    met load, a lower bound, which halving reaches in fewer points than near steps.
     """
-    if bracket == "double" or (bracket == "near" and not from_start):
+    if bracket == "double" or not from_start:
         return [2.0], [0.5]
-    if bracket != "near":
-        raise ValueError(f"bracket: {bracket!r} is not one of {', '.join(BRACKETS)}")
     up = min((1 + tolerance) ** 3, 2.0)
     down = max((1 + tolerance) ** -2, 0.5)
-    return [up] * NEAR_STEPS + [2.0], [down] * NEAR_STEPS + [0.5]
+    return [up] * NEAR_STEPS + [2.0], [0.5] if doomed else [down] * NEAR_STEPS + [0.5]
 
 
 def _round(x: float, integer: bool, up: bool = False) -> float:
@@ -69,7 +66,7 @@ class _Flagged(Exception):
 
 def search(measure: Measure, *, axis: str, low: float, high: float, tolerance: float,
            start: float | None = None, stop_below: float | None = None,
-           bracket: str = "near") -> CapacityResult:
+           bracket: Bracket = "near") -> CapacityResult:
     """Bracket, then bisect. `measure(load)` returns the judged point; loads on the
     concurrency axis are whole numbers. A flagged point (`LoadPoint.flag`) ends the search:
     the capacity is the highest passing load below it, `stopped` says why."""
@@ -85,7 +82,7 @@ def search(measure: Measure, *, axis: str, low: float, high: float, tolerance: f
 
     try:
         return _bracket(probe, points, axis, low, high, tolerance, start, stop_below, integer,
-                        bracket_steps(bracket, tolerance, from_start=bool(start)))
+                        bracket)
     except _Flagged as e:
         ok = [p.load for p in points if p.passed and not p.flag]
         lo = max(ok) if ok else None
@@ -96,8 +93,10 @@ def search(measure: Measure, *, axis: str, low: float, high: float, tolerance: f
 
 def _bracket(probe: Callable[[float], bool], points: list[LoadPoint], axis: str, low: float,
              high: float, tolerance: float, start: float | None, stop_below: float | None,
-             integer: bool, steps: tuple[list[float], list[float]]) -> CapacityResult:
-    ups, downs = steps
+             integer: bool, bracket: Bracket) -> CapacityResult:
+    x = min(max(_round(start if start else low, integer), low), high)
+    ups, downs = bracket_steps(bracket, tolerance, from_start=bool(start),
+                               doomed=stop_below is not None and x <= stop_below)
     step = 0  # bracket steps taken
 
     def factor(factors: list[float]) -> float:
@@ -107,7 +106,6 @@ def _bracket(probe: Callable[[float], bool], points: list[LoadPoint], axis: str,
         at = next((p for p in reversed(points) if p.load == lo and p.passed), None)
         return CapacityResult(axis, lo or 0.0, at, tuple(points), hi, stopped)
 
-    x = min(max(_round(start if start else low, integer), low), high)
     lo: float | None = None
     hi: float | None = None
     if probe(x):
@@ -126,10 +124,7 @@ def _bracket(probe: Callable[[float], bool], points: list[LoadPoint], axis: str,
         while lo is None:
             if x <= low:
                 return result(None, hi, f"missed the SLOs at the lowest load ({low:g})")
-            # below the incumbent the trial stops at its first met load and reports it as a lower
-            # bound: halving finds one in fewer points than near steps would
-            doomed = stop_below is not None and hi <= stop_below
-            x = max(_step(x, 0.5 if doomed else factor(downs), integer), low)
+            x = max(_step(x, factor(downs), integer), low)
             step += 1
             if probe(x):
                 lo = x
