@@ -61,6 +61,7 @@ class BootRun:
     points: dict[str, Point] = field(default_factory=dict)
     capacities: dict[str, CapacityResult] = field(default_factory=dict)
     workloads: dict[str, dict[str, Any]] = field(default_factory=dict)  # by label, load mode
+    launch: str = "direct"  # "forked" from the preloaded vLLM (autotune.server.forkserver)
 
     @property
     def point(self) -> Point:
@@ -90,7 +91,8 @@ class BootRun:
         """result.json: argv, flags, timings and log; then the one profile's measurement, or
         each profile's under `profiles`."""
         doc: dict[str, Any] = {"argv": self.argv, "params": self.params,
-                               "timings": asdict(self.timings), "log_path": self.log_path}
+                               "timings": asdict(self.timings), "log_path": self.log_path,
+                               "launch": self.launch}
         each = {k: _profile_json(pt, self.workloads.get(k, {}))
                 for k, pt in self.points.items()} | {
             k: {"summary": r.summary(), **r.to_json()} for k, r in self.capacities.items()}
@@ -145,7 +147,9 @@ def booted(server: ServerConfig, params: Mapping[str, Any], workdir: Path, phase
     phase("booting")
     for attempt in range(PORT_ATTEMPTS):
         proc = ServerProcess(argv, log_path=workdir / "server.log", port=free_port(server.host),
-                             host=server.host, env=server_env(server, workdir))
+                             host=server.host, env=server_env(server, workdir),
+                             preload=server.executable if server.preload else None,
+                             preload_log=workdir.parent / "vllm-forkserver.log")
         proc.start()
         try:
             if attempt == 0:
@@ -244,6 +248,6 @@ def run_boot(server: ServerConfig, profiles: Sequence[ProfileConfig], params: Ma
         t_stop = time.monotonic()
     run = BootRun(proc.argv, dict(params), Timings(boot_s, bench_s, time.monotonic() - t_stop,
                                                   time.monotonic() - t_start),
-                  str(proc.log_path), points, capacities, workloads)
+                  str(proc.log_path), points, capacities, workloads, proc.launch)
     (workdir / "result.json").write_text(json.dumps(run.to_json(), indent=2, default=str) + "\n")
     return run

@@ -11,7 +11,6 @@ import contextlib
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,7 +24,8 @@ from autotune.errors import (
     ServerBootTimeout,
     ServerDiedError,
 )
-from autotune.server.process import ProcessGroup, port_is_free
+from autotune.server.forkserver import ForkedGroup, ForkServerError, fork_server, refuse
+from autotune.server.process import ProcessGroup, owned_tmpdir, port_is_free
 
 # Lines that wrap the real cause; the root cause is the first exception line that is not one.
 _WRAPPERS = (
@@ -44,6 +44,8 @@ _ARGPARSE = re.compile(r"(?:^|\s)(vllm[\w ]*: error: .+)$")
 # profile left the whole process tree alive and silent until the boot timeout (13 minutes of a
 # study's GPU time). Seen with vLLM 0.26.0 (docs/results/multi-gpu-h200x2).
 ENGINE_FAILED = "EngineCore failed to start"
+# the fork server's imports: ~85 s on a fresh H100 machine, where the first boot pays them
+FORK_SERVER_READY_S = 600.0
 
 
 def root_cause(log_text: str) -> str | None:
@@ -75,37 +77,6 @@ def root_cause(log_text: str) -> str | None:
     return None
 
 
-SOCKET_DIR_PREFIX = "autotune-"
-OWNER_FILE = "owner.pid"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
-
-
-def sweep_socket_dirs(root: str = "/tmp") -> list[Path]:
-    """Remove the socket folders of servers whose owner died without stopping them (killed, or
-    its machine lost: stop() never ran). A folder is only removed when its owner.pid names a
-    process that no longer exists; returns what was removed."""
-    removed = []
-    for d in Path(root).glob(SOCKET_DIR_PREFIX + "*"):
-        owner = d / OWNER_FILE
-        try:
-            pid = int(owner.read_text())
-        except (OSError, ValueError):
-            continue  # not ours, or still being set up
-        if not _pid_alive(pid):
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(d)
-    return removed
-
-
 class ServerProcess:
     """A `vllm serve` subprocess owned by a context manager (autotune.server.process.ProcessGroup).
 
@@ -124,6 +95,8 @@ class ServerProcess:
         env: Mapping[str, str] | None = None,
         stop_grace_s: float = 5.0,
         hang_grace_s: float = 30.0,
+        preload: Sequence[str] | None = None,
+        preload_log: Path | None = None,
     ) -> None:
         self.argv = [*argv, "--host", host, "--port", str(port)]
         self.log_path = Path(log_path)
@@ -131,17 +104,20 @@ class ServerProcess:
         self.env = dict(os.environ if env is None else env)
         self.stop_grace_s = stop_grace_s
         self.hang_grace_s = hang_grace_s
+        # fork the server from a process that imported this vLLM executable's CLI once
+        # (autotune.server.forkserver), when it is a Python console script
+        self.preload = list(preload) if preload else None
+        self.preload_log = preload_log or self.log_path.with_name("vllm-forkserver.log")
         self.group: ProcessGroup | None = None
+        self.started_at: float | None = None
         self.healthy_at: float | None = None
         self.tmpdir: str | None = None
+        self.launch = "direct"  # or "forked"; `direct_why` says why a preload fell back
+        self.direct_why: str | None = None
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
-
-    @property
-    def started_at(self) -> float | None:
-        return None if self.group is None else self.group.started_at
 
     def alive(self) -> bool:
         return self.group is not None and self.group.running()
@@ -161,13 +137,40 @@ class ServerProcess:
     def start(self) -> None:
         # vLLM puts ZMQ IPC sockets in TMPDIR and leaves them behind; a socket path must stay
         # under 107 bytes, so each server gets a short private directory, removed at stop.
-        sweep_socket_dirs()
-        self.tmpdir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX, dir="/tmp")
-        Path(self.tmpdir, OWNER_FILE).write_text(str(os.getpid()))
-        self.group = ProcessGroup(self.argv, log_path=self.log_path,
-                                  env={**self.env, "TMPDIR": self.tmpdir}, pdeathsig=True,
-                                  header=True)
-        self.group.start()
+        self.started_at = time.monotonic()
+        self.tmpdir = str(owned_tmpdir())
+        env = {**self.env, "TMPDIR": self.tmpdir}
+        if self.preload is not None:
+            self.group = self._forked(self.preload, env)
+        if self.group is None:
+            self.group = ProcessGroup(self.argv, log_path=self.log_path, env=env,
+                                      pdeathsig=True, header=True)
+            self.group.start()
+
+    def _forked(self, executable: list[str], env: dict[str, str]) -> ProcessGroup | None:
+        """The server forked from the fork server of `executable`, or None (started directly,
+        with the reason at the top of its log) when there is none or it failed."""
+        server = fork_server(executable, env, self.preload_log) \
+            if self.argv[:len(executable)] == executable else "the argv does not start with it"
+        if isinstance(server, str):
+            self._direct(server)
+            return None
+        try:
+            server.wait_ready(time.monotonic() + FORK_SERVER_READY_S)
+            group = ForkedGroup(server, self.argv, log_path=self.log_path, env=env)
+            group.start()
+        except ForkServerError as e:
+            refuse(server, str(e))
+            self._direct(str(e))
+            return None
+        self.launch = "forked"
+        return group
+
+    def _direct(self, why: str) -> None:
+        self.direct_why = why
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "a") as log:
+            log.write(f"# autotune: not preloaded, started directly: {why}\n")
 
     def log_text(self) -> str:
         return self.group.log_text() if self.group is not None else ""
@@ -179,8 +182,8 @@ class ServerProcess:
         """Block until GET /health answers 200; returns seconds since start. A server whose
         engine failed to start and that has not exited `hang_grace_s` later is hung: raise
         ServerBootHung with the engine's cause (the caller stops the group)."""
-        assert self.group is not None and self.group.started_at is not None, "start() first"
-        started = self.group.started_at
+        assert self.group is not None and self.started_at is not None, "start() first"
+        started = self.started_at
         deadline = started + timeout_s
         engine_failed_at: float | None = None
         next_scan = 0.0

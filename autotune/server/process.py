@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -54,6 +55,47 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return False
         return True
+
+
+SOCKET_DIR_PREFIX = "autotune-"
+OWNER_FILE = "owner.pid"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def sweep_socket_dirs(root: str = "/tmp") -> list[Path]:
+    """Remove the socket folders of servers whose owner died without stopping them (killed, or
+    its machine lost: stop() never ran). A folder is only removed when its owner.pid names a
+    process that no longer exists; returns what was removed."""
+    removed = []
+    for d in Path(root).glob(SOCKET_DIR_PREFIX + "*"):
+        owner = d / OWNER_FILE
+        try:
+            pid = int(owner.read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being set up
+        if not _pid_alive(pid):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
+def owned_tmpdir(prefix: str = SOCKET_DIR_PREFIX) -> Path:
+    """A new short folder under /tmp with our pid in its owner.pid, after sweeping the folders
+    of dead owners: a child's Unix sockets go there (a socket path must stay under 107 bytes)."""
+    sweep_socket_dirs()
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    (d / OWNER_FILE).write_text(str(os.getpid()))
+    return d
+
 
 
 def with_pdeathsig(argv: Sequence[str]) -> list[str]:
@@ -109,42 +151,51 @@ class ProcessGroup:
         assert self.proc is not None, "start() first"
         return self.proc.pid
 
+    @property
+    def started(self) -> bool:
+        return self.proc is not None
+
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.started and self.poll() is None
 
     @property
     def returncode(self) -> int | None:
-        return None if self.proc is None else self.proc.returncode
+        return self.poll() if self.started else None
 
     def wait(self) -> int:
         assert self.proc is not None, "start() first"
         return self.proc.wait()
 
-    def signal(self, sig: int) -> None:
-        """Send `sig` to the whole group (start_new_session: the group id is the leader's pid)."""
+    def _reap(self, timeout: float) -> None:
+        """Collect the leader's exit status (a zombie until then)."""
         if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=timeout)
+
+    def signal(self, sig: int) -> None:
+        """Send `sig` to the whole group (a new session: the group id is the leader's pid)."""
+        if self.started:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
+                os.killpg(self.pid, sig)
 
     def stop(self, grace_s: float = 5.0) -> None:
         """TERM the group, KILL it after `grace_s`, reap the leader, wait for the group to go."""
-        if self.proc is None:
+        if not self.started:
             return
-        pgid = self.proc.pid
+        pgid = self.pid
         self.signal(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
-            self.proc.poll()
+            self.poll()
             if not group_pids(pgid):
                 break
             time.sleep(0.1)
         else:
             self.signal(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
+        self._reap(10)
         while group_pids(pgid) and time.monotonic() < deadline + 10:
             time.sleep(0.1)
 

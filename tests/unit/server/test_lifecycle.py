@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ServerBootError, ServerBootHung, ServerBootTimeout
-from autotune.server.lifecycle import (
+from autotune.server.lifecycle import ServerProcess, root_cause
+from autotune.server.process import (
     OWNER_FILE,
     SOCKET_DIR_PREFIX,
-    ServerProcess,
-    root_cause,
+    free_port,
+    group_pids,
+    port_is_free,
     sweep_socket_dirs,
 )
-from autotune.server.process import free_port, group_pids, port_is_free
 
 # Binds the port it is given (like a server), spawns a child, ignores SIGTERM in the child.
 HOLDER = """
