@@ -19,6 +19,21 @@ def servers_of(model: Path) -> list[int]:
     return out
 
 
+def fork_servers_of(path: Path) -> list[int]:
+    """Fork servers (autotune.server.forkserver) whose log lies under `path`: their argv ends
+    with it, so a test sees its own and not those of others."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "_forkserver_main.py" in cmd and str(path) in cmd:
+                out.append(int(d.name))
+    return out
+
+
 def wait_for(path: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():

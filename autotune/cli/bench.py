@@ -89,6 +89,9 @@ def miss_lines(points: list[Any]) -> list[str]:
               "one (e.g. http://10.0.0.5:8000).")
 @click.option("--vllm", "vllm_cmd", help="Command that runs vLLM's CLI (default: `vllm`).")
 @click.option("--boot-timeout", type=float, default=600.0, show_default=True)
+@click.option("--preload/--no-preload", default=False, show_default=True,
+              help="Fork the server from a process that imported vLLM's CLI first, as a study "
+              "does (server.preload); one boot gains nothing from it.")
 @profile_options
 @click.option("--capacity-axis", type=choice(Axis), help="Search the capacity under --slo on "
               "this axis instead of measuring one load.")
@@ -100,7 +103,7 @@ def miss_lines(points: list[Any]) -> list[str]:
 @click.option("--output", type=click.Path(path_type=Path), help="Write the result JSON here.")
 @click.argument("vllm_args", nargs=-1, type=click.UNPROCESSED)
 def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | None,
-          boot_timeout: float, capacity_axis: str | None,
+          boot_timeout: float, preload: bool, capacity_axis: str | None,
           slo_texts: tuple[str, ...], workdir: Path, output: Path | None,
           vllm_args: tuple[str, ...], **kw: Any) -> None:
     """Boot one vLLM server (or use --url), benchmark it, stop it, print the metrics.
@@ -129,7 +132,8 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
                           "a capacity search; add --capacity-axis concurrency (or rate) and "
                           "--slo")
     data2: dict[str, Any] = {"model": model, "tokenizer": tokenizer,
-                             "boot_timeout_s": boot_timeout, "extra_args": list(vllm_args)}
+                             "boot_timeout_s": boot_timeout, "extra_args": list(vllm_args),
+                             "preload": preload}
     if vllm_cmd:
         data2["executable"] = vllm_cmd
     server = parse_model(ServerConfig, data2, "bench")

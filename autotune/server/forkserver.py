@@ -79,12 +79,14 @@ class ForkServer:
     """One fork server: started by `start()`, ready when its socket exists, stopped by `stop()`."""
 
     def __init__(self, python: str, entry: str, env: Mapping[str, str], log_path: Path,
-                 modules: Sequence[str] = PRELOAD_MODULES) -> None:
-        self.python, self.entry, self.modules = python, entry, list(modules)
+                 modules: Sequence[str] | None = None) -> None:
+        self.python, self.entry = python, entry
+        self.modules = list(PRELOAD_MODULES if modules is None else modules)
         self.env = dict(env)
         self.log_path = Path(log_path)
         self.dir: Path | None = None
         self.group: ProcessGroup | None = None
+        self.added: list[str] = []  # variables of the forks' environment that self.env lacks
 
     @property
     def socket_path(self) -> Path:
@@ -121,9 +123,20 @@ class ForkServer:
     def alive(self) -> bool:
         return self.group is not None and self.group.running()
 
+    def note(self, text: str) -> None:
+        """A line of autotune's in the fork server's log."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "a") as log:
+            log.write(f"# autotune: {text}\n")
+
     def fork(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> int:
         """Fork one server running `argv` with exactly `env`, output appended to `log_path`;
         its pid."""
+        added = sorted(k for k in env if k not in self.env and k != "TMPDIR")
+        if added != self.added:
+            self.added = added
+            self.note("the next forks have variables this fork server's imports did not see: "
+                      + ", ".join(added))
         req = {"argv": list(argv), "env": dict(env), "cwd": os.getcwd(),
                "log": str(Path(log_path).resolve())}
         try:
@@ -189,8 +202,11 @@ class ForkedGroup(ProcessGroup):
             return self._rc
         self._rc = self.server.exit_status(self._pid)
         if self._rc is None and not Path(f"/proc/{self._pid}").exists():
-            # gone: reaped just now, or the fork server died first and cannot tell
-            rc = self.server.exit_status(self._pid)
+            # reaped: the fork server writes the status just after (or it died and cannot)
+            deadline = time.monotonic() + 2
+            while (rc := self.server.exit_status(self._pid)) is None and \
+                    self.server.alive() and time.monotonic() < deadline:
+                time.sleep(0.01)
             self._rc = -9 if rc is None else rc
         return self._rc
 
@@ -205,28 +221,41 @@ class ForkedGroup(ProcessGroup):
             time.sleep(0.1)
 
 
-_Key = tuple[str, str, tuple[tuple[str, str], ...]]  # python, entry, environment
-_SERVERS: dict[_Key, ForkServer] = {}
-_FAILED: dict[_Key, str] = {}
+_SERVERS: dict[tuple[str, str], ForkServer] = {}  # by (python, entry): one at a time
+_FAILED: dict[tuple[str, str], str] = {}
 
 
 def fork_server(executable: Sequence[str], env: Mapping[str, str],
                 log_path: Path) -> ForkServer | str:
-    """The running fork server for this vLLM and environment (TMPDIR aside), started if need
-    be (one at a time: another one is stopped); or why there is none."""
+    """The running fork server of this vLLM, started if need be; or why there is none.
+
+    A fork server serves an environment that keeps every variable it started with (TMPDIR
+    aside): the fork gets the environment exactly, but its imports happened with the fork
+    server's. Variables added since (libraries autotune imports set some: scikit-learn sets
+    KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK) do not replace it, and its log names them; a
+    changed or removed variable starts a new one, and the log says why."""
     found = console_script(executable)
     if found is None:
         return f"{' '.join(executable)} is not a Python console script"
-    key = (*found, tuple(sorted((k, v) for k, v in env.items() if k != "TMPDIR")))
-    if key in _FAILED:
-        return _FAILED[key]
-    server = _SERVERS.get(key)
-    if server is not None and server.alive():
-        return server
+    if found in _FAILED:
+        return _FAILED[found]
+    own = {k: v for k, v in env.items() if k != "TMPDIR"}
+    server = _SERVERS.get(found)
+    why = None
+    if server is not None:
+        changed = sorted(k for k, v in server.env.items() if own.get(k) != v)
+        if not server.alive():
+            why = f"the last one exited with code {server.group and server.group.poll()}"
+        elif changed:
+            why = f"the environment changed in {', '.join(changed)}"
+        else:
+            return server
     stop_fork_servers()
-    server = ForkServer(*found, {k: v for k, v in env.items() if k != "TMPDIR"}, log_path)
+    server = ForkServer(*found, own, log_path)
+    if why:
+        server.note(f"a new fork server: {why}")
     server.start()
-    _SERVERS[key] = server
+    _SERVERS[found] = server
     return server
 
 

@@ -21,7 +21,7 @@ import yaml
 from autotune.config.study import load_study_config
 from autotune.server.process import port_is_free
 from tests.cpu import CPU_BASE
-from tests.procs import servers_of, wait_for
+from tests.procs import fork_servers_of, servers_of, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("vllm_default_processes")]
 
@@ -291,9 +291,12 @@ def test_sigkilled_study_trial_is_retried(tiny_model: Path, tmp_path: Path, pg_u
     proc.kill()
     proc.communicate(timeout=30)
     deadline = time.monotonic() + 30
-    while servers_of(tiny_model) and time.monotonic() < deadline:
+    while (servers_of(tiny_model) or fork_servers_of(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert servers_of(tiny_model) == []  # no orphan: setpriv's parent-death signal
+    # no orphan: setpriv's parent-death signal reaches the fork server, and the fork server's
+    # reaches the server it forked (server.preload, on by default)
+    assert servers_of(tiny_model) == [] and fork_servers_of(tmp_path) == []
+    assert "forked " in (log.parent.parent / "vllm-forkserver.log").read_text()
     server_gone = time.monotonic() - t_kill
     shorten(cfg)
     p = study(cfg, "--no-mlflow", *more)

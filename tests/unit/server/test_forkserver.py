@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -38,6 +37,14 @@ def main():
         sys.exit(int(sys.argv[-1]))
     time.sleep(600)
 '''
+
+
+@pytest.fixture(autouse=True)
+def light_preload(monkeypatch: pytest.MonkeyPatch):
+    """The stand-in needs no vLLM imports; and no fork server outlives a test."""
+    monkeypatch.setattr("autotune.server.forkserver.PRELOAD_MODULES", ("json",))
+    yield
+    stop_fork_servers()
 
 
 @pytest.fixture
@@ -148,37 +155,31 @@ def test_a_fork_server_that_fails_leaves_direct_starts(cli, tmp_path: Path) -> N
     why at the top of its log, and later boots do not try again."""
     script, env = cli
     script.write_text(script.read_text().replace("from fakecli", "from nosuchcli"))
-    try:
-        for _ in range(2):
-            proc = ServerProcess([str(script), "serve", "m"], log_path=tmp_path / "a.log",
-                                 port=free_port(), env=env, preload=[str(script)])
-            proc.start()
-            try:
-                assert proc.launch == "direct" and "exited with code" in (proc.direct_why or "")
-            finally:
-                proc.stop()
-        assert fork_server([str(script)], env, tmp_path / "fs.log") == proc.direct_why
-        assert "# autotune: not preloaded, started directly: " in proc.log_text()
-    finally:
-        stop_fork_servers()
+    for _ in range(2):
+        proc = ServerProcess([str(script), "serve", "m"], log_path=tmp_path / "a.log",
+                             port=free_port(), env=env, preload=[str(script)])
+        proc.start()
+        try:
+            assert proc.launch == "direct" and "exited with code" in (proc.direct_why or "")
+        finally:
+            proc.stop()
+    assert fork_server([str(script)], env, tmp_path / "fs.log") == proc.direct_why
+    assert "# autotune: not preloaded, started directly: " in proc.log_text()
 
 
 def test_a_server_process_with_preload_is_forked(cli, tmp_path: Path) -> None:
     script, env = cli
+    proc = ServerProcess([str(script), "serve", "m"], log_path=tmp_path / "b.log",
+                         port=free_port(), env=env, preload=[str(script)])
+    proc.start()
     try:
-        proc = ServerProcess([str(script), "serve", "m"], log_path=tmp_path / "b.log",
-                             port=free_port(), env=env, preload=[str(script)])
-        proc.start()
-        try:
-            assert proc.launch == "forked" and proc.direct_why is None
-            seen = _first_line(proc.log_path)
-            assert seen["argv"][:3] == [str(script), "serve", "m"]
-            assert seen["tmp"] == proc.tmpdir  # each server's own socket folder
-        finally:
-            proc.stop()
-        assert proc.group is not None and group_pids(proc.group.pid) == []
+        assert proc.launch == "forked" and proc.direct_why is None
+        seen = _first_line(proc.log_path)
+        assert seen["argv"][:3] == [str(script), "serve", "m"]
+        assert seen["tmp"] == proc.tmpdir  # each server's own socket folder
     finally:
-        stop_fork_servers()
+        proc.stop()
+    assert proc.group is not None and group_pids(proc.group.pid) == []
 
 
 def test_not_a_console_script_starts_directly(tmp_path: Path) -> None:
@@ -211,3 +212,23 @@ def test_bad_request_is_answered_not_fatal(cli, tmp_path: Path) -> None:
             fs.fork(["x"], env, tmp_path / "x.log")
     finally:
         fs.stop()
+
+
+def test_added_variables_reuse_the_fork_server_and_changed_ones_replace_it(cli, tmp_path):
+    """Libraries autotune imports add variables to its environment mid-study (scikit-learn:
+    KMP_DUPLICATE_LIB_OK); that must not cost a new fork server's imports. A changed one does."""
+    script, env = cli
+    log = tmp_path / "fs.log"
+    first = fork_server([str(script)], env, log)
+    assert isinstance(first, ForkServer)
+    same = fork_server([str(script)], {**env, "KMP_INIT_AT_FORK": "FALSE"}, log)
+    assert same is first
+    first.wait_ready(time.monotonic() + 30)
+    g = ForkedGroup(first, [str(script), "serve", "0"], log_path=tmp_path / "s.log",
+                    env={**env, "KMP_INIT_AT_FORK": "FALSE"})
+    g.start()
+    assert g.wait() == 0
+    assert "variables this fork server's imports did not see: KMP_INIT_AT_FORK" in log.read_text()
+    other = fork_server([str(script)], {**env, "PYTHONPATH": env["PYTHONPATH"] + ":/x"}, log)
+    assert other is not first and not first.alive()
+    assert "a new fork server: the environment changed in PYTHONPATH" in log.read_text()
