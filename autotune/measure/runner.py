@@ -150,8 +150,8 @@ def booted(server: ServerConfig, params: Mapping[str, Any], workdir: Path, phase
                              host=server.host, env=server_env(server, workdir),
                              preload=server.executable if server.preload else None,
                              preload_log=workdir.parent / "vllm-forkserver.log")
-        proc.start()
         try:
+            proc.start()
             if attempt == 0:
                 while_booting()
             proc.wait_healthy(server.boot_timeout_s)

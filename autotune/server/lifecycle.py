@@ -228,11 +228,11 @@ class ServerProcess:
         The grace is short on purpose: a benchmark server has nothing to save, and on an H100
         vLLM with ngram speculation took 10.7 s to exit on TERM (seen in the GPU study).
         """
+        if self.tmpdir:  # also when start() was interrupted (waiting for the fork server)
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
         if self.group is None:
             return
         self.group.stop(self.stop_grace_s)
-        if self.tmpdir:
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
         port_deadline = time.monotonic() + 10
         while not port_is_free(self.port, self.host) and time.monotonic() < port_deadline:
             time.sleep(0.1)
