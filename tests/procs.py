@@ -6,32 +6,27 @@ import time
 from pathlib import Path
 
 
-def servers_of(model: Path) -> list[int]:
-    out = []
+def _commands() -> dict[int, str]:
+    """Every live process's command line, by pid."""
+    out = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if " serve " in cmd and str(model) in cmd:
-                out.append(int(d.name))
     return out
+
+
+def servers_of(model: Path) -> list[int]:
+    return [pid for pid, cmd in _commands().items() if " serve " in cmd and str(model) in cmd]
 
 
 def fork_servers_of(path: Path) -> list[int]:
     """Fork servers (autotune.server.forkserver) whose log lies under `path`: their argv ends
     with it, so a test sees its own and not those of others."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if "_forkserver_main.py" in cmd and str(path) in cmd:
-                out.append(int(d.name))
-    return out
+    return [pid for pid, cmd in _commands().items()
+            if "_forkserver_main.py" in cmd and str(path) in cmd]
 
 
 def wait_for(path: Path, timeout: float = 120) -> None:

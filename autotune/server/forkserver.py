@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from autotune.errors import AutotuneError
-from autotune.server.process import SOCKET_DIR_PREFIX, ProcessGroup, owned_tmpdir
+from autotune.server.process import SOCKET_DIR_PREFIX, ProcessGroup, log_line, owned_tmpdir
 
 SCRIPT = Path(__file__).with_name("_forkserver_main.py")
 # What `vllm serve` imports before its first log line; a module missing from this vLLM is
@@ -125,9 +125,7 @@ class ForkServer:
 
     def note(self, text: str) -> None:
         """A line of autotune's in the fork server's log."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "a") as log:
-            log.write(f"# autotune: {text}\n")
+        log_line(self.log_path, f"# autotune: {text}")
 
     def fork(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> int:
         """Fork one server running `argv` with exactly `env`, output appended to `log_path`;
@@ -182,9 +180,7 @@ class ForkedGroup(ProcessGroup):
         self._rc: int | None = None
 
     def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            log.write(f"$ {' '.join(self.argv)}\n".encode())
+        log_line(self.log_path, f"$ {' '.join(self.argv)}")
         self._pid = self.server.fork(self.argv, self.env, self.log_path)
         self.started_at = time.monotonic()
 
@@ -211,9 +207,9 @@ class ForkedGroup(ProcessGroup):
         return self._rc
 
     def wait(self) -> int:
-        while (rc := self.poll()) is None:
-            time.sleep(0.1)
-        return rc
+        self._reap(float("inf"))
+        assert self._rc is not None
+        return self._rc
 
     def _reap(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

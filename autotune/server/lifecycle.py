@@ -25,7 +25,7 @@ from autotune.errors import (
     ServerDiedError,
 )
 from autotune.server.forkserver import ForkedGroup, ForkServerError, fork_server, refuse
-from autotune.server.process import ProcessGroup, owned_tmpdir, port_is_free
+from autotune.server.process import ProcessGroup, log_line, owned_tmpdir, port_is_free
 
 # Lines that wrap the real cause; the root cause is the first exception line that is not one.
 _WRAPPERS = (
@@ -168,9 +168,7 @@ class ServerProcess:
 
     def _direct(self, why: str) -> None:
         self.direct_why = why
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "a") as log:
-            log.write(f"# autotune: not preloaded, started directly: {why}\n")
+        log_line(self.log_path, f"# autotune: not preloaded, started directly: {why}")
 
     def log_text(self) -> str:
         return self.group.log_text() if self.group is not None else ""

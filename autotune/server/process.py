@@ -97,6 +97,12 @@ def owned_tmpdir(prefix: str = SOCKET_DIR_PREFIX) -> Path:
     return d
 
 
+def log_line(path: Path, line: str) -> None:
+    """Append one line of autotune's to a child's log (its folder made if need be)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as log:
+        log.write(line + "\n")
+
 
 def with_pdeathsig(argv: Sequence[str]) -> list[str]:
     """The child gets SIGTERM when autotune dies, even by SIGKILL (it runs in its own session,
@@ -126,11 +132,10 @@ class ProcessGroup:
         self.started_at: float | None = None
 
     def start(self) -> None:
+        if self.header:
+            log_line(self.log_path, f"$ {' '.join(self.argv)}")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            if self.header:
-                log.write(f"$ {' '.join(self.argv)}\n".encode())
-                log.flush()
             # Popen dups the fd: the child keeps writing after we close our handle.
             self.proc = subprocess.Popen(
                 with_pdeathsig(self.argv) if self.pdeathsig else self.argv,
