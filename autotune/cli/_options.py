@@ -25,8 +25,9 @@ def choice(literal: Any) -> click.Choice[str]:
 
 
 PROFILE_FIELDS = ("input_len", "output_len", "num_prompts", "max_concurrency", "request_rate",
-                  "warmup", "seed", "endpoint", "client_processes", "path", "sample", "prefix_len",
-                  "num_prefixes", "range_ratio")
+                  "warmup", "seed", "endpoint", "client_processes", "client_cpus",
+                  "client_realtime", "path", "sample", "prefix_len", "num_prefixes",
+                  "range_ratio")
 
 
 def _help(field: str) -> str:
@@ -46,6 +47,9 @@ def profile_options(f: F) -> F:
         click.option("--seed", type=int, help=_help("seed")),
         click.option("--endpoint", type=choice(Endpoint), help=_help("endpoint")),
         click.option("--client-processes", help=_help("client_processes")),
+        click.option("--client-cpus", help=_help("client_cpus")),
+        click.option("--client-realtime/--no-client-realtime", default=None,
+                     help=_help("client_realtime")),
         click.option("--path", help=_help("path")),
         click.option("--sample", type=click.Choice(["order", "random"]), help=_help("sample")),
         click.option("--prefix-len", type=int, help=_help("prefix_len")),

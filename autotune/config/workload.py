@@ -95,6 +95,14 @@ class ProfileConfig(StrictModel):
     client_processes: int | Literal["auto"] = Field(
         "auto", description="Processes the load generator spreads its concurrency slots over; "
         "auto: one per 128 slots, at most a quarter of this machine's CPUs.")
+    client_cpus: Literal["auto", "any"] | list[int] = Field(
+        "auto", description="CPUs the load generator runs on: auto, those no thread of another "
+        "process (vLLM-CPU's OpenMP threads) is bound to, so it reads each token as it comes; "
+        "any: wherever the OS puts it; or a list such as 1,3 or 2-3.")
+    client_realtime: bool = Field(
+        True, description="Run the load generator's reading threads as SCHED_FIFO where the OS "
+        "allows it (root or CAP_SYS_NICE), so that they read each token as it arrives even when "
+        "the server's threads fill the CPUs; they sleep between reads.")
     label: str | None = Field(None, description="The profile's name in a suite (default: its "
                               "name); per-profile metrics are <label>/<metric>.")
     weight: float = Field(1.0, gt=0, description="Its weight in a suite's weighted score.")
@@ -124,6 +132,25 @@ class ProfileConfig(StrictModel):
         if isinstance(v, bool) or n < 1 or str(n) != str(v).strip():
             raise ValueError("must be a number of processes (1 or more) or auto")
         return n
+
+    @field_validator("client_cpus", mode="before")
+    @classmethod
+    def _cpus(cls, v: Any) -> Any:
+        if v in ("auto", "any"):
+            return v
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = [v]
+        if isinstance(v, str):
+            try:
+                v = [c for part in v.split(",") if part.strip()
+                     for lo, _, hi in [part.strip().partition("-")]
+                     for c in range(int(lo), int(hi or lo) + 1)]
+            except ValueError:
+                v = None
+        if not isinstance(v, list) or not v or not all(
+                isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in v):
+            raise ValueError("must be auto, any, or CPU numbers such as 1,3 or 2-3")
+        return sorted(set(v))
 
     @model_validator(mode="after")
     def _endpoint_takes_prompts(self) -> ProfileConfig:

@@ -5,6 +5,7 @@ per request, with `vllm bench serve`'s timing definitions.
     _slots       slot scheduling in one event loop (one kept-alive connection per slot)
     _processes   the slots spread over client processes (shared counter, typed messages)
     _run         settings, warm-up, /metrics scrapes, the entry points
+    placement    which CPUs the client runs on, and how long it waited for one
 """
 
 from autotune.load._request import Endpoint, RequestOptions, payload

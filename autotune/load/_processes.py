@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import os
 import queue
 import signal
 from collections.abc import Awaitable, Callable
@@ -24,6 +25,7 @@ from typing import Any
 from autotune.errors import ClientError
 from autotune.load._request import OnFirst
 from autotune.load._slots import WATCH_S, Abort, ShardPlan, run_shard
+from autotune.load.placement import realtime
 from autotune.load.record import RequestRecord
 
 
@@ -50,6 +52,8 @@ class Done:
     shard: int
     end_s: float
     cpu_s: float
+    delay_s: float  # waiting for a CPU
+    realtime: bool  # it ran as SCHED_FIFO
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,9 @@ class SharedControl:
 def _shard_main(k: int, plan: ShardPlan, shared: Shared) -> None:
     """Entry point of one client process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us through `code`
+    if plan.cpus:
+        os.sched_setaffinity(0, plan.cpus)
+    rt = plan.realtime and realtime()
     ctl = SharedControl(len(plan.requests), shared)
 
     async def start() -> float:
@@ -116,8 +123,8 @@ def _shard_main(k: int, plan: ShardPlan, shared: Shared) -> None:
         return float(shared.t0.value)
 
     try:
-        end, cpu = asyncio.run(run_shard(plan, ctl, start))
-        shared.out.put(Done(k, end, cpu))
+        end, cpu, delay = asyncio.run(run_shard(plan, ctl, start))
+        shared.out.put(Done(k, end, cpu, delay, rt))
     except BaseException as e:  # reported, not printed: the parent names the failure
         ctl.abort(Abort.CLIENT_FAILED)
         shared.out.put(Failed(k, f"{type(e).__name__}: {e}"))
@@ -129,6 +136,8 @@ class Outcome:
     why: Abort
     duration_s: float
     cpu_s: float  # of the busiest process
+    delay_s: float  # the longest wait for a CPU of a process
+    realtime: bool  # every process ran as SCHED_FIFO
 
 
 async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[float]],
@@ -144,7 +153,8 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
                          daemon=True) for k, plan in enumerate(plans)]
     got: dict[int, RequestRecord] = {}
     ready: set[int] = set()
-    ends: dict[int, tuple[float, float]] = {}
+    ends: dict[int, tuple[float, float, float]] = {}
+    rts: list[bool] = []
     failure = ""
 
     def handle(msg: Message) -> None:
@@ -159,10 +169,11 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
         elif isinstance(msg, Ready):
             ready.add(msg.shard)
         elif isinstance(msg, Done):
-            ends[msg.shard] = (msg.end_s, msg.cpu_s)
+            ends[msg.shard] = (msg.end_s, msg.cpu_s, msg.delay_s)
+            rts.append(msg.realtime)
         else:
             failure = failure or f"load generator process {msg.shard} failed: {msg.error}"
-            ends[msg.shard] = (0.0, 0.0)
+            ends[msg.shard] = (0.0, 0.0, 0.0)
             shared.code.value = shared.code.value or int(Abort.CLIENT_FAILED)
 
     async def drain(until: Callable[[], bool]) -> None:
@@ -202,5 +213,6 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
         raise ClientError(failure)
     n = len(plans[0].requests)
     why = Abort(int(shared.code.value)) if len(got) < n else Abort.NONE
-    return Outcome(got, why, max(e for e, _ in ends.values()),
-                   max(c for _, c in ends.values()))
+    return Outcome(got, why, max(e for e, _, _ in ends.values()),
+                   max(c for _, c, _ in ends.values()), max(d for _, _, d in ends.values()),
+                   bool(rts) and all(rts))

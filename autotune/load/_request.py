@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import httpx
 
+from autotune.load._reads import reads_of
 from autotune.load.record import Request, RequestRecord
 
 Endpoint = Literal["completions", "chat"]
@@ -103,6 +104,7 @@ async def send(client: httpx.AsyncClient, model: str, index: int, req: Request,
     trace = _Trace(t0)
     sent = time.perf_counter() - t0
     chunks: list[float] = []
+    coalesced = 0  # token events read together with an earlier one (see RequestRecord)
     usage: dict[str, Any] = {}
     error: str | None = None
     try:
@@ -115,10 +117,13 @@ async def send(client: httpx.AsyncClient, model: str, index: int, req: Request,
                 # Split SSE on bytes, not text: generated text may hold characters that
                 # str.splitlines treats as line breaks (U+2028, U+0085), which JSON leaves raw.
                 buf = b""
+                reads = reads_of(resp)
+                last_read: int | None = None  # the socket read of the last token event
                 async for part in resp.aiter_bytes():
                     buf += part
                     *lines, buf = buf.split(b"\n")
                     now = time.perf_counter() - t0
+                    read = reads()
                     for raw in lines:
                         if not raw.startswith(b"data: "):
                             continue  # blank separators and SSE comments
@@ -128,6 +133,8 @@ async def send(client: httpx.AsyncClient, model: str, index: int, req: Request,
                         data = json.loads(data_bytes)
                         if is_token_event(data, opts.endpoint):
                             chunks.append(now)
+                            coalesced += read is not None and read == last_read
+                            last_read = read
                             if len(chunks) == 1 and on_first is not None:
                                 on_first(index, sent, now)
                         if data.get("usage"):
@@ -146,6 +153,7 @@ async def send(client: httpx.AsyncClient, model: str, index: int, req: Request,
         first_token_time=chunks[0] if chunks else None,
         end_time=chunks[-1] if chunks else None,
         chunk_times=tuple(chunks),
+        coalesced=coalesced,
         prompt_tokens=usage.get("prompt_tokens"),
         output_tokens=int(usage.get("completion_tokens") or len(chunks)),
         error=error,

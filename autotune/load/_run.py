@@ -19,6 +19,7 @@ import numpy as np
 from autotune.load._processes import run_processes
 from autotune.load._request import Endpoint, OnFirst, RequestOptions
 from autotune.load._slots import WATCH_S, LocalControl, ShardPlan, run_shard
+from autotune.load.placement import pinned
 from autotune.load.record import Request, RequestRecord
 from autotune.server.scrape import ServerStats, poll, scrape_once
 
@@ -37,6 +38,10 @@ class LoadSettings:
     # open loop: reuse kept-alive connections (False opens one per request, as autotune did
     # before 2026-11-24: scripts/fidelity.py measures what that costs)
     reuse_connections: bool = True
+    # the CPUs the client runs on (None: anywhere); autotune.load.placement.client_cpus picks
+    # those no server thread is bound to
+    cpus: tuple[int, ...] | None = None
+    realtime: bool = False  # the reading threads as SCHED_FIFO, where the OS allows it
 
     def options(self) -> RequestOptions:
         return RequestOptions(self.endpoint, self.ignore_eos, self.request_timeout_s)
@@ -175,19 +180,22 @@ async def run_load_async(
         if processes > 1 and transport is None:
             plans = [ShardPlan(base_url, model, requests, offsets, opts,
                                share(k, cap) if open_loop else share(k, conc),
-                               warm[k::processes], open_loop, settings.reuse_connections)
+                               warm[k::processes], open_loop, settings.reuse_connections,
+                               settings.cpus, settings.realtime)
                      for k in range(processes)]
             outcome = await run_processes(plans, start, on_done, alive, on_first,
                                           settled if stop else None)
-            got, why, duration, cpu = outcome.records, outcome.why, outcome.duration_s, \
-                outcome.cpu_s
+            got, why, duration, cpu, delay = outcome.records, outcome.why, \
+                outcome.duration_s, outcome.cpu_s, outcome.delay_s
+            rt = outcome.realtime
         else:
             ctl = LocalControl(len(requests), on_done, alive, on_first,
                                settled if stop else None)
             plan = ShardPlan(base_url, model, requests, offsets, opts,
                              cap if open_loop else conc, warm, open_loop,
                              settings.reuse_connections)
-            duration, cpu = await run_shard(plan, ctl, start, transport)
+            with pinned(settings.cpus, settings.realtime) as rt:
+                duration, cpu, delay = await run_shard(plan, ctl, start, transport)
             got, why = ctl.records, ctl.why
         if scraper is not None:  # the counters at the end
             await scrape_once(scraper, stats)
@@ -200,6 +208,10 @@ async def run_load_async(
     # the load generator's own CPU use (its busiest process): near 1.0 it is the bottleneck and
     # its latencies lag
     load_stats = {"client_cpu_fraction": cpu / duration if duration > 0 else 0.0,
+                  # ...and the share of the run it waited for a CPU (a busy machine)
+                  "client_run_delay_share": delay / duration if duration > 0 else 0.0,
+                  "client_cpus": float(len(settings.cpus or ())),
+                  "client_realtime": float(rt),
                   "client_processes": float(max(processes, 1)),
                   # the start-up and warm-up before the clock's zero (processes, connections)
                   "client_warmup_s": (zero[0] if zero else time.perf_counter()) - began}

@@ -29,7 +29,9 @@ from typing import Protocol
 import httpx
 
 from autotune.errors import ClientError
+from autotune.load._reads import counting_transport
 from autotune.load._request import TIMEOUT_PREFIX, OnFirst, RequestOptions, send
+from autotune.load.placement import run_delay_s
 from autotune.load.record import Request, RequestRecord
 
 WATCH_S = 0.2  # how often a shard checks for an abort
@@ -132,6 +134,8 @@ class ShardPlan:
     warm: Sequence[Request] = ()
     open_loop: bool = False
     reuse: bool = True  # open loop: False opens a new connection for every request
+    cpus: tuple[int, ...] | None = None  # where this shard's process runs (None: anywhere)
+    realtime: bool = False  # as SCHED_FIFO, where the OS allows it
 
 
 class Pool:
@@ -168,13 +172,15 @@ def _raise_unexpected(results: Sequence[object]) -> None:
 
 
 async def run_shard(plan: ShardPlan, ctl: Control, start: Callable[[], Awaitable[float]],
-                    transport: httpx.AsyncBaseTransport | None = None) -> tuple[float, float]:
+                    transport: httpx.AsyncBaseTransport | None = None
+                    ) -> tuple[float, float, float]:
     """Open the plan's connections, send its warm-up, then, once `start()` returns the clock's
     zero, send every request `ctl.take()` gives until none is left: in a closed loop, each
     slot sends its next request when its last one ends; in an open loop, each request at its
     scheduled offset.
 
-    Returns (seconds from zero to the last record, CPU seconds of this process meanwhile).
+    Returns (seconds from zero to the last record, CPU seconds of this process meanwhile,
+    seconds its event loop's thread waited for a CPU meanwhile).
     """
     # Keep-alive shorter than uvicorn's 5 s: reusing a connection the server is closing at the
     # same moment fails with ReadError.
@@ -184,7 +190,7 @@ async def run_shard(plan: ShardPlan, ctl: Control, start: Callable[[], Awaitable
 
     def make() -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=plan.base_url, limits=limits, timeout=timeout,
-                                 transport=transport, verify=ssl_context)
+                                 transport=transport or counting_transport(limits, ssl_context))
 
     pool = Pool(make)
     async with contextlib.AsyncExitStack() as stack:
@@ -238,9 +244,9 @@ async def run_shard(plan: ShardPlan, ctl: Control, start: Callable[[], Awaitable
                                for j, r in enumerate(plan.warm)]
                 _raise_unexpected(await asyncio.gather(*workers, return_exceptions=True))
             t0 = await start()
-            cpu0 = time.process_time()
+            cpu0, delay0 = time.process_time(), run_delay_s()
             if ctl.aborted():  # the server hung or died during the warm-up: send nothing
-                return 0.0, 0.0
+                return 0.0, 0.0, 0.0
 
             async def work(client: httpx.AsyncClient) -> None:
                 while not ctl.aborted() and (i := ctl.take()) is not None:
@@ -264,7 +270,8 @@ async def run_shard(plan: ShardPlan, ctl: Control, start: Callable[[], Awaitable
             workers = [asyncio.create_task(dispatch())] if plan.open_loop else \
                 [asyncio.create_task(work(c)) for c in clients]
             _raise_unexpected(await asyncio.gather(*workers, return_exceptions=True))
-            return time.perf_counter() - t0, time.process_time() - cpu0
+            return (time.perf_counter() - t0, time.process_time() - cpu0,
+                    run_delay_s() - delay0)
         finally:  # also when interrupted: no task is left behind
             for w in [*workers, *sends, watcher]:
                 w.cancel()

@@ -40,6 +40,11 @@ class RequestRecord:
     connect_s: float | None = None
     # when the response's headers came back: vLLM sends them once the request is in its engine
     headers_time: float | None = None
+    # token events that reached the client in one read with an earlier token event of this
+    # request, so stamped with the same time: the client read late (vLLM writes one event per
+    # engine step; on 2 cores a client sharing the core vLLM's OpenMP thread is bound to read
+    # whole streams at once, docs/load-generator.md "Late reads")
+    coalesced: int = 0
 
     @property
     def success(self) -> bool:
@@ -65,6 +70,13 @@ class RequestRecord:
     def send_lag(self) -> float | None:
         """Seconds between the scheduled arrival and the actual send (open loop only)."""
         return None if self.scheduled_time is None else self.send_time - self.scheduled_time
+
+    @property
+    def read_in_burst(self) -> bool:
+        """At least half of its token gaps were read in one go with the token before: its
+        TPOT and ITLs are the client's reading, not the server's streaming."""
+        gaps = len(self.chunk_times) - 1
+        return gaps >= 2 and 2 * self.coalesced >= gaps
 
     def itls(self) -> list[float]:
         return [b - a for a, b in zip(self.chunk_times, self.chunk_times[1:], strict=False)]

@@ -6,7 +6,10 @@
 - TPOT per request (output > 1 token) = (E2EL - TTFT) / (output tokens - 1);
 - ITL: every gap between consecutive content chunks, pooled over requests;
 - summaries: mean, median, p90, p99 (numpy's linear percentiles), in milliseconds;
-- send lag (open loop): actual send - scheduled arrival, for requests that had a schedule.
+- send lag (open loop): actual send - scheduled arrival, for requests that had a schedule;
+- late reads (not in `vllm bench serve`): the share of token gaps whose later token reached
+  the client in one read with the one before (`late_read_share`), and the requests read mostly
+  so (`burst_requests`): their TPOT and ITLs are the client's reading, not the server's.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ class BenchMetrics:
     e2el_ms: Summary
     send_lag_ms: Summary = field(default_factory=lambda: Summary.of([]))
     errors: dict[str, int] = field(default_factory=dict)
+    late_read_share: float = 0.0
+    burst_requests: int = 0
 
     def flat(self) -> dict[str, float]:
         """`{"total_token_throughput": ..., "mean_ttft_ms": ..., "p99_tpot_ms": ...}`."""
@@ -91,6 +96,7 @@ def compute_metrics(records: Sequence[RequestRecord], duration_s: float) -> Benc
     out_tok = sum(r.output_tokens for r in ok)
     values = per_request(records)
     dur = max(duration_s, 1e-9)
+    gaps = sum(max(len(r.chunk_times) - 1, 0) for r in ok)
     return BenchMetrics(
         duration_s=duration_s,
         completed=len(ok),
@@ -106,6 +112,8 @@ def compute_metrics(records: Sequence[RequestRecord], duration_s: float) -> Benc
         e2el_ms=Summary.of(values["e2el"]),
         send_lag_ms=Summary.of(values["send_lag"]),
         errors=errors,
+        late_read_share=sum(r.coalesced for r in ok) / gaps if gaps else 0.0,
+        burst_requests=sum(r.read_in_burst for r in ok),
     )
 
 

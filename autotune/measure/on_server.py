@@ -25,9 +25,12 @@ from autotune.load import (
     run_load,
 )
 from autotune.load.datasets import load_tokenizer, sample_requests
+from autotune.load.placement import client_cpus
 from autotune.load.record import Request, RequestRecord
 from autotune.measure.capacity import (
     CURVE_METRICS,
+    LATE_READS,
+    MAX_LATE_READS,
     CapacityResult,
     LoadPoint,
     Samples,
@@ -129,6 +132,8 @@ def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Re
         ignore_eos=True,
         request_timeout_s=profile.request_timeout_s,
         processes=resolve_processes(profile.client_processes, conc or len(requests)),
+        cpus=client_cpus(profile.client_cpus),
+        realtime=profile.client_realtime,
     )
     def done(rec: RequestRecord) -> None:
         if settle is not None:
@@ -150,6 +155,14 @@ def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Re
         warnings.warn(f"the load generator used {busy:.0%} of a CPU core: it may have limited "
                       "the server, and its latencies lag (profile.client_processes was "
                       f"{settings.processes}: raise it)", MeasurementWarning, stacklevel=2)
+    late = metrics.late_read_share
+    if late > MAX_LATE_READS:
+        delay = result.server_stats.get("client_run_delay_share", 0.0)
+        warnings.warn(f"the load generator read {late:.0%} of the token gaps late, in one read "
+                      f"with the token before ({metrics.burst_requests} requests mostly so; it "
+                      f"waited for a CPU {delay:.0%} of the run): TPOT and ITL read low and TTFT "
+                      "high; give it a CPU of its own (profile.client_cpus)",
+                      MeasurementWarning, stacklevel=2)
     short = too_short(result.records, None if settings.request_rate not in (None, float("inf"))
                       else conc, result.duration_s) if check_length else None
     if short:
@@ -219,6 +232,15 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         bounds = intervals(slos, samples(runs[0].records))
         state, misses, _close, missed = judge(flat, slos, bounds)
         flag = client_limit(flat, cap.requests_at(load), load, cap.axis)
+        if flag is not None and flag.startswith(LATE_READS):  # the client's, not the server's
+            phase(f"load {load:g} (read late: again)")
+            first, settled = run_at(load, point_seed(point_seed(seed, load), load))
+            first.server_stats["late_reads_remeasured"] = 1.0
+            runs = [first]
+            flat = first.metrics.flat()
+            bounds = intervals(slos, samples(first.records))
+            state, misses, _close, missed = judge(flat, slos, bounds)
+            flag = client_limit(flat, cap.requests_at(load), load, cap.axis)
         if settled is not None:  # the requests sent already settle a miss: the rest would not
             state, misses, missed = "missed", [str(settled.reason)], [str(settled.metric)]
         if state == "close" and flag is None:  # a second run with fresh requests decides
