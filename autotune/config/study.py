@@ -80,9 +80,10 @@ class ServerConfig(StrictModel):
         "(e.g. {load_format: dummy, enforce_eager: true}).")
     extra_args: list[str] = Field(default_factory=list, description="Raw argv appended as is.")
     env: dict[str, str] = Field(
-        default_factory=lambda: {"VLLM_CPU_KVCACHE_SPACE": "1"},
-        description="Environment for the server. VLLM_CPU_KVCACHE_SPACE (GiB) only matters to "
-        "vLLM on CPU, which otherwise sizes its KV cache at most of the machine's memory.")
+        default_factory=dict,
+        description="Environment for the server, carried into the deploy line. Unset, on a "
+        "machine without a GPU: VLLM_CPU_KVCACHE_SPACE=1 (GiB; vLLM on CPU otherwise sizes "
+        "its KV cache at most of the machine's memory); on a GPU: nothing.")
     host: str = Field("127.0.0.1", description="Address the server binds to.")
     boot_timeout_s: float = Field(600.0, gt=0, description="Seconds to wait for /health.")
     cache_root: str | None = Field(
@@ -90,11 +91,14 @@ class ServerConfig(StrictModel):
         "VLLM_CACHE_ROOT (torch.compile) and the Triton, Inductor, FlashInfer and CUDA JIT "
         "caches under it; copy it to start a study on another machine warm (default: "
         "<workdir>/vllm-cache).")
-    preload: bool = Field(
-        True, description="Import vLLM's CLI once, in a process that forks each server (what "
-        "vLLM does for its engine process): a boot after the first skips those imports (24-37 s "
-        "a boot on an H100). Only for an executable that is a Python console script (a venv's "
-        "`vllm`); false starts every server as a fresh `vllm serve`.")
+    preload: bool | Literal["auto"] = Field(
+        "auto", description="Import vLLM's CLI once, in a process that forks each server and "
+        "has it fork its engine process: a boot after the first skips those imports (a warm "
+        "H100 boot 27 s instead of 55). Only for an executable that is a Python console script "
+        "(a venv's `vllm`). false starts every server as users do, a fresh `vllm serve`. auto: "
+        "preloaded on a machine without a GPU, where the two served alike; a stock `vllm serve` "
+        "on a GPU, where the preloaded one served faster than stock at high load "
+        "(docs/results/warm-server-h100).")
 
     @field_validator("executable", mode="before")
     @classmethod

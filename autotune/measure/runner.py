@@ -34,6 +34,7 @@ from autotune.measure.on_server import (
 )
 from autotune.server.command import serve_argv
 from autotune.server.lifecycle import ServerProcess
+from autotune.server.machine import launch_env, preloads
 from autotune.server.process import free_port
 
 PORT_ATTEMPTS = 3
@@ -122,17 +123,19 @@ def cache_env(root: Path) -> dict[str, str]:
 # interpreter imports vLLM and torch again: 20-29 s of each warm boot on the H100 (the API
 # server's config line to the engine's first line, docs/results/trial-cost-h100). fork is vLLM's
 # own default outside its CLI, and vLLM still picks spawn where fork is unsafe (CUDA already
-# initialized in the parent; its CPU platform always spawns).
+# initialized in the parent; its CPU platform always spawns). Part of the preloaded launch
+# only (machine.preloads): a stock `vllm serve` keeps vLLM's own engine start.
 BOOT_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
 
 
 def server_env(server: ServerConfig, workdir: Path) -> dict[str, str]:
     """The server's environment: the caches under one root shared by trials (`cache_env`;
-    server.cache_root, default <workdir>/vllm-cache) and BOOT_ENV, then ours, then the config's.
-    A JIT cache the user's environment already places stays where it is; VLLM_CACHE_ROOT is
-    always the study's."""
+    server.cache_root, default <workdir>/vllm-cache) and, for a preloaded launch, BOOT_ENV,
+    then ours, then the config's (`launch_env`). A JIT cache the user's environment already
+    places stays where it is; VLLM_CACHE_ROOT is always the study's."""
     cache = Path(server.cache_root or workdir.parent / "vllm-cache")
-    return {**cache_env(cache), **BOOT_ENV, **os.environ, **server.env,
+    boot = BOOT_ENV if preloads(server) else {}
+    return {**cache_env(cache), **boot, **os.environ, **launch_env(server),
             "VLLM_CACHE_ROOT": str(cache)}
 
 
@@ -148,7 +151,7 @@ def booted(server: ServerConfig, params: Mapping[str, Any], workdir: Path, phase
     for attempt in range(PORT_ATTEMPTS):
         proc = ServerProcess(argv, log_path=workdir / "server.log", port=free_port(server.host),
                              host=server.host, env=server_env(server, workdir),
-                             preload=server.executable if server.preload else None,
+                             preload=server.executable if preloads(server) else None,
                              preload_log=workdir.parent / "vllm-forkserver.log")
         try:
             proc.start()

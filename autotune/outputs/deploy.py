@@ -14,6 +14,7 @@ from autotune.config.study import StudyConfig, gpus_per_replica
 from autotune.errors import StudyError
 from autotune.measure.stats import median_ci
 from autotune.server.command import params_to_args
+from autotune.server.machine import launch_env
 from autotune.tuning.confirm import config_boots
 from autotune.tuning.record import TrialRecord
 
@@ -101,8 +102,8 @@ def k8s_deployment(cfg: StudyConfig, trial: TrialRecord, replicas: int,
                          "periodSeconds": 10, "failureThreshold": 90},
         "resources": {"limits": {"nvidia.com/gpu": gpus}},
     }
-    if cfg.server.env:  # what the trials' servers ran with (export's serve line shows it too)
-        container["env"] = [{"name": k, "value": v} for k, v in cfg.server.env.items()]
+    if env := launch_env(cfg.server):  # what the servers ran with (as export's serve line)
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
     doc = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

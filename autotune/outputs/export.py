@@ -20,6 +20,7 @@ from autotune.config.workload import ProfileConfig
 from autotune.errors import StudyError
 from autotune.measure.stats import Gain, gain_ci
 from autotune.server.command import flag_name, serve_argv, shell_join
+from autotune.server.machine import launch_env
 from autotune.tuning.confirm import TrialHook, config_boots, config_gains, run_repeats
 from autotune.tuning.objective import PhaseHook
 from autotune.tuning.preflight import Preflight
@@ -163,7 +164,7 @@ def serve_line(cfg: StudyConfig, trial: TrialRecord) -> str:
     """The serve command as a shell line, after the environment the trials' servers had
     (`server.env`): a setting such as VLLM_ALLREDUCE_USE_SYMM_MEM=0 is part of what was
     measured, and the config without it is not the config that was measured."""
-    env = [f"{k}={shlex.quote(v)}" for k, v in cfg.server.env.items()]
+    env = [f"{k}={shlex.quote(v)}" for k, v in launch_env(cfg.server).items()]
     return " ".join([*env, shell_join(serve_command(cfg, trial))])
 
 

@@ -45,3 +45,28 @@ def test_the_engine_process_is_forked_unless_the_user_says_otherwise(
     monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD")
     cfg = ServerConfig(model="/m", env={"VLLM_WORKER_MULTIPROC_METHOD": "spawn"})
     assert server_env(cfg, tmp_path)["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+
+
+def test_on_a_gpu_a_study_launches_stock_vllm_serve(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the preloaded launch served faster than a stock `vllm serve` at high load
+    (docs/results/warm-server-h100), so `preload: auto` launches stock there: no fork server,
+    vLLM's own engine start, and no CPU-only variable in the server's environment or the deploy
+    line. On a machine without a GPU, auto preloads and the CPU default applies."""
+    from autotune.server import machine
+
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    monkeypatch.setattr(machine, "has_gpu", lambda: True)
+    gpu = ServerConfig(model="/m")
+    env = server_env(gpu, tmp_path)
+    assert "VLLM_WORKER_MULTIPROC_METHOD" not in env and "VLLM_CPU_KVCACHE_SPACE" not in env
+    assert not machine.preloads(gpu) and machine.launch_env(gpu) == {}
+    assert machine.preloads(gpu.model_copy(update={"preload": True}))
+    set_env = ServerConfig(model="/m", env={"NCCL_DEBUG": "WARN"})
+    assert machine.launch_env(set_env) == {"NCCL_DEBUG": "WARN"}
+    monkeypatch.setattr(machine, "has_gpu", lambda: False)
+    assert machine.preloads(gpu) and not machine.preloads(gpu.model_copy(update={"preload": False}))
+    assert machine.launch_env(gpu) == machine.CPU_ENV
+    assert machine.launch_env(set_env) == {"NCCL_DEBUG": "WARN"}  # the study file's, as given
+    assert server_env(gpu, tmp_path)["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"

@@ -185,3 +185,30 @@ def test_tensor_parallel_on_a_host_without_multicast_needs_the_fusion_off(
     ipc = server.model_copy(update={"env": {"VLLM_FLASHINFER_ALLREDUCE_BACKEND": "trtllm"}})
     check_multicast(cfg(tmp_path).model_copy(update={"server": ipc}), LAYOUTS, off)
 
+
+
+def test_a_gpu_deploy_line_carries_no_cpu_only_default(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A study file that sets no server.env: on a GPU the serve line and the Deployment carry
+    no environment (VLLM_CPU_KVCACHE_SPACE is vLLM-CPU's); without a GPU, the CPU default the
+    trials' servers ran with."""
+    import yaml
+
+    from autotune.outputs.deploy import k8s_deployment
+    from autotune.outputs.export import export
+    from autotune.server import machine
+
+    monkeypatch.setattr(objective_mod, "run_boot", fake_bench([]))
+    c = cfg(tmp_path)
+    assert "env" not in c.server.model_fields_set
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.enqueue_trial({"tensor_parallel_size": 1, "data_parallel_size": 2})
+    study.optimize(Objective(c, LAYOUTS, [], tmp_path), n_trials=1)
+    study.set_metric_names(c.metric_names())
+    trial = records(study)[0]
+    monkeypatch.setattr(machine, "has_gpu", lambda: True)
+    assert export(c, trial)["serve_command"].startswith("vllm serve /m ")
+    pod = yaml.safe_load(k8s_deployment(c, trial, 1))["spec"]["template"]["spec"]
+    assert "env" not in pod["containers"][0]
+    monkeypatch.setattr(machine, "has_gpu", lambda: False)
+    assert export(c, trial)["serve_command"].startswith("VLLM_CPU_KVCACHE_SPACE=1 vllm serve ")
