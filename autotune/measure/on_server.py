@@ -43,6 +43,7 @@ from autotune.measure.capacity import (
 from autotune.measure.metrics import BenchMetrics, compute_metrics, per_request, steady_share
 from autotune.measure.search import search
 from autotune.measure.settle import Settle
+from autotune.server.jit import LogSpan
 from autotune.server.lifecycle import ServerProcess
 
 Phase = Callable[[str], None]
@@ -190,18 +191,24 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                 start: float | None = None, stop_below: float | None = None,
                 on_phase: Phase | None = None, on_point: OnPoint | None = None,
                 alive: Callable[[], bool] | None = None,
-                check: Callable[[], None] = lambda: None) -> CapacityResult:
+                check: Callable[[], None] = lambda: None,
+                log_path: Path | None = None) -> CapacityResult:
     """The capacity search against a running server (autotune.measure.capacity). Each point gets its
     own requests, drawn with a seed of the load (the same for every trial at that load) and
-    its own warm-up; its per-request records go to points/load-<load>.csv."""
+    its own warm-up; its per-request records go to points/load-<load>.csv. With the server's
+    `log_path`, a point during which vLLM logged a kernel compiling (autotune.server.jit) is
+    measured again with fresh requests; the point records how many it saw (`jit_events`, in
+    the run kept) and whether it was measured again (`jit_remeasured`)."""
     phase = on_phase or (lambda _p: None)
     tok = load_tokenizer(tokenizer_dir)
     at_point = profile.model_copy(update={"warmup": cap.warmup})
     (workdir / "points").mkdir(parents=True, exist_ok=True)
     told: list[str] = []
+    span = LogSpan(log_path)
 
     def run_at(load: float, seed: int) -> tuple[Point, Settle | None]:
         t0 = time.monotonic()
+        span.mark()
         n = cap.requests_at(load)
         # a dataset is drawn at random with the point's seed, so points do not share prompts
         drawn = profile.model_copy(update={"sample": "random"}) if profile.path else profile
@@ -219,6 +226,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                      max_concurrency=conc, request_rate=rate, alive=alive, warm=warm,
                      check_length=False, settle=settle)
         pt.server_stats["point_sample_s"] = sampled_s
+        pt.server_stats["jit_events"] = float(len(span.events()))
         check()  # the server died: its cause, not a failing verdict
         return pt, settle if settle is not None and settle.reason is not None else None
 
@@ -227,6 +235,12 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         t0 = time.monotonic()
         seed = point_seed(profile.seed, load)
         first, settled = run_at(load, seed)
+        if first.server_stats["jit_events"]:  # a kernel compiled inside it: not the server's pace
+            seen = first.server_stats["jit_events"]
+            phase(f"load {load:g} (a kernel compiled during it: again)")
+            first, settled = run_at(load, point_seed(seed + 1, load))
+            first.server_stats["jit_remeasured"] = 1.0
+            first.server_stats["jit_events_discarded"] = seen
         runs = [first]
         flat = runs[0].metrics.flat()
         bounds = intervals(slos, samples(runs[0].records))

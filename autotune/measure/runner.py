@@ -234,7 +234,7 @@ def run_boot(server: ServerConfig, profiles: Sequence[ProfileConfig], params: Ma
                     proc.base_url, server.model, server.tokenizer_dir, p, capacity, list(slos),
                     where, start=(starts or {}).get(p.key), stop_below=stop_below,
                     on_phase=label, on_point=on_point, alive=proc.alive,
-                    check=proc.check_alive)
+                    check=proc.check_alive, log_path=proc.log_path)
             else:
                 label("benchmarking")
                 pt = measure_profile(proc, server.model, p, reqs[p.key],

@@ -1,0 +1,67 @@
+"""vLLM's runtime-compilation signals in a server's log, and which of them fell inside a span of
+the log (a load point).
+
+vLLM (0.26 on the GPU, 0.32 on CPU) starts a kernel JIT monitor after its warm-up ("Kernel JIT
+monitor activated") and warns when a kernel compiles while serving. On an H100 serving a
+Qwen3-30B-A3B-shaped MoE, every server's first load point carried one:
+
+    (EngineCore pid=1322) WARNING 11-25 20:43:14 [jit_monitor.py:135] Triton kernel JIT
+    compilation during inference: fused_moe_kernel. This causes a latency spike; consider
+    extending warmup to cover this shape/config.
+
+and that point's p99 TTFT was 3.9x the same load's once warm (docs/results/warm-server-h100).
+The monitor warns once per kernel name and process unless `--jit-monitor-verbose`: a second
+compilation of the same kernel leaves no line, so no line is no proof of none.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+# the monitor's warning (and its verbose form, which names the kernel the same way)
+_DURING_INFERENCE = re.compile(
+    r"JIT compilation during inference: (?P<kernel>[\w\-]+(?:\.[\w\-]+)*)")
+MONITOR_ON = "Kernel JIT monitor activated"
+
+
+@dataclass(frozen=True)
+class JitEvent:
+    kernel: str
+    line: str
+
+
+def jit_events(text: str) -> list[JitEvent]:
+    """Every runtime-compilation warning in `text`, in order."""
+    return [JitEvent(m.group("kernel"), line.strip()) for line in text.splitlines()
+            if (m := _DURING_INFERENCE.search(line))]
+
+
+class LogSpan:
+    """The part of a growing log written since `mark()`: what a point overlapped."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.start = 0
+
+    def mark(self) -> None:
+        self.start = self._size()
+
+    def _size(self) -> int:
+        try:
+            return self.path.stat().st_size if self.path is not None else 0
+        except OSError:
+            return 0
+
+    def events(self) -> list[JitEvent]:
+        """The runtime compilations logged since the mark."""
+        if self.path is None:
+            return []
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.start)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return []
+        return jit_events(text)

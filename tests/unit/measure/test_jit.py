@@ -1,0 +1,94 @@
+"""vLLM's runtime-compilation signals (lines from a real H100 server's log, vLLM 0.26.0) and the
+capacity search's rule: a point during which a kernel compiled is measured again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
+from autotune.load import LoadSettings
+from autotune.load.record import Request, RequestRecord
+from autotune.measure import on_server
+from autotune.measure.metrics import compute_metrics
+from autotune.measure.on_server import Point, capacity_on
+from autotune.server.jit import MONITOR_ON, LogSpan, jit_events
+
+# docs/results/warm-server-h100/summary.json jit_lines: the MoE servers' first points, and lines
+# of the same boots that are not runtime compilations
+JIT_LINE = ("(EngineCore pid=1322) WARNING 11-25 20:43:14 [jit_monitor.py:135] Triton kernel JIT "
+            "compilation during inference: fused_moe_kernel. This causes a latency spike; "
+            "consider extending warmup to cover this shape/config.")
+BOOT_LINES = [
+    "(EngineCore pid=1322) INFO 11-25 20:43:09 [jit_monitor.py:79] Kernel JIT monitor "
+    "activated; monitored JIT compilations during inference will use mode=warn.",
+    "(EngineCore pid=1322) 2026-11-25 20:42:44,502 - INFO - autotuner.py:651 - flashinfer.jit: "
+    "[Autotuner]: Autotuning process starts ...",
+    "(EngineCore pid=1322) WARNING 11-25 20:42:44 [kernel_warmup.py:258] No FlashInfer autotune "
+    "cache entries found.Falling back to default tactics.",
+    "(EngineCore pid=1322) WARNING 11-25 20:40:30 [fused_moe.py:1107] Using default MoE config. "
+    "Performance might be sub-optimal! Config file not found at /root/site/vllm/model_executor/"
+    "layers/fused_moe/configs/E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json",
+]
+
+
+def test_the_monitors_warning_is_a_runtime_compilation_and_boot_lines_are_not() -> None:
+    events = jit_events("\n".join([*BOOT_LINES, JIT_LINE, "INFO: 127.0.0.1 - POST 200"]))
+    assert [e.kernel for e in events] == ["fused_moe_kernel"]
+    assert events[0].line == JIT_LINE
+    assert jit_events("\n".join(BOOT_LINES)) == []
+    assert MONITOR_ON in BOOT_LINES[0]
+
+
+def test_a_span_sees_only_what_was_logged_since_its_mark(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("\n".join([*BOOT_LINES, JIT_LINE]) + "\n")  # during the warm-up of the boot
+    span = LogSpan(log)
+    span.mark()
+    assert span.events() == []
+    with log.open("a") as f:
+        f.write(JIT_LINE + "\n")
+    assert len(span.events()) == 1
+    assert LogSpan(None).events() == [] and LogSpan(tmp_path / "none").events() == []
+
+
+def _point(tpot_s: float) -> Point:
+    recs = [RequestRecord(index=i, send_time=0.0, prompt_len=4, expected_output_len=4,
+                          first_token_time=0.05, end_time=0.05 + 3 * tpot_s,
+                          chunk_times=tuple(0.05 + k * tpot_s for k in range(4)),
+                          prompt_tokens=4, output_tokens=4) for i in range(200)]
+    return Point(compute_metrics(recs, 1.0), recs, {}, LoadSettings())
+
+
+def test_a_point_that_overlapped_a_compile_is_measured_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first run of the only point compiles a kernel (and reads slow); the run that counts
+    is the second, with fresh requests, and the point says so."""
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(BOOT_LINES) + "\n")
+    seeds: list[int] = []
+
+    def fake_measure(url: str, model: str, profile: ProfileConfig, reqs: list[Request],
+                     **kw: Any) -> Point:
+        seeds.append(profile.seed)
+        if len(seeds) == 1:
+            with log.open("a") as f:
+                f.write(JIT_LINE + "\n")
+            return _point(0.2)  # 200 ms a token while compiling: would miss
+        return _point(0.01)
+
+    monkeypatch.setattr(on_server, "measure", fake_measure)
+    monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
+    monkeypatch.setattr(on_server, "sample_requests",
+                        lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
+    cap = CapacityConfig(axis="concurrency", low=4, high=4, settle=False)
+    res = capacity_on("http://x", "m", "tok", ProfileConfig(name="random", input_len=1,
+                                                             output_len=4), cap,
+                      [SLOConfig(metric="p99_tpot_ms", max=60)], tmp_path, log_path=log)
+    [point] = res.points
+    assert len(seeds) == 2 and seeds[0] != seeds[1]
+    assert point.passed
+    assert point.server["jit_remeasured"] == 1.0 and point.server["jit_events_discarded"] == 1
+    assert point.server["jit_events"] == 0.0
