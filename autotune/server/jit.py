@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-# the monitor's warning (and its verbose form, which names the kernel the same way)
+# the monitor's warning, which names the kernel
 _DURING_INFERENCE = re.compile(
     r"JIT compilation during inference: (?P<kernel>[\w\-]+(?:\.[\w\-]+)*)")
 MONITOR_ON = "Kernel JIT monitor activated"
