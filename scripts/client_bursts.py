@@ -11,6 +11,7 @@ in OUT/runs.jsonl as it ends; OUT/summary.json has, per config and variant, each
 comparison with the reference.
 
     python scripts/client_bursts.py --out DIR [--rounds 10] [--configs issue,demo]
+    python scripts/client_bursts.py --out DIR --summarize   (summary.json from runs.jsonl again)
 
 A burst request: at least half of its token gaps read at once (autotune: in one socket read,
 `RequestRecord.coalesced`; both clients: a gap under 0.2 ms, reference.SAME_READ_S). A burst
@@ -129,6 +130,45 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+CAUSE = ("vLLM-CPU binds its worker's OpenMP thread to one core (core 0 of 2); a client the OS "
+         "puts there, or that waits behind vLLM's API server and engine core on the other, "
+         "reads a stream only when it gets a CPU, so every token already in the socket is read "
+         "at once (the kernel's packet times show the server's events 80-100 ms apart); both "
+         "clients do it: the fix places the client on a free CPU as SCHED_FIFO")
+
+
+def phases(per_config: dict[str, Any]) -> dict[str, Any]:
+    """Before (autotune where the OS puts it) and after (its defaults), over every config."""
+    out: dict[str, Any] = {}
+    for phase, ours_v, ref_v in (("before", "autotune-any", "vllm-any"),
+                                 ("after", "autotune-auto", "vllm-placed")):
+        have = [c for c in per_config.values() if ours_v in c]
+        out[phase] = {
+            "autotune_variant": ours_v, "reference_variant": ref_v,
+            "autotune_runs": sum(c[ours_v]["n"] for c in have),
+            "burst_runs": sum(c[ours_v]["burst_runs"] for c in have),
+            "reference_runs": sum(c[ref_v]["n"] for c in have if ref_v in c),
+            "reference_burst_runs": sum(c[ref_v]["burst_runs"] for c in have if ref_v in c),
+            "max_abs_diff_mean_tpot_pct": max(
+                (c[ours_v]["vs_" + ref_v]["max_abs_diff_mean_tpot_ms_pct"] for c in have
+                 if "vs_" + ref_v in c[ours_v]), default=None),
+            "max_abs_diff_mean_ttft_pct": max(
+                (c[ours_v]["vs_" + ref_v]["max_abs_diff_mean_ttft_ms_pct"] for c in have
+                 if "vs_" + ref_v in c[ours_v]), default=None)}
+    return out
+
+
+def write_summary(out: Path, rows: list[dict[str, Any]]) -> None:
+    per = summarize(rows)
+    doc = {"cause": CAUSE, **phases(per), "configs": per,
+           "burst_rule": "a request with at least half its token gaps under 0.2 ms (both "
+           "clients); a run with any such request, or autotune's late_read_share over "
+           f"{MAX_LATE_READS}, is a burst run",
+           "max_abs_diff_rule": "each autotune run's mean against the median of the reference "
+           "runs of the same config and phase"}
+    (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -136,8 +176,12 @@ def main() -> int:
     ap.add_argument("--configs", default="issue,demo")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default=str(Path("mlruns/models/tiny-qwen3")))
+    ap.add_argument("--summarize", action="store_true", help="only summary.json, again")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.summarize:
+        write_summary(a.out, [json.loads(x) for x in (a.out / "runs.jsonl").open()])
+        return 0
     if not (Path(a.model) / "config.json").exists():
         make_tiny_model(Path(a.model))
     rng = random.Random(a.seed)
@@ -174,7 +218,7 @@ def main() -> int:
                     print(f"{config} r{rnd} {v:14s} TPOT {row['mean_tpot_ms']:6.2f} ms "
                           f"TTFT {row['mean_ttft_ms']:7.1f} ms bursts {row['burst_requests']}",
                           flush=True)
-    (a.out / "summary.json").write_text(json.dumps(summarize(rows), indent=2) + "\n")
+    write_summary(a.out, rows)
     return 0
 
 

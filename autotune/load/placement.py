@@ -8,8 +8,8 @@ requests had every token read in one go when the client was pinned to the bound 
 pinned to the other, and the same for `vllm bench serve` (docs/load-generator.md "Late reads").
 The kernel saw every stream's packets spread out over 80-100 ms: the late reads were the
 client's. On the free core the client still shares a CPU with vLLM's API server and engine
-core, and some runs still read 12-21% of their token gaps late, in step with the share of the
-run it waited for a CPU (0.10-0.23; the kernel's schedstat). As SCHED_FIFO it waits for none
+core, and 3 of 10 runs still read 12-21% of their token gaps late, in step with the share of
+the run it waited for a CPU (0.10-0.23; the kernel's schedstat). As SCHED_FIFO it waits for none
 (0.000-0.001 of the run in 6 runs, no late read): it sleeps in epoll between reads and uses
 about 10% of a core, and the kernel caps real-time threads at 95% of each second anyway.
 """

@@ -37,10 +37,16 @@ CONFIGS = {
                 {"num_prompts": 48, "max_concurrency": 8}),
     "demo": ({}, {"num_prompts": 128, "max_concurrency": 16}),
 }
-ROUNDS = 3
+ROUNDS = 5
 # autotune's mean TPOT and mean TTFT against the reference's median on the same server: within
-# this share in every run (docs/results/client-bursts: the runs' own spread on 2 cores)
-BAND = 0.35
+# BAND_RUN in every run, and its median within BAND_MEDIAN. docs/results/client-bursts, 16
+# rounds: the reference's own runs spread +-31% around their median on 2 busy cores; autotune's
+# runs were within 18.4% (TPOT) and 21.6% (TTFT) of the reference's 8-run median, the medians
+# within 7.6%; over windows of 3 rounds, up to 38.7% and 30.9%. A late-read run reads its TPOT
+# anywhere from -93% to -6% (the same rounds before the fix), so the bands alone cannot tell:
+# autotune's own late-read count does, in every run.
+BAND_RUN = 0.5
+BAND_MEDIAN = 0.3
 
 
 @pytest.mark.usefixtures("vllm_default_processes")
@@ -77,6 +83,9 @@ def test_autotune_reads_on_time_and_agrees_with_vllm_bench_serve(
     refs = [r for r in rows if r["tool"] == "vllm"]
     assert all(r["completed"] == profile.num_prompts for r in ours)
     assert all(r["late"] <= MAX_LATE_READS for r in ours), rows  # no run rests on late reads
+    assert all(r["bursts"] == 0 for r in ours), rows
     for key in ("mean_tpot_ms", "mean_ttft_ms"):
         ref = statistics.median(r[key] for r in refs)
-        assert all(abs(r[key] - ref) <= BAND * ref for r in ours), (key, ref, rows)
+        assert all(abs(r[key] - ref) <= BAND_RUN * ref for r in ours), (key, ref, rows)
+        assert abs(statistics.median(r[key] for r in ours) - ref) <= BAND_MEDIAN * ref, \
+            (key, ref, rows)
