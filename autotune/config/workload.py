@@ -4,6 +4,7 @@ latency targets (SLOs) a measurement is judged against."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -96,9 +97,8 @@ class ProfileConfig(StrictModel):
         "auto", description="Processes the load generator spreads its concurrency slots over; "
         "auto: one per 128 slots, at most a quarter of this machine's CPUs.")
     client_cpus: Literal["auto", "any"] | list[int] = Field(
-        "auto", description="CPUs the load generator runs on: auto, those no thread of another "
-        "process (vLLM-CPU's OpenMP threads) is bound to, so it reads each token as it comes; "
-        "any: wherever the OS puts it; or a list such as 1,3 or 2-3.")
+        "auto", description="CPUs the load generator runs on: auto, those no other process's "
+        "thread (vLLM-CPU's OpenMP) is bound to; any: wherever the OS puts it; or 1,3 or 2-3.")
     client_realtime: bool = Field(
         True, description="Run the load generator's reading threads as SCHED_FIFO where the OS "
         "allows it (root or CAP_SYS_NICE), so that they read each token as it arrives even when "
@@ -141,12 +141,10 @@ class ProfileConfig(StrictModel):
         if isinstance(v, int) and not isinstance(v, bool):
             v = [v]
         if isinstance(v, str):
-            try:
-                v = [c for part in v.split(",") if part.strip()
-                     for lo, _, hi in [part.strip().partition("-")]
-                     for c in range(int(lo), int(hi or lo) + 1)]
-            except ValueError:
-                v = None
+            parts = [p.strip() for p in v.split(",") if p.strip()]
+            v = [c for p in parts for lo, _, hi in [p.partition("-")]
+                 for c in range(int(lo), int(hi or lo) + 1)] \
+                if all(re.fullmatch(r"\d+(-\d+)?", p) for p in parts) else None
         if not isinstance(v, list) or not v or not all(
                 isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in v):
             raise ValueError("must be auto, any, or CPU numbers such as 1,3 or 2-3")
@@ -264,11 +262,26 @@ class CapacityConfig(StrictModel):
         "is flagged as a burst and ends the search.")
     warmup: int = Field(8, ge=0, description="Warm-up requests before each point (distinct "
                         "prompts, not measured).")
+    warm_windows: int | Literal["auto"] = Field(
+        "auto", description="Before a trial's first point, run that load in windows of a "
+        "quarter of its requests until two in a row agree (mean TTFT and mean TPOT within 15%) "
+        "and vLLM logged no kernel compiling during the later one, at most this many windows; "
+        "0: off. auto: 4 on a machine with a GPU (kernels JIT-compile during a server's first "
+        "loads there), 0 without one.")
     early_stop: bool = Field(True, description="Stop a trial's search once it cannot reach the "
                              "incumbent's capacity.")
     settle: bool = Field(True, description="Stop a load point once its requests so far settle "
                          "a miss: more of them over an SLO than its percentile's interval allows, "
                          "whatever the rest do (the verdict is the same; docs/capacity.md).")
+
+    @field_validator("warm_windows", mode="before")
+    @classmethod
+    def _windows(cls, v: Any) -> Any:
+        if v == "auto":
+            return v
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError("must be a number of windows (0 or more) or auto")
+        return v
 
     @model_validator(mode="after")
     def _range(self) -> CapacityConfig:

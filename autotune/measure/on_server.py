@@ -45,12 +45,17 @@ from autotune.measure.search import search
 from autotune.measure.settle import Settle
 from autotune.server.jit import LogSpan
 from autotune.server.lifecycle import ServerProcess
+from autotune.server.machine import has_gpu
 
 Phase = Callable[[str], None]
 OnRequest = Callable[[RequestRecord], None]
 OnPoint = Callable[[LoadPoint], None]
 
 CLIENT_BUSY = 0.9  # client CPU fraction over which a measurement is suspect
+# warm-up windows (capacity.warm_windows): two in a row this close in mean TTFT and mean TPOT
+# are a warm server; auto runs at most GPU_WARM_WINDOWS of them on a GPU
+WARM_AGREE = 0.15
+GPU_WARM_WINDOWS = 4
 WARMUP_TOKENS = 16  # the output of a capacity point's warm-up requests, at most
 # "Too short to measure" (docs/noise.md says how these were set): a closed-loop benchmark that
 # gives each concurrency slot fewer than MIN_PER_SLOT requests is one wave of requests, and one
@@ -206,10 +211,11 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
     told: list[str] = []
     span = LogSpan(log_path)
 
-    def run_at(load: float, seed: int) -> tuple[Point, Settle | None]:
+    def run_at(load: float, seed: int, n: int | None = None,
+               settling: bool = True) -> tuple[Point, Settle | None]:
         t0 = time.monotonic()
         span.mark()
-        n = cap.requests_at(load)
+        n = n or cap.requests_at(load)
         # a dataset is drawn at random with the point's seed, so points do not share prompts
         drawn = profile.model_copy(update={"sample": "random"}) if profile.path else profile
         reqs = sample_requests(drawn, tok, n + cap.warmup, seed, tokenizer_dir)
@@ -221,7 +227,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         conc = int(load) if cap.axis == "concurrency" else profile.max_concurrency
         rate = load if cap.axis == "rate" else profile.request_rate
         # the load generator hands settle its arrival schedule when it sends on it
-        settle = Settle(slos, reqs[:n]) if cap.settle else None
+        settle = Settle(slos, reqs[:n]) if cap.settle and settling else None
         pt = measure(base_url, model, at_point.model_copy(update={"seed": seed}), reqs[:n],
                      max_concurrency=conc, request_rate=rate, alive=alive, warm=warm,
                      check_length=False, settle=settle)
@@ -230,7 +236,31 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         check()  # the server died: its cause, not a failing verdict
         return pt, settle if settle is not None and settle.reason is not None else None
 
+    windows = cap.warm_windows if cap.warm_windows != "auto" else \
+        (GPU_WARM_WINDOWS if has_gpu() else 0)
+    warmed: list[dict[str, float]] = []
+
+    def warm_up(load: float) -> dict[str, float]:
+        """Run the first point's load in windows until two in a row agree and the later one
+        overlapped no kernel compiling (at most `windows`): what it took, for the point."""
+        t0, seen, last, stable, done = time.monotonic(), 0.0, None, False, 0
+        while done < windows and not stable:
+            done += 1
+            phase(f"load {load:g} (warming, window {done})")
+            pt, _ = run_at(load, point_seed(profile.seed + done, load),
+                           max(cap.warmup, cap.requests_at(load) // 4), settling=False)
+            m, jit = pt.metrics, pt.server_stats["jit_events"]
+            seen += jit
+            now = (m.ttft_ms.mean, m.tpot_ms.mean)
+            stable = last is not None and not jit and all(
+                abs(a - b) <= WARM_AGREE * b for a, b in zip(now, last, strict=True))
+            last = now
+        return {"warm_windows": float(done), "warm_s": time.monotonic() - t0,
+                "warm_stable": float(stable), "warm_jit_events": seen}
+
     def measure_at(load: float) -> LoadPoint:
+        carry = warm_up(load) if windows and not warmed else {}
+        warmed.append(carry)
         phase(f"load {load:g}")
         t0 = time.monotonic()
         seed = point_seed(profile.seed, load)
@@ -269,7 +299,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                 misses, missed = [str(settled.reason)], [str(settled.metric)]
             state = "missed" if misses else "met"
             flag = client_limit(runs[-1].metrics.flat(), cap.requests_at(load), load, cap.axis)
-        server = dict(runs[-1].server_stats)
+        server = dict(runs[-1].server_stats) | carry
         point = LoadPoint(load, state == "met", tuple(misses),
                           {k: flat[k] for k in CURVE_METRICS}, time.monotonic() - t0, server,
                           {k: list(v) for k, v in bounds.items()}, len(runs), flag,

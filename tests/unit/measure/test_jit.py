@@ -92,3 +92,58 @@ def test_a_point_that_overlapped_a_compile_is_measured_again(
     assert point.passed
     assert point.server["jit_remeasured"] == 1.0 and point.server["jit_events_discarded"] == 1
     assert point.server["jit_events"] == 0.0
+
+
+def test_the_first_point_waits_for_a_warm_server(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A synthetic server whose first window is slow (a kernel compiles in it): the warm-up runs
+    windows at the first point's load until two in a row agree with no compile in the later
+    one, then the point is measured once, warm; later points are not warmed again."""
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(BOOT_LINES) + "\n")
+    calls: list[int] = []
+
+    def fake_measure(url: str, model: str, profile: ProfileConfig, reqs: list[Request],
+                     **kw: Any) -> Point:
+        calls.append(len(reqs))
+        if len(calls) == 1:
+            with log.open("a") as f:
+                f.write(JIT_LINE + "\n")
+            return _point(0.2)
+        return _point(0.01)
+
+    monkeypatch.setattr(on_server, "measure", fake_measure)
+    monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
+    monkeypatch.setattr(on_server, "sample_requests",
+                        lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
+    cap = CapacityConfig(axis="concurrency", low=4, high=8, start=4, settle=False,
+                         warm_windows=4, tolerance=0.9)
+    res = capacity_on("http://x", "m", "tok", ProfileConfig(name="random", input_len=1,
+                                                             output_len=4), cap,
+                      [SLOConfig(metric="p99_tpot_ms", max=60)], tmp_path, log_path=log)
+    first = res.points[0]
+    # slow (compiling), fast, fast: warm after 3 windows of a quarter of the point's requests
+    assert calls[:3] == [50, 50, 50] and calls[3] == 200
+    assert first.server["warm_windows"] == 3 and first.server["warm_stable"] == 1.0
+    assert first.server["warm_jit_events"] == 1 and first.passed
+    assert "jit_remeasured" not in first.server  # the compile fell in the warm-up
+    assert all("warm_windows" not in p.server for p in res.points[1:])
+    assert len(calls) == 3 + len(res.points)
+
+
+def test_no_warm_up_windows_where_they_are_off(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(on_server, "measure",
+                        lambda *a, **kw: calls.append(1) or _point(0.01))
+    monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
+    monkeypatch.setattr(on_server, "sample_requests",
+                        lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
+    monkeypatch.setattr(on_server, "has_gpu", lambda: False)
+    cap = CapacityConfig(axis="concurrency", low=4, high=4, settle=False)  # auto, no GPU: off
+    res = capacity_on("http://x", "m", "tok", ProfileConfig(name="random", input_len=1,
+                                                             output_len=4), cap,
+                      [SLOConfig(metric="p99_tpot_ms", max=60)], tmp_path)
+    assert len(calls) == 1 and "warm_windows" not in res.points[0].server
+    with pytest.raises(ValueError, match="number of windows"):
+        CapacityConfig(warm_windows=-1)
