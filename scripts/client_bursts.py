@@ -37,7 +37,7 @@ from autotune.load.placement import bound_cpus, client_cpus
 from autotune.load.tinymodel import make_tiny_model
 from autotune.measure.capacity import MAX_LATE_READS
 from autotune.measure.on_server import measure
-from autotune.measure.reference import SAME_READ_S, run_reference
+from autotune.measure.reference import run_reference, same_read
 from autotune.server.lifecycle import ServerProcess
 from autotune.server.process import free_port
 
@@ -59,21 +59,12 @@ COMMON = ["--max-model-len", "512", "--enforce-eager", "--load-format", "dummy",
 VARIANTS = ("autotune-any", "autotune-auto", "vllm-any", "vllm-placed")
 
 
-def time_bursts(gaps_per_request: list[list[float]]) -> tuple[int, float]:
-    """(burst requests, share of gaps) by the time rule, for either client."""
-    fast = [sum(g < SAME_READ_S for g in x) for x in gaps_per_request]
-    n = sum(len(x) for x in gaps_per_request)
-    return (sum(2 * f >= len(x) and len(x) >= 2 for f, x in zip(fast, gaps_per_request,
-                                                                 strict=True)),
-            sum(fast) / n if n else 0.0)
-
-
 def ours(url: str, model: str, prof: ProfileConfig, cpus: str) -> dict[str, Any]:
     p = prof.model_copy(update={"client_cpus": cpus, "client_realtime": cpus == "auto"})
     reqs = build_requests(p, model)
     pt = measure(url, model, p, reqs[:p.num_prompts], warm=reqs[p.num_prompts:])
     m = pt.metrics.flat()
-    bursts, share = time_bursts([r.itls() for r in pt.records if r.success])
+    share, bursts = same_read([r.itls() for r in pt.records if r.success])
     return {"mean_tpot_ms": m["mean_tpot_ms"], "p99_tpot_ms": m["p99_tpot_ms"],
             "mean_ttft_ms": m["mean_ttft_ms"], "total_token_throughput":
             m["total_token_throughput"], "burst_requests": bursts, "same_read_share": share,

@@ -65,16 +65,20 @@ def reference_argv(vllm: Sequence[str], url: str, model: str, tokenizer: str,
     return argv
 
 
+def same_read(itls: list[list[float]]) -> tuple[float, int]:
+    """(share of gaps under SAME_READ_S, requests with at least half of their gaps so), for
+    either client's per-request inter-token gaps in seconds."""
+    gaps = sum(len(x) for x in itls)
+    fast = [sum(g < SAME_READ_S for g in x) for x in itls]
+    return (sum(fast) / gaps if gaps else 0.0,
+            sum(2 * f >= len(x) >= 2 for f, x in zip(fast, itls, strict=True)))
+
+
 def summarize(doc: dict[str, Any]) -> ReferenceResult:
     """The metrics of a `--save-detailed` result, and its gaps read at once."""
     metrics = {k: float(v) for k, v in doc.items()
                if isinstance(v, int | float) and not isinstance(v, bool)}
-    itls = [list(x) for x in doc.get("itls", []) if x]
-    gaps = sum(len(x) for x in itls)
-    fast = [sum(g < SAME_READ_S for g in x) for x in itls]
-    return ReferenceResult(metrics, sum(fast) / gaps if gaps else 0.0,
-                           sum(2 * f >= len(x) and len(x) >= 2 for f, x in zip(fast, itls,
-                                                                             strict=True)))
+    return ReferenceResult(metrics, *same_read([list(x) for x in doc.get("itls", []) if x]))
 
 
 def run_reference(vllm: Sequence[str], url: str, model: str, tokenizer: str,
