@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Check a found capacity against the reference client: `vllm bench serve` at the capacity C
+and at C x (1 + tolerance), each judged against the SLOs. A capacity the reference agrees with
+meets at C and misses above (issue 46, build 3).
+
+    python scripts/reference_check.py --model MODEL --capacity 23.8 --url http://127.0.0.1:8000 \\
+        [--server-log server.log] [--tolerance 0.1] [--slo 'p99_ttft_ms<=2000' ...] --out check.json
+    python scripts/reference_check.py --model MODEL --capacity 23.8 --serve --out check.json \\
+        -- --load-format dummy --quantization fp8 --kv-cache-dtype fp8
+
+With --serve it boots a stock `vllm serve MODEL FLAGS...` (the flags after --), as a user
+deploys it, and stops it after. Before the two measured rates it runs --warmup-s of arrivals at
+C, not judged: the first load after a boot compiles kernels (the MoE's fused_moe_kernel) and
+reads several times slower (docs/results/warm-server-h100). Given the server's log (--serve
+has it), a measured rate whose span of the log holds vLLM's "JIT compilation during inference"
+warning is run once more, as a capacity point is. The profile is the H100 capacity study's
+(examples/h100-capacity.yaml): ShareGPT, at least --min-duration-s of arrivals a rate.
+
+The JSON: per rate, the reference's p99 and mean TTFT and TPOT, what missed and the verdict
+(meets / misses); `verdicts_agree`: meets at C and misses at C x (1 + tolerance). Exit 0 when
+it ran (whatever the verdicts), 1 when the server or `vllm bench serve` failed, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.cli.bench import parse_slo
+from autotune.config.base import parse_model
+from autotune.config.workload import ProfileConfig, SLOConfig
+from autotune.errors import AutotuneError, ConfigError
+from autotune.measure.reference import run_reference
+from autotune.server.command import serve_argv
+from autotune.server.jit import LogSpan
+from autotune.server.lifecycle import ServerProcess
+from autotune.server.process import free_port
+
+REPORTED = ("p99_ttft_ms", "mean_ttft_ms", "p99_tpot_ms", "mean_tpot_ms",
+            "request_throughput", "completed", "failed", "duration")
+
+
+@dataclass
+class RateCheck:
+    """One rate as the reference measured it, and its verdict against the SLOs."""
+
+    label: str  # "C" or "C x 1.1"
+    rate: float
+    num_prompts: int
+    seed: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    misses: list[str] = field(default_factory=list)
+    verdict: str = ""  # meets / misses
+    jit_events: int | None = None  # None: no server log to read
+    jit_remeasured: bool = False
+    result_file: str = ""
+
+
+def judge(metrics: dict[str, float], slos: Sequence[SLOConfig], sent: int) -> list[str]:
+    """What missed: each SLO whose value breaks it, and failed requests."""
+    misses = []
+    for s in slos:
+        if s.metric not in metrics:
+            raise ConfigError(f"--slo {s.text()}: vllm bench serve reported no {s.metric} "
+                              f"(it reports {', '.join(sorted(k for k in metrics if '_' in k))})")
+        if s.violation(metrics[s.metric]) > 0:
+            misses.append(f"{s.metric} {metrics[s.metric]:.1f} (target {s.text()})")
+    done = int(metrics.get("completed", sent))
+    if done < sent:
+        misses.append(f"{sent - done} of {sent} requests failed")
+    return misses
+
+
+def requests_at(rate: float, min_duration_s: float, at_least: int) -> int:
+    """As a capacity point sizes itself: arrivals over at least `min_duration_s`."""
+    return max(at_least, math.ceil(min_duration_s * rate))
+
+
+def check_rate(a: argparse.Namespace, url: str, log: Path | None, label: str, rate: float,
+               seed: int, slos: Sequence[SLOConfig], out_dir: Path) -> RateCheck:
+    n = requests_at(rate, a.min_duration_s, a.requests_per_point)
+    rc = RateCheck(label, rate, n, seed)
+    profile = parse_model(ProfileConfig, {"name": a.profile, "num_prompts": n,
+                                          "request_rate": rate, "seed": seed,
+                                          "warmup": a.point_warmup}, "profile")
+    span = LogSpan(log)
+    for attempt in range(2):
+        span.mark()
+        out = out_dir / f"reference-r{rate:g}-s{seed}-{attempt}.json"
+        res = run_reference(a.vllm, url, a.model, a.tokenizer or a.model, profile, out)
+        events = len(span.events()) if log is not None else None
+        rc.metrics = {k: res.metrics[k] for k in REPORTED if k in res.metrics}
+        rc.misses = judge(res.metrics, slos, n)
+        rc.jit_events, rc.result_file = events, str(out)
+        if not events or not label:  # no kernel compiled inside it (or a warm-up: kept)
+            break
+        rc.jit_remeasured = True
+    rc.verdict = "misses" if rc.misses else "meets"
+    return rc
+
+
+def run(a: argparse.Namespace) -> dict[str, Any]:
+    slos = [parse_slo(s) for s in a.slo]
+    if a.capacity <= 0:
+        raise ConfigError(f"--capacity {a.capacity:g}: must be a request rate above 0 (the "
+                          "capacity the search found, in requests/s)")
+    if not 0 < a.tolerance < 1:
+        raise ConfigError(f"--tolerance {a.tolerance:g}: must be between 0 and 1 (the "
+                          "search's, e.g. 0.1)")
+    if (a.url is None) == (not a.serve):
+        raise ConfigError("give either --url (a running server) or --serve (boot one)")
+    if shutil.which(a.vllm[0]) is None:
+        raise ConfigError(f"--vllm {shlex.join(a.vllm)}: {a.vllm[0]} is not on PATH (install "
+                          "vLLM, or pass the command that runs its CLI)")
+    if a.url is not None and a.flags:
+        raise ConfigError("--url: the server is already running; vLLM flags after -- apply "
+                          "only with --serve")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    out_dir = a.out.parent / (a.out.stem + "-runs")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc: dict[str, Any] = {"model": a.model, "capacity": a.capacity, "tolerance": a.tolerance,
+                           "slos": [s.text() for s in slos], "profile": a.profile,
+                           "min_duration_s": a.min_duration_s, "seed": a.seed}
+    proc: ServerProcess | None = None
+    log: Path | None = a.server_log
+    try:
+        if a.serve:
+            argv = serve_argv(a.vllm, a.model, {}, a.flags)
+            log = out_dir / "server.log"
+            proc = ServerProcess(argv, log_path=log, port=free_port())
+            proc.start()
+            doc["boot_s"] = round(proc.wait_healthy(a.boot_timeout), 1)
+            doc["serve_argv"] = shlex.join(argv)
+            url = proc.base_url
+        else:
+            url = a.url
+        doc["url"] = url
+        t0 = time.monotonic()
+        if a.warmup_s > 0:  # not judged: it runs the first load after a boot
+            warm = argparse.Namespace(**{**vars(a), "min_duration_s": a.warmup_s,
+                                         "requests_per_point": 1})
+            w = check_rate(warm, url, log, "", a.capacity, a.seed + 1, slos, out_dir)
+            doc["warmup"] = asdict(w) | {"s": round(time.monotonic() - t0, 1)}
+        rates = [("C", a.capacity, a.seed + 2),
+                 (f"C x {1 + a.tolerance:g}", a.capacity * (1 + a.tolerance), a.seed + 3)]
+        checks = [check_rate(a, url, log, lab, r, s, slos, out_dir) for lab, r, s in rates]
+    finally:
+        if proc is not None:
+            proc.stop()
+    doc["rates"] = [asdict(c) for c in checks]
+    doc["verdicts_agree"] = checks[0].verdict == "meets" and checks[1].verdict == "misses"
+    doc["jit_events_in_measured"] = (None if log is None else
+                                     sum(c.jit_events or 0 for c in checks))
+    return doc
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Flags after -- go to `vllm serve` (with --serve).")
+    p.add_argument("--model", required=True, help="the model the server serves (its path or "
+                   "name, as given to vllm serve)")
+    p.add_argument("--tokenizer", help="tokenizer directory (default: the model's)")
+    p.add_argument("--capacity", type=float, required=True, help="C, in requests/s")
+    p.add_argument("--tolerance", type=float, default=0.1, help="the search's (default 0.1)")
+    p.add_argument("--slo", action="append", help="METRIC<=VALUE, repeat it (default: "
+                   "p99_ttft_ms<=2000 and p99_tpot_ms<=60)")
+    p.add_argument("--url", help="a running server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--server-log", type=Path, help="with --url: the server's log, to find "
+                   "kernels compiling during a measured rate")
+    p.add_argument("--serve", action="store_true", help="boot a stock vllm serve, stop it after")
+    p.add_argument("--vllm", default="vllm", help="command that runs vLLM's CLI (default vllm)")
+    p.add_argument("--boot-timeout", type=float, default=900.0)
+    p.add_argument("--profile", choices=("sharegpt", "random"), default="sharegpt")
+    p.add_argument("--min-duration-s", type=float, default=20.0, help="arrivals a rate, at "
+                   "least (default 20)")
+    p.add_argument("--requests-per-point", type=int, default=200, help="requests a rate, at "
+                   "least (default 200)")
+    p.add_argument("--point-warmup", type=int, default=8, help="vllm bench serve's "
+                   "--num-warmups (default 8)")
+    p.add_argument("--warmup-s", type=float, default=20.0, help="arrivals at C before the "
+                   "measured rates, not judged; 0: none (default 20)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, required=True, help="the JSON to write; the "
+                   "reference's own files go in a folder beside it")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    flags = args[args.index("--") + 1:] if "--" in args else []
+    a = parser().parse_args(args[:args.index("--")] if "--" in args else args)
+    a.flags = flags
+    a.vllm = shlex.split(a.vllm)
+    a.slo = a.slo or ["p99_ttft_ms<=2000", "p99_tpot_ms<=60"]
+    try:
+        doc = run(a)
+    except ConfigError as e:
+        print(f"reference_check: {e}", file=sys.stderr)
+        return 2
+    except (AutotuneError, subprocess.TimeoutExpired) as e:
+        print(f"reference_check: {e}", file=sys.stderr)
+        return 1
+    a.out.write_text(json.dumps(doc, indent=2) + "\n")
+    for c in doc["rates"]:
+        m = c["metrics"]
+        print(f"{c['label']:>9} {c['rate']:7.2f} req/s: {c['verdict']:6} p99 TTFT "
+              f"{m.get('p99_ttft_ms', float('nan')):8.1f} p99 TPOT "
+              f"{m.get('p99_tpot_ms', float('nan')):6.1f} ms"
+              + (f"; {'; '.join(c['misses'])}" if c["misses"] else ""))
+    print(f"verdicts agree: {doc['verdicts_agree']}; written to {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
