@@ -12,7 +12,7 @@ import yaml
 
 from autotune.config.study import StudyConfig, gpus_per_replica
 from autotune.errors import StudyError
-from autotune.measure.stats import median_ci
+from autotune.measure.stats import interval_name, median_ci
 from autotune.server.command import params_to_args
 from autotune.server.machine import launch_env
 from autotune.tuning.confirm import config_boots
@@ -25,7 +25,7 @@ class Sizing:
     gpus_per_replica: int
     target_req_s: float | None = None
     binding: str | None = None  # a suite: the profile whose capacity sizes the replica
-    low_req_s: float | None = None  # the median's 95% interval, when booted more than once
+    low_req_s: float | None = None  # the median's interval, when booted more than once
     high_req_s: float | None = None
     boots: int = 1
 
@@ -45,8 +45,9 @@ class Sizing:
         return None if self.replicas is None else self.replicas * self.gpus_per_replica
 
     def text(self, slos: str) -> str:
-        sure = (f" (median of {self.boots} boots, 95% interval [{self.low_req_s:,.2f}, "
-                f"{self.high_req_s:,.2f}])" if self.low_req_s is not None else
+        sure = (f" (median of {self.boots} boots, {interval_name(self.boots)} "
+                f"[{self.low_req_s:,.2f}, {self.high_req_s:,.2f}])"
+                if self.low_req_s is not None else
                 " (one boot: `autotune confirm` boots it again and gives it an interval)")
         line = (f"{self.per_replica_req_s:,.2f} req/s per replica within the SLOs ({slos})"
                 + (f" on every profile of the suite (the lowest: {self.binding})"

@@ -122,7 +122,7 @@ def _error_bars(ax: Any, recs: list[TrialRecord], metrics: list[str]) -> None:
         (mx, lx, hx), (my, ly, hy) = (median_ci(vals[m]) for m in metrics[:2])
         ax.errorbar([mx], [my], xerr=[[mx - lx], [hx - mx]], yerr=[[my - ly], [hy - my]],
                     fmt="D", ms=5, c="tab:red", capsize=4, zorder=6,
-                    label="median of repeated boots, 95% CI" if first else None)
+                    label="median of repeated boots, its interval" if first else None)
         first = False
 
 
@@ -296,7 +296,7 @@ def capacity_overlay_png(recs: list[TrialRecord], slos: list[SLOConfig], axis: s
 
 
 def confirm_png(res: ConfirmResult, path: Path) -> None:
-    """The confirm phase: every boot of each config as a dot, its median with the 95% bootstrap
+    """The confirm phase: every boot of each config as a dot, its median with its order-statistic
     interval as an error bar, and the baseline's median and noise floor as a band."""
     import matplotlib
 
@@ -321,7 +321,7 @@ def confirm_png(res: ConfirmResult, path: Path) -> None:
     ax.set_xticks(range(len(labels)), labels, fontsize=7)
     ax.set_ylabel(short_metric(res.metric))
     ax.set_title(f"confirm phase: {res.repeats} more boots each, interleaved "
-                 "(median, 95% bootstrap interval)", fontsize=9)
+                 "(median, order-statistic interval: the range below 6 boots)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

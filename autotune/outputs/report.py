@@ -11,6 +11,7 @@ from pathlib import Path
 import optuna
 
 from autotune.config.study import StudyConfig
+from autotune.measure.stats import interval_name
 from autotune.outputs.console import params_text, short_cause, short_metric
 from autotune.outputs.tables import confirm_lines, gain_text, is_base
 from autotune.tuning.confirm import config_gains
@@ -123,9 +124,11 @@ def confirm_markdown(path: Path, out_dir: Path) -> list[str]:
     d = json.loads(path.read_text())
     res = ConfirmResult.from_json(d)
     plots.confirm_png(res, out_dir / "confirm.png")
+    most = max((len(r.values) for r in res.configs.values()), default=0)
     lines = [f"{res.metric}; noise floor {res.noise_floor:.1%} (the baseline's relative sd "
              "across its boots).", "", "![confirm phase](confirm.png)", "",
-             "| trial | boots | median [95% CI] | gain vs defaults |", "|---|---|---|---|"]
+             f"| trial | boots | median [{interval_name(most)}] | gain vs defaults [95%] |",
+             "|---|---|---|---|"]
     for num, row in res.configs.items():
         lines.append(f"| {num}{' (base)' if num == res.base else ''} | {len(row.values)} | "
                      f"{row.median:,.2f} [{row.ci_low:,.2f}, {row.ci_high:,.2f}] | "

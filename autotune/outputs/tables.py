@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from autotune.config.study import StudyConfig
-from autotune.measure.stats import Gain
+from autotune.measure.stats import Gain, interval_name
 from autotune.outputs.console import (
     console,
     fmt_value,
@@ -55,7 +55,7 @@ def is_base(r: TrialRecord, recs: list[TrialRecord]) -> bool:
 
 
 GAIN_CAPTION = ("change vs the baseline: the median of every boot of a config against the "
-                "baseline's; [95% bootstrap interval] once both were measured more than once")
+                "baseline's; [95% t-interval on the logs] once both were measured more than once")
 
 
 def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Trials",
@@ -165,7 +165,8 @@ def confirm_table(res: ConfirmResult) -> Table:
     """The confirm phase: each config's boots, median and interval, and gain."""
     t = Table(title=f"confirm: {res.metric} (noise floor {res.noise_floor:.1%}, the "
               "baseline's relative sd across its boots)", header_style="bold")
-    for col in ("trial", "boots", "median [95% CI]", "gain vs defaults"):
+    n = max((len(r.values) for r in res.configs.values()), default=0)
+    for col in ("trial", "boots", f"median [{interval_name(n)}]", "gain vs defaults [95%]"):
         t.add_column(col, justify="right")
     for num, row in res.configs.items():
         t.add_row(str(num) + (" (base)" if num == res.base else ""), str(len(row.values)),
