@@ -38,3 +38,24 @@ def fake_bench(calls: list[dict[str, Any]],
         return BootRun(argv=["vllm"], params=flags, timings=Timings(1, 1, 0, 2), log_path="x",
                        points={profiles[0].key: Point(m, recs, {}, LoadSettings())})
     return run
+
+
+def study_cfg(tmp_path: Any, objectives: list[tuple[str, str]] | None = None,
+              **extra: Any) -> Any:
+    """A small study config (random profile, the cpu-demo space) with these objectives."""
+    from autotune.config.study import StudyConfig
+
+    objs = objectives or [("total_token_throughput", "maximize"), ("mean_tpot_ms", "minimize")]
+    return StudyConfig.model_validate({
+        "name": "t", "server": {"model": "/m", "executable": ["vllm"]},
+        "profile": {"name": "random", "input_len": 8, "output_len": 4, "num_prompts": 2},
+        "objectives": [{"metric": m, "direction": d} for m, d in objs],
+        "search_space": "cpu-demo", "workdir": str(tmp_path), **extra})
+
+
+def summary_of(recs: list[Any], tmp_path: Any, objectives: list[tuple[str, str]] | None = None,
+               **extra: Any) -> Any:
+    """The StudySummary of these records, as every surface reads it (no confirm phase)."""
+    from autotune.tuning.summary import summarize_records
+
+    return summarize_records("t", recs, study_cfg(tmp_path, objectives, **extra), False)

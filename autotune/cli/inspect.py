@@ -18,40 +18,46 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.tuning.record import TrialRecord
+    from autotune.tuning.summary import StudySummary
 
 
 @click.command()
 @study_options
 def trials(config_path: Path, study_name: str | None, storage: str | None) -> None:
-    """Table of every trial, with deltas against the baseline."""
+    """Table of every trial, with deltas against the baseline; the recommendation marked."""
     from autotune.outputs.tables import trials_table
-    from autotune.tuning.record import records
-    from autotune.tuning.study import open_study
 
-    cfg = load_cfg(config_path, study_name, storage)
-    st = open_study(cfg, create=False)
-    out.print(trials_table(records(st), cfg.metric_names(), title=f"study {cfg.name}",
-                           extra=cfg.profile_metrics()))
+    cfg, summary = _summary(config_path, study_name, storage)
+    out.print(trials_table(summary, cfg, title=f"study {cfg.name}"))
+    out.print(f"recommended: {summary.headline()}", highlight=False, soft_wrap=True)
 
 
 @click.command()
 @study_options
 def pareto(config_path: Path, study_name: str | None, storage: str | None) -> None:
-    """Table of the feasible Pareto front."""
+    """Table of the feasible Pareto front on each config's median over its boots; the
+    recommendation first."""
     from autotune.outputs.tables import trials_table
-    from autotune.tuning.record import front, records
+
+    cfg, summary = _summary(config_path, study_name, storage)
+    out.print(trials_table(summary, cfg, title="Pareto front (feasible, pooled values)",
+                           rows=summary.front_records()))
+    out.print(f"recommended: {summary.headline()}", highlight=False, soft_wrap=True)
+
+
+def _summary(config_path: Path, study_name: str | None, storage: str | None
+             ) -> tuple[StudyConfig, StudySummary]:
     from autotune.tuning.study import open_study
+    from autotune.tuning.summary import summarize
 
     cfg = load_cfg(config_path, study_name, storage)
-    st = open_study(cfg, create=False)
-    out.print(trials_table(front(st), cfg.metric_names(), title="Pareto front (feasible)",
-                           extra=cfg.profile_metrics(), all_recs=records(st)))
+    return cfg, summarize(open_study(cfg, create=False), cfg)
 
 
 @click.command("export")
 @study_options
-@click.option("--prefer", type=choice(Preference), default="knee", show_default=True,
-              help="Which end of the front to take.")
+@click.option("--prefer", type=choice(Preference), help="Instead of the study's "
+              "recommendation, this end of the front (on pooled values).")
 @click.option("--max-tpot-ms", type=float, help="Best throughput with mean TPOT under this.")
 @click.option("--trial", "trial_number", type=int, help="Export this trial instead.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
@@ -69,28 +75,40 @@ def pareto(config_path: Path, study_name: str | None, storage: str | None) -> No
                    "replica count).")
 @click.option("--image", default="vllm/vllm-openai:latest", show_default=True,
               help="Container image of the Deployment.")
-def export_cmd(config_path: Path, study_name: str | None, storage: str | None, prefer: str,
+def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
+               prefer: str | None,
                max_tpot_ms: float | None, trial_number: int | None, out_dir: Path | None,
                validate: bool, repeats: int, target_load: float | None,
                k8s_path: Path | None, image: str) -> None:
     """Print the chosen configuration's `vllm serve` command, config file and bench command;
     for a capacity study, what one replica sustains and what a target load takes."""
-    from autotune.measure.stats import median_ci
-    from autotune.outputs.export import boots_of, choose, export, find_trial, pooled
+    from autotune.measure.stats import interval_name, median_ci
+    from autotune.outputs.export import export, find_trial
     from autotune.tuning.study import open_study
+    from autotune.tuning.summary import choose
 
-    cfg = load_cfg(config_path, study_name, storage)
+    cfg, summary = _summary(config_path, study_name, storage)
     st = open_study(cfg, create=False)
-    trial = pooled(st, cfg, [find_trial(st, trial_number)])[0] if trial_number is not None \
-        else choose(st, cfg, prefer, max_tpot_ms)  # type: ignore[arg-type]
+    trial = find_trial(summary, trial_number) if trial_number is not None \
+        else choose(summary, cfg, prefer, max_tpot_ms)  # type: ignore[arg-type]
+    rec = summary.recommendation
+    if rec.number is not None and trial.number != rec.number:
+        console.print(f"note: the study recommends {summary.headline()}; this export is "
+                      + (f"trial {trial_number}" if trial_number is not None else
+                         f"--prefer {prefer}" if prefer else f"--max-tpot-ms {max_tpot_ms}")
+                      + f": trial {trial.number}", highlight=False, soft_wrap=True)
+    elif rec.number is not None:
+        console.print(f"recommended: {summary.headline()}", highlight=False, soft_wrap=True)
     res = export(cfg, trial, out_dir or cfg.study_dir() / "export")
-    boots = boots_of(st, cfg, trial)
+    boots = summary.boots.get(trial.number if trial.facts.repeat_of is None
+                              else trial.facts.repeat_of, {})
 
     def shown(m: str, v: float) -> str:
         if len(boots.get(m, [])) < 2:
             return f"{m} {v:,.2f} (one boot)"
         med, lo, hi = median_ci(boots[m])
-        return f"{m} {med:,.2f} [{lo:,.2f}, {hi:,.2f}] (median of {len(boots[m])} boots)"
+        return (f"{m} {med:,.2f} [{lo:,.2f}, {hi:,.2f}] (median of {len(boots[m])} boots; "
+                f"{interval_name(len(boots[m]))})")
 
     who = "vLLM's defaults" if trial.baseline else f"trial {trial.number}"
     console.print(f"{who}{f' (trial {trial.number})' if trial.baseline else ''}: "
@@ -98,10 +116,9 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
                   soft_wrap=True)
     from autotune.outputs.tables import gain_text
     from autotune.tuning.confirm import config_gains
-    from autotune.tuning.record import records as all_records
 
-    recs = all_records(st)
-    gains = config_gains(recs, cfg.metric_names()).get(trial.number, {})
+    recs = summary.records
+    gains = summary.gains.get(trial.number, {})
     if gains and not trial.baseline:
         console.print("vs vLLM's defaults: " + "; ".join(
             f"{m} {gain_text(g)}" for m, g in gains.items()), highlight=False)
@@ -143,16 +160,14 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None, p
 def print_validation(cfg: StudyConfig, st: optuna.Study, trial: TrialRecord,
                      repeats: int) -> None:
     """`export --validate`: the baseline and the chosen config booted again, interleaved."""
-    from autotune.load.datasets import study_requests
     from autotune.outputs.export import validate
-    from autotune.outputs.session import start_tracker, tracked
     from autotune.outputs.tables import gain_text
-    from autotune.tuning.preflight import preflight
+    from autotune.session.open import open_session
+    from autotune.session.study import tracked
     from autotune.tuning.study import completed
 
-    pre = preflight(cfg)
-    requests = study_requests(cfg)
-    tracker = start_tracker(cfg, st, pre, requests, None, False)
+    opened = open_session(cfg, study=st)
+    pre, requests, tracker = opened.pre, opened.requests, opened.tracker
     done = len(completed(st))
     console.print(f"validate: the baseline and trial {trial.number}, {repeats} boot(s) each, "
                   "interleaved", highlight=False)

@@ -1,7 +1,7 @@
 """`autotune study`, `create-study`, `worker`, `confirm`: parse, call the library, print.
 
-`study` calls outputs.session.run_session; the library is imported inside each command, so
-`autotune --help` loads neither Optuna nor MLflow.
+`study` calls session.study.run_session; the others open a study with session.open. The library
+is imported inside each command, so `autotune --help` loads neither Optuna nor MLflow.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
           no_mlflow: bool, front_every: int, workers: int, gpus_per_trial: int | None,
           warm_from: str | None, confirm_flag: bool | None) -> None:
     """Run (or resume) a multi-objective study over vLLM's flags."""
-    from autotune.outputs.session import SessionOptions, run_session
+    from autotune.session.study import SessionOptions, run_session
 
     began = time.monotonic()
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials, timeout_s=timeout_s,
@@ -73,21 +73,18 @@ def create_study(config_path: Path, study_name: str | None, storage: str | None,
     """Create a study and its tables once, before workers join it (`autotune worker`).
 
     On an existing study it updates the stored config (a larger --n-trials resumes it)."""
-    from autotune.load.datasets import study_requests
-    from autotune.outputs.session import start_tracker
-    from autotune.tuning.preflight import preflight
+    from autotune.outputs.console import command_hint
+    from autotune.session.open import open_session
     from autotune.tuning.record import StudyFacts, write_study_facts
-    from autotune.tuning.study import prepare_study
 
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials)
-    pre = preflight(cfg)
-    st = prepare_study(cfg, pre)
-    tracker = start_tracker(cfg, st, pre, study_requests(cfg), tracking_uri, no_mlflow)
-    if tracker is not None:
-        write_study_facts(st, StudyFacts(tracking_uri=tracker.uri))
+    opened = open_session(cfg, tracking_uri=tracking_uri, no_mlflow=no_mlflow, create=True)
+    if opened.tracker is not None:
+        write_study_facts(opened.study, StudyFacts(tracking_uri=opened.tracker.uri))
     console.print(f"study {cfg.name!r} ready in {cfg.storage_url()} ({cfg.n_trials} trials); "
                   "on each host, start workers with:", highlight=False)
-    out.print(f"autotune worker --storage '{cfg.storage_url()}' --study-name '{cfg.name}'",
+    out.print(command_hint(f"worker --storage '{cfg.storage_url()}' --study-name "
+                           f"'{cfg.name}'"),
               highlight=False, soft_wrap=True, markup=False)
 
 
@@ -106,32 +103,32 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
     from optuna.trial import FrozenTrial
 
     from autotune.config.base import parse_model
-    from autotune.load.datasets import study_requests
-    from autotune.outputs.session import start_tracker
     from autotune.outputs.tables import StudyView
-    from autotune.tuning.preflight import preflight
+    from autotune.session.open import open_session
     from autotune.tuning.record import study_facts
     from autotune.tuning.search_space import SearchSpace
     from autotune.tuning.study import completed, run_trials
+    from autotune.tuning.summary import summarize
     from autotune.tuning.workers import load_worker_study, worker_config, worker_identity
 
     st, cfg, space_data = load_worker_study(storage, study_name)
     space = parse_model(SearchSpace, space_data, f"study {study_name!r}: search_space")
     cfg = worker_config(cfg, gpus_per_trial, space.flag_names())
-    pre = preflight(cfg, space)
-    requests = study_requests(cfg)
     ident = worker_identity(worker_id or f"{socket.gethostname()}-{os.getpid()}")
     uri = tracking_uri or study_facts(st).tracking_uri
-    tracker = start_tracker(cfg, st, pre, requests, uri, no_mlflow or uri is None)
+    opened = open_session(cfg, tracking_uri=uri, no_mlflow=no_mlflow or uri is None, study=st,
+                          space=space)
+    pre, requests, tracker = opened.pre, opened.requests, opened.tracker
     console.print(f"worker {ident['id']} on {ident['host']} (devices {ident['devices'] or '-'}) "
                   f"joined study {cfg.name!r}", highlight=False)
 
     with StudyView(cfg.n_trials, len(completed(st)), cfg.metric_names()) as view:
 
         def on_trial(s: optuna.Study, trial: FrozenTrial) -> None:
-            view.on_trial(s, trial)
+            summary = summarize(s, cfg)  # once per trial event
+            view.on_trial(summary, trial)
             if tracker is not None:
-                tracker.log_trial(s, trial)
+                tracker.log_trial(summary, trial)
 
         ran = run_trials(st, cfg, pre, requests, on_phase=view.on_phase, on_trial=on_trial,
                          worker=ident)
@@ -156,19 +153,17 @@ def confirm(config_path: Path, study_name: str | None, storage: str | None, top:
     """The confirm phase: boot the front's top configs and the baseline again, interleaved, on
     the same requests; report each gain with its bootstrap interval and the noise floor, and
     recommend on the lower confidence bound (resumable: the same command goes on)."""
-    from autotune.load.datasets import study_requests
-    from autotune.outputs.session import confirm_phase, print_confirm, start_tracker, tracked
+    from autotune.session.open import open_session
+    from autotune.session.study import confirm_phase, print_confirm, tracked
     from autotune.tuning.confirm import finalists
-    from autotune.tuning.preflight import preflight
     from autotune.tuning.study import completed, open_study
 
     deadline = time.monotonic() + timeout_s if timeout_s else None
     cfg = load_cfg(config_path, study_name, storage)
     st = open_study(cfg, create=False)
     finalists(st, cfg, 1)  # one clear error before any boot: no baseline, nothing to confirm
-    pre = preflight(cfg)
-    requests = study_requests(cfg)
-    tracker = start_tracker(cfg, st, pre, requests, tracking_uri, no_mlflow)
+    opened = open_session(cfg, tracking_uri=tracking_uri, no_mlflow=no_mlflow, study=st)
+    pre, requests, tracker = opened.pre, opened.requests, opened.tracker
     done = len(completed(st))
     with tracked(cfg, tracker, done, done) as (view, on_trial):
         res = confirm_phase(st, cfg, pre, requests, top or cfg.confirm.top,

@@ -122,3 +122,24 @@ def short_cause(cause: str, n: int) -> str:
         return first[:cut + 1] + " …"
     cut = first.rfind(" ", 0, n)
     return (first[:cut] if cut > 0 else first[:n]) + " …"
+
+
+def command_hint(rest: str) -> str:
+    """An autotune command line to print as a hint, in the form this one was run: `autotune
+    REST` when `autotune` on PATH is this program, else the path it was run by (the README's
+    `.venv/bin/autotune REST`), or `python -m autotune REST`."""
+    import shutil
+    from pathlib import Path
+
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if argv0 is None or (argv0.name == "__main__.py" and argv0.parent.name == "autotune"):
+        exe = Path(sys.executable)
+        py = os.path.relpath(exe) if exe.is_relative_to(Path.cwd()) else str(exe)
+        return f"{py} -m autotune {rest}"
+    found = shutil.which("autotune")
+    if argv0.name == "autotune" and found and Path(found).resolve() == argv0.resolve():
+        return f"autotune {rest}"
+    if argv0.name != "autotune":  # a test runner or a script: the name the README uses
+        return f"autotune {rest}"
+    shown = os.path.relpath(argv0) if argv0.resolve().is_relative_to(Path.cwd()) else str(argv0)
+    return f"{shown} {rest}"

@@ -45,8 +45,8 @@ class Sizing:
         return None if self.replicas is None else self.replicas * self.gpus_per_replica
 
     def text(self, slos: str) -> str:
-        sure = (f" (median of {self.boots} boots, {interval_name(self.boots)} "
-                f"[{self.low_req_s:,.2f}, {self.high_req_s:,.2f}])"
+        sure = (f" (median of {self.boots} boots [{self.low_req_s:,.2f}, "
+                f"{self.high_req_s:,.2f}]: {interval_name(self.boots)})"
                 if self.low_req_s is not None else
                 " (one boot: `autotune confirm` boots it again and gives it an interval)")
         line = (f"{self.per_replica_req_s:,.2f} req/s per replica within the SLOs ({slos})"

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
-import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,139 +14,26 @@ import numpy as np
 import optuna
 import yaml
 
-from autotune.config.study import Preference, StudyConfig, default_executable
+from autotune.config.study import StudyConfig, default_executable
 from autotune.config.workload import ProfileConfig
 from autotune.errors import StudyError
 from autotune.measure.stats import Gain, gain_ci
 from autotune.server.command import flag_name, serve_argv, shell_join
 from autotune.server.machine import launch_env
-from autotune.tuning.confirm import TrialHook, config_boots, config_gains, run_repeats
+from autotune.tuning.confirm import TrialHook, config_gains, run_repeats
 from autotune.tuning.objective import PhaseHook
 from autotune.tuning.preflight import Preflight
 from autotune.tuning.record import TrialRecord, baseline, records
+from autotune.tuning.summary import StudySummary
 
 
-def _metric(t: TrialRecord, name: str) -> float:
-    v = t.value(name)
-    if v is None:
-        raise StudyError(f"metric {name!r} was not recorded on trial {t.number}")
-    return float(v)
-
-
-def find_trial(study: optuna.Study, number: int) -> TrialRecord:
-    found = [r for r in records(study) if r.number == number]
-    if not found:
-        raise StudyError(f"--trial: study {study.study_name!r} has no trial {number}")
-    if not found[0].measured:
-        raise StudyError(f"--trial: trial {number} has no measurement ({found[0].label()}"
-                         f"{': ' + found[0].cause if found[0].cause else ''})")
-    return found[0]
-
-
-def pooled(study: optuna.Study, cfg: StudyConfig, trials: list[TrialRecord]
-           ) -> list[TrialRecord]:
-    """The trials with each objective's value replaced by the median of its config's boots
-    where the config was booted more than once (a repeat, the confirm phase, a config drawn
-    twice): a choice made on these never rests on one lucky boot (the CPU demo's defaults read
-    13,518 tok/s on one boot and 8,268 as the median of three)."""
-    boots = config_boots(records(study), cfg.metric_names())
-    out = []
-    for t in trials:
-        b = boots.get(t.number, {})
-        out.append(replace(t, values={m: statistics.median(b[m]) if b.get(m) else v
-                                      for m, v in t.values.items()}) if b else t)
-    return out
-
-
-def pooled_front(study: optuna.Study, cfg: StudyConfig) -> list[TrialRecord]:
-    """The feasible Pareto front of the first-pass configs on their pooled values (`pooled`):
-    a config whose one lucky boot dominated the others is judged on the median of its boots."""
-    signs = [1.0 if o.direction == "maximize" else -1.0 for o in cfg.objectives]
-    names = cfg.metric_names()
-    cands = pooled(study, cfg, [r for r in records(study) if r.feasible and r.measured
-                                and r.facts.repeat_of is None and not r.bound_only])
-
-    def key(t: TrialRecord) -> list[float]:
-        return [s * t.values[m] for s, m in zip(signs, names, strict=True)]
-
-    def dominated(t: TrialRecord) -> bool:
-        a = key(t)
-        return any(all(x >= y for x, y in zip(key(o), a, strict=True)) and key(o) != a
-                   for o in cands if o is not t)
-
-    return [t for t in cands if not dominated(t)]
-
-
-def boots_of(study: optuna.Study, cfg: StudyConfig, trial: TrialRecord
-             ) -> dict[str, list[float]]:
-    """Every boot's value of each objective of the trial's config (empty: one boot)."""
-    return config_boots(records(study), cfg.metric_names()).get(trial.number, {})
-
-
-def choose(study: optuna.Study, cfg: StudyConfig, prefer: Preference = "knee",
-           max_tpot_ms: float | None = None) -> TrialRecord:
-    """The front's trial that best matches the stated preference, judged on its config's
-    pooled values (`pooled_front`)."""
-    front_ = pooled_front(study, cfg)
-    if not front_:
-        raise StudyError(f"study {study.study_name!r} has no feasible complete trial yet")
-    if prefer == "capacity":
-        if cfg.capacity is None:
-            raise StudyError("--prefer capacity: this study measured no capacity (its config "
-                             "has no capacity: section); prefer throughput, latency or knee")
-        if cfg.profiles:
-            return max(front_, key=lambda t: suite_rank(t, cfg, baseline(records(study))))
-        return max(front_, key=lambda t: _metric(t, "capacity"))
-    thr = next((o for o in cfg.objectives if o.direction == "maximize"), cfg.objectives[0])
-    lat = next((o for o in cfg.objectives if o.direction == "minimize"), cfg.objectives[-1])
-    if max_tpot_ms is not None:
-        ok = [t for t in front_ if _metric(t, "mean_tpot_ms") <= max_tpot_ms]
-        if not ok:
-            best = min(_metric(t, "mean_tpot_ms") for t in front_)
-            raise StudyError(f"no feasible trial has mean TPOT <= {max_tpot_ms} ms "
-                             f"(the lowest is {best:.2f} ms)")
-        return max(ok, key=lambda t: _metric(t, thr.metric))
-    if prefer == "throughput":
-        return max(front_, key=lambda t: _metric(t, thr.metric) * _sign(thr.direction))
-    if prefer == "latency":
-        return min(front_, key=lambda t: _metric(t, lat.metric) * _sign(lat.direction, -1))
-    return knee(front_, cfg.metric_names(), [o.direction for o in cfg.objectives])
-
-
-def suite_rank(t: TrialRecord, cfg: StudyConfig, base: TrialRecord | None
-               ) -> tuple[float, float]:
-    """A suite's capacity ranking: its score (the worst or weighted ratio to the defaults),
-    then, to break a tie (the worst profile unchanged), the mean ratio over its profiles."""
-    o = cfg.objectives[0].metric
-    ratios = [t.metrics[f"{p.key}/{o}"] / base.metrics[f"{p.key}/{o}"]
-              for p in cfg.workloads() if base is not None
-              and base.metrics.get(f"{p.key}/{o}") and f"{p.key}/{o}" in t.metrics]
-    return _metric(t, cfg.metric_names()[0]), sum(ratios) / len(ratios) if ratios else 0.0
-
-
-def _sign(direction: str, flip: int = 1) -> float:
-    return flip * (1.0 if direction == "maximize" else -1.0)
-
-
-def knee(front: list[TrialRecord], metrics: list[str], directions: list[str]) -> TrialRecord:
-    """The trial closest to the utopia point (each objective's best on the front). Distances are
-    relative: |log(value / best)| per objective, so a 0.2% throughput loss weighs 0.002 against
-    a 30% TPOT gain's 0.26 whatever the front's spread (scaling each objective to [0, 1] over
-    the front made any two-trial front a tie, each trial one unit from utopia). With a value
-    <= 0 the objective is scaled to [0, 1] over the front instead."""
-    values = np.array([[t.values[m] for m in metrics] for t in front], dtype=float)
-    columns = []
-    for i, d in enumerate(directions):
-        col = values[:, i]
-        best = col.max() if d == "maximize" else col.min()
-        if (col > 0).all():
-            columns.append(np.abs(np.log(col / best)))
-        else:
-            lo, hi = col.min(), col.max()
-            scaled = (col - lo) / (hi - lo if hi > lo else 1.0)
-            columns.append(1 - scaled if d == "maximize" else scaled)
-    regret = np.stack(columns, axis=1)
-    return front[int(np.argmin(np.linalg.norm(regret, axis=1)))]
+def find_trial(summary: StudySummary, number: int) -> TrialRecord:
+    """The trial `--trial` names, with its config's pooled values."""
+    found = summary.record(number)
+    if not found.measured:
+        raise StudyError(f"--trial: trial {number} has no measurement ({found.label()}"
+                         f"{': ' + found.cause if found.cause else ''})")
+    return found
 
 
 def display_executable(executable: list[str]) -> list[str]:

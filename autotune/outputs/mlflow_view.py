@@ -8,7 +8,8 @@ from typing import Any
 from autotune.config.study import StudyConfig
 from autotune.server.command import params_to_args, shell_join
 from autotune.tuning.confirm import ConfirmResult
-from autotune.tuning.record import TrialRecord, baseline, deltas
+from autotune.tuning.record import TrialRecord
+from autotune.tuning.summary import StudySummary
 
 # the per-point quantities of a capacity curve logged as metric histories
 CURVE_KEYS = ("request_throughput", "total_token_throughput", "p99_ttft_ms", "p99_tpot_ms",
@@ -26,6 +27,8 @@ VIEW_KEY = "autotune"
 # the mode from the browser's local storage, where it starts as GenAI
 ML_MODE = "workflowType=machine_learning"
 TRIAL_TAG = "autotune.trial_number"
+RANK = "rank"  # a trial run's metric: 0 the recommended config, then the front, then the rest
+FLAGS_TAG = "autotune.flags"  # the searched flags a trial sets away from vLLM's defaults
 
 
 def objective_columns(cfg: StudyConfig) -> list[str]:
@@ -36,54 +39,61 @@ def objective_columns(cfg: StudyConfig) -> list[str]:
 
 def runs_view(cfg: StudyConfig, parent_id: str | None) -> dict[str, Any]:
     """The saved view of a study's runs (MLflow 3.17's shared view state): every trial, sorted
-    by the first objective, with the objectives, the gain against vLLM's defaults, the SLO
-    metrics, the state and the searched flags (empty = vLLM's default) as the first columns."""
+    by rank (the recommended config first, then the front), with the objectives, the gain
+    against vLLM's defaults with its interval, the flags set away from the defaults, the SLO
+    metrics, the state and each searched flag (empty = vLLM's default) as the first columns;
+    a config's repeat boots are nested under its run."""
     from autotune.tuning.search_space import load_search_space
 
     objs = objective_columns(cfg)
     slos = [] if cfg.profiles else [s.metric for s in cfg.slos if s.metric not in objs]
     flags = list(load_search_space(cfg.search_space).parameters)
-    cols = ([f"metrics.`{m}`" for m in objs] + [f"tags.`{GAIN_TAG}`"]
+    cols = ([f"metrics.`{m}`" for m in objs] + [f"tags.`{GAIN_TAG}`", f"tags.`{FLAGS_TAG}`"]
             + [f"metrics.`{m}`" for m in dict.fromkeys(slos)] + ["tags.`autotune.state`"]
             + [f"params.`{p}`" for p in flags])
     return {
         # the search facets
-        "searchFilter": "", "orderByKey": cols[0],
-        "orderByAsc": cfg.objectives[0].direction == "minimize", "startTime": "ALL",
+        "searchFilter": "", "orderByKey": f"metrics.`{RANK}`",
+        "orderByAsc": True, "startTime": "ALL",
         "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
         # the table
         "selectedColumns": cols, "columnOrder": cols,
-        "columnWidths": {c: 150 if c == f"tags.`{GAIN_TAG}`" else 110 for c in cols},
+        "columnWidths": {c: 190 if c in (f"tags.`{GAIN_TAG}`", f"tags.`{FLAGS_TAG}`") else 110
+                         for c in cols},
         "runsExpanded": {parent_id: True} if parent_id else {},
         "runsHiddenMode": "SHOW_ALL", "runsPinned": [], "runsHidden": [],
         "viewMaximized": False, "runListHidden": False,
     }
 
 
-def study_note(cfg: StudyConfig, recs: list[TrialRecord], front: set[int], experiment_id: str,
+def study_note(cfg: StudyConfig, summary: StudySummary, experiment_id: str,
                run_ids: dict[int, str]) -> str:
-    """The study run's description (Markdown, shown on its page): what was asked, the front
-    with links to its trials, and where the whole table is."""
+    """The study run's description (Markdown, shown on its page): the recommendation first,
+    what was asked, the front (pooled values) with links to its trials, and where the whole
+    table is."""
     objs = cfg.metric_names()
+    recs = summary.records
     measured = [r for r in recs if r.measured]
-    base = baseline(recs)
     asked = ", ".join(f"{o.direction} {n}" for o, n in zip(cfg.objectives, objs, strict=True))
     slos = ", ".join(s.text() for s in cfg.slos) or "none"
     link = runs_url("", experiment_id)[1:]  # "#/experiments/..." on the same page
-    lines = [f"**autotune study `{cfg.name}`**: {len(recs)} trials, {len(measured)} measured. "
+    lines = [f"**Recommended: {summary.headline()}**", "",
+             f"autotune study `{cfg.name}`: {len(recs)} trials, {len(measured)} measured. "
              f"Objectives: {asked}. SLOs: {slos}.", "",
-             f"[Every trial, sorted by {objs[0]}]({link})", "",
-             "The Pareto front (no trial is better on every objective):", "",
+             f"[Every trial, the recommended first]({link})", "",
+             "The Pareto front on each config's median over its boots (no config is better on "
+             "every objective):", "",
              "| trial | " + " | ".join(objs) + " | vs vLLM's defaults | flags |",
              "|---|" + "---:|" * len(objs) + "---|---|"]
-    for r in sorted((r for r in recs if r.number in front), key=lambda r: r.number):
+    for r in summary.front_records():
         name = f"trial {r.number}"
         if r.number in run_ids:
             name = f"[{name}]({run_url('', experiment_id, run_ids[r.number])[1:]})"
         flags = shell_join(params_to_args(r.flags)) or "vLLM's defaults"
         vals = " | ".join(f"{r.values[m]:,.2f}" if m in r.values else "-" for m in objs)
-        lines.append(f"| {name} | {vals} | {gain_tag(r, base, objs[0]) or '-'} | "
-                     f"`{flags}` |")
+        lines.append(f"| {name} | {vals} | {gain_tag(r, summary) or '-'} | `{flags}` |")
+    if summary.confirm is not None:
+        lines += ["", confirm_note(summary.confirm)]
     lines += ["", "Plots and tables: this run's artifacts, `pareto/` (pareto.html, trials.csv)."]
     return "\n".join(lines)
 
@@ -98,12 +108,28 @@ def confirm_note(res: ConfirmResult) -> str:
             "boots.")
 
 
-def gain_tag(rec: TrialRecord, base: TrialRecord | None, metric: str) -> str:
-    """A trial's first objective against vLLM's defaults, as the runs view shows it."""
+def gain_tag(rec: TrialRecord, summary: StudySummary) -> str:
+    """A config's first objective against vLLM's defaults, pooled over every boot of both, as
+    the terminal prints it ("+12.3% [+4.0, +20.1], 3 boots" or "+5.0%, one measurement")."""
+    from autotune.outputs.tables import gain_text
+
     if rec.baseline:
         return "vLLM's defaults"
-    d = deltas(rec, base).get(metric)
-    return "" if d is None else f"{d * 100:+.1f}% (one boot)"
+    g = summary.gains.get(rec.number, {}).get(summary.metrics[0])
+    return "" if g is None else gain_text(g)
+
+
+def flags_tag(rec: TrialRecord, cfg: StudyConfig) -> str:
+    """The searched flags the trial sets away from vLLM's defaults (its command-line form)."""
+    from autotune.tuning.search_space import load_search_space
+
+    searched = set(load_search_space(cfg.search_space).parameters)
+    if rec.baseline:
+        return "vLLM's defaults"
+    if rec.facts.repeat_of is not None:
+        return f"repeat of trial {rec.facts.repeat_of}"
+    return shell_join(params_to_args({k: v for k, v in rec.flags.items() if k in searched
+                                      and v is not None})) or "vLLM's defaults"
 
 
 def runs_url(ui_url: str, experiment_id: str, shared_view: bool = True) -> str:

@@ -14,14 +14,8 @@ from autotune.config.study import StudyConfig
 from autotune.measure.stats import interval_name
 from autotune.outputs.console import params_text, short_cause, short_metric
 from autotune.outputs.tables import confirm_lines, gain_text, is_base
-from autotune.tuning.confirm import config_gains
-from autotune.tuning.record import (
-    TrialRecord,
-    curve_profiles,
-    front_numbers,
-    records,
-    study_facts,
-)
+from autotune.tuning.record import TrialRecord, curve_profiles, study_facts
+from autotune.tuning.summary import StudySummary, summarize
 
 
 @dataclass(frozen=True)
@@ -52,7 +46,12 @@ def time_split(recs: list[TrialRecord]) -> list[TimeSplit]:
         tm = r.timings
         boot, bench, stop = (tm.get(k, 0.0) for k in ("boot_s", "bench_s", "stop_s"))
         nxt = done[i + 1] if i + 1 < len(done) else None
-        gap = (nxt.started - r.completed).total_seconds() if nxt and nxt.started else None
+        # the gap to the next trial is the tuner's time only within one command run: between
+        # two (a study, then `confirm` later) it is the user's pause
+        same = nxt is not None and (r.facts.process is None or
+                                    nxt.facts.process == r.facts.process)
+        gap = (nxt.started - r.completed).total_seconds() \
+            if nxt and nxt.started and same else None
         label = "reused" if r.facts.reused_from is not None else r.label()
         out.append(TimeSplit(r.number, label, boot, bench, stop, wall - boot - bench - stop,
                              gap))
@@ -65,20 +64,22 @@ def _f(v: float | None, pct: bool = False) -> str:
     return f"{v * 100:+.1f}%" if pct else f"{v:,.1f}"
 
 
-def trials_markdown(recs: list[TrialRecord], metrics: list[str], front: set[int],
-                    all_recs: list[TrialRecord] | None = None) -> list[str]:
-    """A Markdown table of `recs`; a change against the baseline pools every boot of a config
-    in `all_recs` (default `recs`), with its interval once repeats exist."""
+def trials_markdown(recs: list[TrialRecord], summary: StudySummary) -> list[str]:
+    """A Markdown table of `recs`; a change against the baseline is the summary's (every boot
+    of a config pooled, with its interval once repeats exist); the recommendation and any
+    measurement artefact marked, a failure's cause in one line."""
+    metrics, front = summary.metrics, set(summary.front)
     head = ["#", "state"]
     for m in metrics:
         head += [short_metric(m), "vs base"]
     head += ["boot s", "bench s", "front", "params / cause"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    pool = all_recs if all_recs is not None else recs
-    gains = config_gains(pool, metrics)
+    pool = summary.records
     for r in recs:
-        g = gains.get(r.number, {})
-        cells = [str(r.number), r.label() + (" (base)" if r.baseline else "")]
+        g = summary.gains.get(r.number, {})
+        cells = [str(r.number), r.label() + (" (base)" if r.baseline else "")
+                 + (" **★ pick**" if r.number == summary.recommendation.number else "")
+                 + (" artefact" if r.number in summary.artefacts else "")]
         for m in metrics:
             if r.lower_bound(m):  # no change against the base: it would read as a loss
                 cells += [f"≥{_f(r.values.get(m))}", "stopped early"]
@@ -90,6 +91,8 @@ def trials_markdown(recs: list[TrialRecord], metrics: list[str], front: set[int]
             else params_text(r.params))
         if r.cause:
             what += f" -- {short_cause(r.cause, 160)}"
+        if r.number in summary.artefacts:
+            what += f" -- {summary.artefacts[r.number]}"
         cells += [_f(r.timings.get("boot_s")), _f(r.timings.get("bench_s")),
                   "yes" if r.number in front else "", what.replace("|", "\\|")]
         lines.append("| " + " | ".join(cells) + " |")
@@ -157,10 +160,10 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
     from autotune.outputs import plots
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    recs = records(study)
+    summary = summarize(study, cfg)
+    recs = summary.records
     metrics = cfg.metric_names()
-    front = front_numbers(study)
-    lines = [f"# Study `{cfg.name}`", "",
+    lines = [f"# Study `{cfg.name}`", "", f"**Recommended: {summary.headline()}**", "",
              f"- vLLM {study_facts(study).vllm_version or '?'}; model `{cfg.server.model}`; "
              f"fixed args `{params_text(cfg.server.args)}`",
              f"- profile `{cfg.profile.name}` ({cfg.profile.num_prompts} prompts, concurrency "
@@ -170,11 +173,15 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
              + (f"; SLOs: {', '.join(s.text() for s in cfg.slos)}" if cfg.slos else ""),
              f"- {len(recs)} trials, {sum(r.measured for r in recs)} measured; "
              f"storage `{cfg.storage_url()}`", "", "## Trials", ""]
-    lines += trials_markdown(recs, metrics, front)
+    lines += trials_markdown(recs, summary)
+    if summary.failures:
+        lines += ["", "Not measured, in one line each (the full cause is in each trial's "
+                  "record and `result.json`):", ""] + [f"- {f}" for f in summary.failures]
     if len(metrics) >= 2 and any(r.measured for r in recs):
         plots.pareto_png(study, out_dir / "pareto.png", cfg.name)
-        lines += ["", "## Pareto front", "", "![Pareto front](pareto.png)", ""]
-        lines += trials_markdown([r for r in recs if r.number in front], metrics, front, recs)
+        lines += ["", "## Pareto front", "", "![Pareto front](pareto.png)", "",
+                  "On each config's median over its boots; the recommendation first.", ""]
+        lines += trials_markdown(summary.front_records(), summary)
     confirmed = cfg.study_dir() / "confirm.json"
     if confirmed.is_file():
         lines += ["", "## Confirm phase", ""] + confirm_markdown(confirmed, out_dir)
@@ -189,7 +196,7 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
     lines += ["", "## Where the time went", ""] + time_markdown(time_split(recs))
     from autotune.tuning.bill import bill
 
-    cost = bill(study, cfg).lines()
+    cost = bill(recs, cfg).lines()
     if cost:
         lines += ["", "## The bill", "", "```", *cost, "```"]
     trial_dirs = sorted(cfg.study_dir().glob("trial-*"))

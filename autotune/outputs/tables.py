@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import optuna
 from optuna.trial import FrozenTrial
 from rich.markup import escape
 from rich.table import Table
@@ -22,7 +21,8 @@ from autotune.outputs.console import (
     short_metric,
 )
 from autotune.tuning.confirm import ConfirmResult, config_gains
-from autotune.tuning.record import Status, TrialRecord, records
+from autotune.tuning.record import Status, TrialRecord
+from autotune.tuning.summary import StudySummary
 
 
 def gain_text(g: Gain) -> str:
@@ -54,22 +54,26 @@ def is_base(r: TrialRecord, recs: list[TrialRecord]) -> bool:
         b.number == r.facts.repeat_of and b.baseline for b in recs))
 
 
-GAIN_CAPTION = ("change vs the baseline: the median of every boot of a config against the "
-                "baseline's; [95% t-interval on the logs] once both were measured more than once")
+GAIN_CAPTION = ("change vs the baseline: every boot of a config against every boot of the "
+                "baseline's (ratio of geometric means); [95% t-interval on the logs] once both "
+                "were measured more than once")
 
 
-def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Trials",
-                 extra: list[str] | None = None, all_recs: list[TrialRecord] | None = None,
-                 width: int | None = None) -> Table:
-    """Every trial: status, objectives with their change against the baseline (and `extra`
-    measured metrics, such as a suite's per-profile values), boot and benchmark seconds,
-    flags, and the cause of a failure. A change pools every boot of the same flags in
-    `all_recs` (default `recs`): one measurement, or a median with its interval. Laid out
-    for `width` columns (default: the output console's; 100 when piped)."""
-    extra = extra or []
-    pool = all_recs if all_recs is not None else recs
-    gains = config_gains(pool, metrics + extra)
-    t = Table(title=title, header_style="bold", caption=GAIN_CAPTION)
+def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
+                 rows: list[TrialRecord] | None = None, width: int | None = None) -> Table:
+    """Every trial (or `rows`): status, objectives with their change against the baseline (and
+    a suite's per-profile values), boot and benchmark seconds, flags, and the cause of a
+    failure; the recommended config marked "★ pick", an artefact "artefact". A change pools
+    every boot of the same flags: one measurement, or a median with its interval (the
+    summary's gains). Laid out for `width` columns (default: the output console's; 100 when
+    piped)."""
+    metrics, extra = cfg.metric_names(), cfg.profile_metrics()
+    recs = summary.records if rows is None else rows
+    pool = summary.records
+    gains = summary.gains if not extra else config_gains(pool, metrics + extra)
+    pick = summary.recommendation.number
+    t = Table(title=title, header_style="bold", caption=GAIN_CAPTION
+              + (f"\n★ recommended: {summary.headline()}" if pick is not None else ""))
     t.add_column("#", justify="right")
     t.add_column("state")
     # 19 columns for the borders, 48 for #, state, seconds and one flag whole
@@ -88,7 +92,9 @@ def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Tria
         state = STATUS_STYLE.get(r.status, "{}").format(r.label())
         if r.baseline:
             state += " (base)"
-        cells = [str(r.number), state]
+        if r.number in summary.artefacts:
+            state += " [red]artefact[/red]"
+        cells = [str(r.number) + ("[bold]★[/bold]" if r.number == pick else ""), state]
         g = gains.get(r.number, {})
         for m in metrics + extra:
             v = r.values.get(m, r.metrics.get(m) if m in extra else None)
@@ -100,6 +106,8 @@ def trials_table(recs: list[TrialRecord], metrics: list[str], title: str = "Tria
                       else params_text(r.params))
         if r.cause:
             text += f"\n[red]{escape(short_cause(r.cause, 200))}[/red]"
+        if r.number in summary.artefacts:
+            text += f"\n[red]{escape(summary.artefacts[r.number])}[/red]"
         cells.append(text)
         t.add_row(*cells)
     return t
@@ -133,12 +141,12 @@ class StudyView:
     def on_running(self, text: str) -> None:
         self.progress.update(self.task, description=text)
 
-    def on_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+    def on_trial(self, summary: StudySummary, trial: FrozenTrial) -> None:
         self.progress.advance(self.task)
-        recs = records(study)
+        recs = summary.records
         rec = next(r for r in recs if r.number == trial.number)
         if rec.measured:
-            g = config_gains(recs, list(rec.values)).get(rec.number, {})
+            g = summary.gains.get(rec.number, {})
             parts = [f"{m} " + value_text(rec, m, v, g[m] if m in g and not is_base(rec, recs)
                                           else None)
                      for m, v in rec.values.items()]
@@ -155,7 +163,7 @@ class StudyView:
         if self.cfg is not None:
             from autotune.tuning.bill import bill
 
-            b = bill(study, self.cfg)
+            b = bill(summary.records, self.cfg)
             cost = f" [dim](bill so far {b.total:.1f} {b.unit})[/dim]"
         console.print(f"trial {trial.number}: {msg}  [dim]{escape(what)}[/dim]{cost}",
                       highlight=False)

@@ -25,28 +25,32 @@ from autotune.outputs.artifacts import confirm_files, front_files, trial_files
 from autotune.outputs.mlflow_view import (
     CURVE_KEYS,
     EXPERIMENT_KIND_TAG,
+    FLAGS_TAG,
     GAIN_TAG,
     KIND_TAG,
+    RANK,
     SHARED_VIEW_TAG,
     STUDY_RUN_TAG,
     STUDY_TAG,
     TRIAL_TAG,
     VIEW_KEY,
     confirm_note,
+    flags_tag,
     gain_tag,
     runs_view,
     study_note,
 )
 from autotune.server.machine import hardware
 from autotune.tuning.confirm import ConfirmResult
-from autotune.tuning.record import (
-    baseline,
-    deltas,
-    front_numbers,
-    metric_deltas,
-    records,
-    study_facts,
-)
+from autotune.tuning.record import deltas, metric_deltas, study_facts
+from autotune.tuning.summary import StudySummary, summarize
+
+PICK_TAG = "autotune.recommended"  # on the study run: the recommended trial's number
+
+
+def shown(v: float) -> float:
+    """A value as the terminal shows it: two decimals, four significant digits below 1."""
+    return round(v, 2) if abs(v) >= 1 else float(f"{v:.4g}")
 
 
 def default_tracking_uri(cfg: StudyConfig) -> str:
@@ -145,12 +149,12 @@ class Tracker:
                                        json.dumps(runs_view(self.cfg, self.parent_id)))
 
     # -- trials --------------------------------------------------------------------------------
-    def log_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+    def log_trial(self, summary: StudySummary, trial: FrozenTrial) -> None:
         t0 = time.perf_counter()
-        self._guard(f"log trial {trial.number}", self._log_trial, study, trial)
+        self._guard(f"log trial {trial.number}", self._log_trial, summary, trial)
         self.seconds.append(time.perf_counter() - t0)
 
-    def _log_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+    def _log_trial(self, summary: StudySummary, trial: FrozenTrial) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
         if self.parent_id is None:
@@ -158,18 +162,26 @@ class Tracker:
         assert self.experiment_id is not None
         if self._find(f"tags.`{TRIAL_TAG}` = '{trial.number}'"):
             return  # logged already (sync after a resumed study)
-        recs = records(study)
+        recs = summary.records
+        base = summary.base
         rec = next(r for r in recs if r.number == trial.number)
         facts = rec.facts
         # nested under the study's run; the view `autotune ui` opens (runs_view) expands it, so
-        # every trial is listed with its metrics
-        tags = {STUDY_RUN_TAG: self.parent_id, "mlflow.parentRunId": self.parent_id,
+        # every trial is listed with its metrics. A repeat boot nests under its config's run:
+        # it is that config measured again, never a winner of its own
+        parent = self.parent_id
+        if facts.repeat_of is not None:
+            parent = self._find(f"tags.`{TRIAL_TAG}` = '{facts.repeat_of}'") or parent
+        tags = {STUDY_RUN_TAG: self.parent_id, "mlflow.parentRunId": parent,
                 KIND_TAG: "trial", STUDY_TAG: self.cfg.name,
                 TRIAL_TAG: str(trial.number), "autotune.state": rec.status.value,
-                "autotune.baseline": str(rec.baseline).lower()}
-        gain = gain_tag(rec, baseline(recs), self.cfg.metric_names()[0])
+                "autotune.baseline": str(rec.baseline).lower(),
+                FLAGS_TAG: flags_tag(rec, self.cfg)}
+        gain = gain_tag(rec, summary)
         if gain:
             tags[GAIN_TAG] = gain
+        if rec.number in summary.artefacts:
+            tags["autotune.artefact"] = summary.artefacts[rec.number]
         if rec.cause:
             tags["autotune.cause"] = rec.cause[:5000]
         if facts.reused_from is not None:
@@ -191,9 +203,9 @@ class Tracker:
         if rec.measured:
             metrics.update(rec.metrics)
             metrics.update(facts.server_stats or {})
-            metrics.update({f"delta_{k}": v for k, v in deltas(rec, baseline(recs)).items()})
+            metrics.update({f"delta_{k}": v for k, v in deltas(rec, base).items()})
             metrics.update({f"delta_{k}": v for k, v in metric_deltas(
-                rec, baseline(recs), self.cfg.profile_metrics()).items()})
+                rec, base, self.cfg.profile_metrics()).items()})
             metrics.update({f"objective_{k}": v for k, v in rec.values.items()})
         metrics.update({f"timing_{k}": v for k, v in rec.timings.items()})
         metrics.update({f"constraint_{k}": v for k, v in rec.constraints.items()})
@@ -207,7 +219,7 @@ class Tracker:
                               **{m: pt.metrics[m] for m in CURVE_KEYS}}.items()]
         self.client.log_batch(
             rid,
-            metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()
+            metrics=[Metric(k, shown(float(v)), ts, 0) for k, v in metrics.items()
                      if isinstance(v, int | float)] + curve,
             params=[Param(k, v[:6000]) for k, v in params.items()],
             tags=[RunTag("autotune.trial_state", trial.state.name)],
@@ -220,34 +232,48 @@ class Tracker:
         status = "FINISHED" if rec.measured else "FAILED"
         self.client.set_terminated(rid, status=status, end_time=ts)
 
-    # -- the front -----------------------------------------------------------------------------
-    def log_front(self, study: optuna.Study) -> None:
-        self._guard("log the Pareto front", self._log_front, study)
+    # -- the front and the recommendation -----------------------------------------------------
+    def log_front(self, summary: StudySummary, study: optuna.Study | None = None) -> None:
+        self._guard("log the Pareto front", self._log_front, summary, study)
 
-    def _log_front(self, study: optuna.Study) -> None:
-        from mlflow.entities import Metric
+    def _log_front(self, summary: StudySummary, study: optuna.Study | None) -> None:
+        from mlflow.entities import Metric, RunTag
 
         if self.parent_id is None:
             raise RuntimeError("the study's parent run was not created")
-        recs = records(study)
-        front = front_numbers(study)
-        with tempfile.TemporaryDirectory() as tmp:
-            d = Path(tmp)
-            front_files(study, self.cfg, recs, front, d)
-            self.client.log_artifacts(self.parent_id, str(d), artifact_path="pareto")
+        recs = summary.records
+        front = set(summary.front)
+        if study is not None:
+            with tempfile.TemporaryDirectory() as tmp:
+                d = Path(tmp)
+                front_files(study, self.cfg, list(summary.pooled.values()), front, d)
+                self.client.log_artifacts(self.parent_id, str(d), artifact_path="pareto")
         assert self.experiment_id is not None
         ids = {int(r.data.tags[TRIAL_TAG]): r.info.run_id for r in self.client.search_runs(
             [self.experiment_id], f"tags.`{KIND_TAG}` = 'trial'", max_results=5000)
             if TRIAL_TAG in r.data.tags}
-        self.client.set_tag(self.parent_id, "mlflow.note.content",
-                            study_note(self.cfg, recs, front, self.experiment_id, ids))
         ts = int(time.time() * 1000)
         n = len(recs)
+        pick = summary.recommendation.number
         self.client.log_batch(self.parent_id, metrics=[
             Metric("trials", float(n), ts, n),
             Metric("pareto_size", float(len(front)), ts, n),
             Metric("infeasible_trials", float(sum(not r.measured for r in recs)), ts, n),
-        ])
+        ], tags=[RunTag("mlflow.note.content",
+                        study_note(self.cfg, summary, self.experiment_id, ids)),
+                 RunTag(PICK_TAG, "none" if pick is None else str(pick)),
+                 RunTag("autotune.recommendation", summary.headline()[:5000])])
+        # the runs view sorts by rank: the recommended config is its first row; each config's
+        # gain is its pooled one (every boot of its flags), the same text as the terminal's
+        for num, rank in summary.rank().items():
+            rid = ids.get(num)
+            if rid is None:
+                continue
+            rec = summary.pooled[num]
+            tags = [RunTag(GAIN_TAG, gain_tag(rec, summary) or "-")]
+            if num == pick:
+                tags.append(RunTag("autotune.pick", "recommended"))
+            self.client.log_batch(rid, metrics=[Metric(RANK, float(rank), ts, n)], tags=tags)
 
     # -- the study's own numbers (the bill) ------------------------------------------------------
     def log_study_metrics(self, values: dict[str, float]) -> None:
@@ -281,11 +307,7 @@ class Tracker:
                                gain_high=row.gain.high)
             metrics += [Metric(f"confirm_trial_{num}_{k}", float(v), ts, 0)
                         for k, v in numbers.items()]
-        tags = [RunTag("autotune.recommended", str(res.recommended))] \
-            if res.recommended is not None else []
-        note = self.client.get_run(self.parent_id).data.tags.get("mlflow.note.content", "")
-        if res.recommended is not None and "**Confirm phase**" not in note:
-            tags.append(RunTag("mlflow.note.content", note + "\n\n" + confirm_note(res)))
+        tags = [RunTag("autotune.confirm", confirm_note(res))]
         self.client.log_batch(self.parent_id, metrics=metrics, tags=tags)
         # on each finalist's own run too, so the runs view shows the interval beside the trial
         for num, row in res.configs.items():
@@ -299,10 +321,8 @@ class Tracker:
                 mine += [Metric("confirm_gain", row.gain.gain, ts, 0),
                          Metric("confirm_gain_low", row.gain.low, ts, 0),
                          Metric("confirm_gain_high", row.gain.high, ts, 0)]
-            gain = (f"{row.text} ({boots} boots)" if row.gain is not None
-                    else f"vLLM's defaults ({boots} boots)")
             self.client.log_batch(rid, metrics=mine, tags=[
-                RunTag("autotune.confirm", row.text or "baseline"), RunTag(GAIN_TAG, gain)])
+                RunTag("autotune.confirm", row.text or "baseline")])
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
             confirm_files(res, d)
@@ -322,8 +342,9 @@ def sync(cfg: StudyConfig, study: optuna.Study, tracking_uri: str | None = None)
     tr = Tracker(cfg, tracking_uri)
     tr.start(study, {"vllm_version": study_facts(study).vllm_version or "unknown"})
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+    summary = summarize(study, cfg)
     for t in finished:
-        tr.log_trial(study, t)
-    tr.log_front(study)
+        tr.log_trial(summary, t)
+    tr.log_front(summary, study)
     tr.finish()
     return len(finished) if tr.failures == 0 else -tr.failures

@@ -14,10 +14,9 @@ import statistics
 from dataclasses import dataclass
 
 import optuna
-from optuna.trial import TrialState
 
 from autotune.config.study import StudyConfig
-from autotune.tuning.record import records
+from autotune.tuning.record import Status, TrialRecord, records
 
 IDLE_GAP_S = 600.0  # a gap between trials longer than this is a stop (a resume later), not idle
 
@@ -90,26 +89,35 @@ def device_unit() -> str:
     return "GPU-min" if shutil.which("nvidia-smi") else "CPU-min"
 
 
-def bill(study: optuna.Study, cfg: StudyConfig, unit: str | None = None) -> Bill:
+FINISHED = (Status.OK, Status.SLO_MISS, Status.INFEASIBLE)  # Optuna's COMPLETE
+
+
+def bill(study: optuna.Study | list[TrialRecord], cfg: StudyConfig, unit: str | None = None
+         ) -> Bill:
+    """The study's bill (`study`: the study, or its records already read)."""
     devices = cfg.gpus_per_trial or 1
     costs = []
     spans = []
-    for r, t in zip(records(study), study.get_trials(deepcopy=False), strict=True):
-        if t.state != TrialState.COMPLETE or t.datetime_start is None or \
-                t.datetime_complete is None:
+    for r in study if isinstance(study, list) else records(study):
+        if r.status not in FINISHED or r.started is None or r.completed is None:
             continue
-        wall = (t.datetime_complete - t.datetime_start).total_seconds()
-        spans.append((t.datetime_start, t.datetime_complete))
+        wall = (r.completed - r.started).total_seconds()
+        spans.append((r.started, r.completed, r.facts.process))
         tm = r.timings
         boot = min(tm.get("boot_s", 0.0), wall)
         load = min(tm.get("bench_s", 0.0), wall - boot)
         costs.append(TrialCost(r.number, r.facts.repeat_of is not None, wall * devices / 60,
                                boot * devices / 60, load * devices / 60))
     idle, end = 0.0, None
-    for s, e in sorted(spans):  # gaps between trials; a longer one is a machine not held
-        if end is not None and 0 < (gap := (s - end).total_seconds()) < IDLE_GAP_S:
+    last = None
+    for s, e, proc in sorted(spans, key=lambda x: (x[0], x[1])):
+        # gaps between trials of one command run; a longer one, or one between two runs (a
+        # user's pause between commands), is a machine not held
+        if end is not None and 0 < (gap := (s - end).total_seconds()) < IDLE_GAP_S and \
+                (proc is None or proc == last):
             idle += gap * devices / 60
         end = e if end is None else max(end, e)
+        last = proc
     first = sum(not c.confirm for c in costs)
     return Bill(unit or device_unit(), devices, tuple(costs), idle,
                 max(cfg.n_trials - first, 0))

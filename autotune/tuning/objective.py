@@ -11,6 +11,8 @@ else raised inside a trial is recorded on it and stops the study (TrialError).
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 import warnings
 from collections.abc import Callable
@@ -45,6 +47,8 @@ CAPACITY_OK = "capacity_ok"  # some load met the SLOs
 # what the sampler learns from a trial without a measurement (never shown to a user)
 WORST = {"maximize": 0.0, "minimize": 1e6}
 
+# this command run, on each trial it measures (TrialFacts.process)
+PROCESS = f"{socket.gethostname()}:{os.getpid()}"
 # (trial number, phase, flags) -> None; phases: booting, benchmarking, stopping, reused
 PhaseHook = Callable[[int, str, dict[str, Any]], None]
 
@@ -95,7 +99,8 @@ class Objective:
             sampled = {} if baseline else self.space.suggest(trial)
             flags = {**self.space.fixed, **self.space.to_flags(sampled)}
         key = flags_key(flags)
-        write_facts(trial, TrialFacts(flags=flags, flags_key=key, worker=self.worker))
+        write_facts(trial, TrialFacts(flags=flags, flags_key=key, worker=self.worker,
+                                      process=PROCESS))
         hook = self.on_phase or (lambda *_: None)
 
         prior = self._failed_before(trial, key)

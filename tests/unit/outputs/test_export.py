@@ -2,8 +2,8 @@
 
 import optuna
 
-from autotune.outputs.export import knee
 from autotune.tuning.record import front
+from autotune.tuning.summary import knee
 
 
 def test_knee_picks_the_balanced_point() -> None:
@@ -54,7 +54,8 @@ def test_the_end_of_a_study_says_what_to_deploy(tmp_path) -> None:  # type: igno
     from pathlib import Path
 
     from autotune.config.study import StudyConfig
-    from autotune.outputs.session import deploy_lines
+    from autotune.session.study import deploy_lines
+    from autotune.tuning.summary import summarize
 
     cfg = StudyConfig.model_validate({
         "name": "t", "server": {"model": "/m", "executable": ["vllm"],
@@ -62,16 +63,16 @@ def test_the_end_of_a_study_says_what_to_deploy(tmp_path) -> None:  # type: igno
         "profile": {"name": "random", "input_len": 8, "output_len": 4, "num_prompts": 2},
         "search_space": "cpu-demo", "workdir": str(tmp_path)})
     st = _study_of([({}, [100.0, 20.0], True), ({"max_num_seqs": 8}, [150.0, 18.0], False)])
-    lines = deploy_lines(st, cfg, None, Path("s.yaml"))
-    assert lines[0] == ("deploy: trial 1: total_token_throughput +50.0% over vLLM's defaults "
-                        "(one measurement each; `autotune confirm` boots both again for an "
-                        "interval)")
+    lines = deploy_lines(summarize(st, cfg), cfg, Path("s.yaml"))
+    assert lines[0] == ("deploy: trial 1: total_token_throughput +50.0% (one measurement) over "
+                        "vLLM's defaults (the knee of the front of pooled values; one boot "
+                        "each unless repeated)")
     assert lines[1].startswith("  ") and lines[1].endswith(
         "vllm serve /m --load-format dummy --max-num-seqs 8")
     assert lines[2] == "full export (YAML, bench line, sizing): autotune export --config s.yaml"
     st = _study_of([({}, [100.0, 20.0], True), ({"max_num_seqs": 8}, [90.0, 25.0], False)])
-    lines = deploy_lines(st, cfg, None, Path("s.yaml"))
-    assert lines[0] == "deploy: vLLM's defaults (trial 0)"
+    lines = deploy_lines(summarize(st, cfg), cfg, Path("s.yaml"))
+    assert lines[0].startswith("deploy: vLLM's defaults (trial 0) (")
     assert lines[1].endswith(" vllm serve /m --load-format dummy")
 
 
@@ -80,8 +81,8 @@ def test_export_picks_on_the_median_of_a_configs_boots_not_its_luckiest(tmp_path
     of three; a config at about 9,000 over three boots is the throughput pick, and its value
     is that median."""
     from autotune.config.study import StudyConfig
-    from autotune.outputs.export import boots_of, choose
     from autotune.tuning.record import TrialFacts
+    from autotune.tuning.summary import choose, summarize
 
     cfg = StudyConfig.model_validate({
         "name": "t", "server": {"model": "/m", "executable": ["vllm"]},
@@ -96,9 +97,11 @@ def test_export_picks_on_the_median_of_a_configs_boots_not_its_luckiest(tmp_path
                            baseline=True if key == "{}" else None, repeat_of=of,
                            metrics={"total_token_throughput": v, "mean_tpot_ms": 20.0})
         st.add_trial(optuna.trial.create_trial(values=[v, 20.0], user_attrs=facts.to_attrs()))
-    pick = choose(st, cfg, "throughput")
+    summary = summarize(st, cfg)
+    pick = choose(summary, cfg, "throughput")
     assert pick.number == 1 and pick.values["total_token_throughput"] == 9000.0
-    assert sorted(boots_of(st, cfg, pick)["total_token_throughput"]) == [8900.0, 9000.0, 9100.0]
+    assert sorted(summary.boots[1]["total_token_throughput"]) == [8900.0, 9000.0, 9100.0]
+    assert choose(summary, cfg).number == 1  # the recommendation: the knee, on pooled values
 
 
 def test_a_cause_is_cut_at_a_sentence_not_mid_value() -> None:

@@ -1,10 +1,13 @@
 """The study's tables at the width they are read in: 100 columns when piped (issue 35)."""
 
+from pathlib import Path
+
 from rich.console import Console
 
 from autotune.outputs.console import WIDTH
 from autotune.outputs.tables import trials_table
 from autotune.tuning.record import Status, TrialFacts, TrialRecord
+from tests.fakes import study_cfg, summary_of
 
 M = ["total_token_throughput", "mean_tpot_ms"]
 FLAGS = {"max_num_batched_tokens": 1602, "max_num_seqs": 28, "enable_chunked_prefill": False,
@@ -36,9 +39,11 @@ def demo_records() -> list[TrialRecord]:
             one(7, 4943.76, 4.57, "a", FLAGS, repeat_of=1)]
 
 
-def test_the_trials_table_fits_100_columns_without_breaking_a_value() -> None:
+def test_the_trials_table_fits_100_columns_without_breaking_a_value(tmp_path: Path) -> None:
+    summary = summary_of(demo_records(), tmp_path)
+    cfg = study_cfg(tmp_path)
     out = Console(width=WIDTH, record=True)
-    out.print(trials_table(demo_records(), M, title="study cpu-demo", width=WIDTH))
+    out.print(trials_table(summary, cfg, title="study cpu-demo", width=WIDTH))
     text = out.export_text()
     lines = text.splitlines()
     assert WIDTH == 100 and max(len(ln) for ln in lines) <= 100
@@ -51,14 +56,14 @@ def test_the_trials_table_fits_100_columns_without_breaking_a_value() -> None:
     assert "quantization=None" not in text and "quantization=fp8" in text
     # narrower (pytest exports COLUMNS=80 to its children): folded, never cropped
     narrow = Console(width=80, record=True)
-    narrow.print(trials_table(demo_records(), M, width=80))
+    narrow.print(trials_table(summary, cfg, width=80))
     shown = narrow.export_text()
     folded = "".join(shown.split())
     assert max(len(ln) for ln in shown.splitlines()) <= 80
     assert "static_scaled_fp8_quant" in folded.replace("│", "")
     # a wide terminal gets wide cells: the pooled change on one line
     wide = Console(width=200, record=True)
-    wide.print(trials_table(demo_records(), M, width=200))
+    wide.print(trials_table(summary, cfg, width=200))
     assert any("3,981.41; median 4,590.66 (no significant change" in ln
                for ln in wide.export_text().splitlines())
     # the infeasible trial's cause is there, folded in its cell, not cut

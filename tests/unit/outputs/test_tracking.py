@@ -7,9 +7,17 @@ from pathlib import Path
 import optuna
 
 from autotune.config.study import StudyConfig
-from autotune.outputs.mlflow_view import gain_tag, run_url, runs_url, runs_view, study_note
-from autotune.tuning.record import TrialFacts, baseline, front_numbers, records
+from autotune.outputs.mlflow_view import (
+    flags_tag,
+    gain_tag,
+    run_url,
+    runs_url,
+    runs_view,
+    study_note,
+)
+from autotune.tuning.record import TrialFacts, records
 from autotune.tuning.search_space import load_search_space
+from autotune.tuning.summary import summarize
 
 
 def _cfg(tmp_path: Path, direction: str = "maximize") -> StudyConfig:
@@ -34,18 +42,19 @@ def _study() -> optuna.Study:
     return st
 
 
-def test_the_saved_view_sorts_by_the_first_objective_with_the_key_columns_first(
+def test_the_saved_view_sorts_by_rank_with_the_key_columns_first(
         tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
     v = runs_view(cfg, "p1")
     flags = list(load_search_space("cpu-demo").parameters)
     assert v["selectedColumns"] == [
         "metrics.`total_token_throughput`", "metrics.`mean_tpot_ms`", "tags.`autotune.gain`",
-        "metrics.`p99_ttft_ms`", "tags.`autotune.state`", *[f"params.`{p}`" for p in flags]]
+        "tags.`autotune.flags`", "metrics.`p99_ttft_ms`", "tags.`autotune.state`",
+        *[f"params.`{p}`" for p in flags]]
     assert v["columnOrder"] == v["selectedColumns"]
-    assert v["orderByKey"] == "metrics.`total_token_throughput`" and v["orderByAsc"] is False
+    # the recommendation's rank is 0: the first row, whatever the objectives' directions
+    assert v["orderByKey"] == "metrics.`rank`" and v["orderByAsc"] is True
     assert v["runsExpanded"] == {"p1": True} and v["runsHiddenMode"] == "SHOW_ALL"
-    assert runs_view(_cfg(tmp_path, "minimize"), None)["orderByAsc"] is True
 
 
 def test_addresses_keep_the_model_training_mode() -> None:
@@ -59,14 +68,17 @@ def test_addresses_keep_the_model_training_mode() -> None:
 def test_gain_and_the_study_note(tmp_path: Path) -> None:
     st = _study()
     recs = records(st)
-    base = baseline(recs)
-    assert gain_tag(recs[0], base, "total_token_throughput") == "vLLM's defaults"
-    assert gain_tag(recs[1], base, "total_token_throughput") == "+50.0% (one boot)"
-    note = study_note(_cfg(tmp_path), recs, front_numbers(st), "7", {1: "r1"})
+    summary = summarize(st, _cfg(tmp_path))
+    assert gain_tag(recs[0], summary) == "vLLM's defaults"
+    assert gain_tag(recs[1], summary) == "+50.0%, one measurement"
+    assert flags_tag(recs[1], _cfg(tmp_path)) == "--max-num-seqs 8"
+    note = study_note(_cfg(tmp_path), summary, "7", {1: "r1"})
+    assert note.startswith("**Recommended: trial 1: total_token_throughput +50.0%")
     assert "(#/experiments/7/runs?viewStateShareKey=autotune" in note
     assert ("| [trial 1](#/experiments/7/runs/r1?workflowType=machine_learning) | 150.00 | "
-            "18.00 | +50.0% (one boot) | `--max-num-seqs 8` |") in note
+            "18.00 | +50.0%, one measurement | `--max-num-seqs 8` |") in note
     assert "| trial 2 |" not in note  # not on the front
+    assert summary.rank() == {1: 0, 0: 1, 2: 2}
 
 
 def test_the_printed_page_keeps_the_model_training_mode_and_opens_the_runs_view() -> None:

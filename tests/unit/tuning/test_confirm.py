@@ -179,7 +179,7 @@ def test_a_study_confirms_now_or_says_its_gains_are_one_measurement(
         said: str) -> None:
     from pathlib import Path
 
-    from autotune.outputs.session import confirm_now
+    from autotune.session.study import confirm_now
     from autotune.tuning import confirm
 
     monkeypatch.setattr(confirm, "records", lambda _st: [])
@@ -250,7 +250,7 @@ def test_an_early_stopped_capacity_pools_only_where_the_config_has_no_full_measu
     assert gains[4]["total_token_throughput"].gain == pytest.approx(-0.4)  # its bound
 
 
-def test_an_early_stopped_capacity_reads_as_a_lower_bound_in_the_tables() -> None:
+def test_an_early_stopped_capacity_reads_as_a_lower_bound_in_the_tables(tmp_path: Any) -> None:
     """The study's table, its live lines and the report print a bound as "≥40.00, stopped early",
     with no change against the baseline (a bound's -20% would read as a measured loss)."""
     import dataclasses
@@ -267,17 +267,21 @@ def test_an_early_stopped_capacity_reads_as_a_lower_bound_in_the_tables() -> Non
     full = dataclasses.replace(rec(2, 60.0, "c"), values={"capacity": 60.0})
     assert value_text(early, "capacity", 40.0, None) == "≥40.00, stopped early"
     assert value_text(full, "capacity", 60.0, None) == "60.00"
+    from tests.fakes import study_cfg, summary_of
+
+    recs = [dataclasses.replace(base, values={"capacity": 50.0}), early, full]
+    capacity = {"capacity": {"axis": "concurrency", "low": 1, "high": 64},
+                "slos": [{"metric": "p99_ttft_ms", "max": 2000}]}
+    summary = summary_of(recs, tmp_path, [("capacity", "maximize")], **capacity)
     out = Console(width=200, record=True)
-    out.print(trials_table([dataclasses.replace(base, values={"capacity": 50.0}), early, full],
-                           ["capacity"]))
+    out.print(trials_table(summary, study_cfg(tmp_path, [("capacity", "maximize")], **capacity)))
     text = out.export_text()
     assert "≥40.00, stopped early" in text and "-20.0%" not in text
     assert "60.00 (+20.0%, one measurement)" in text
     # and the report's Markdown
     from autotune.outputs.report import trials_markdown
 
-    md = "\n".join(trials_markdown([dataclasses.replace(base, values={"capacity": 50.0}), early,
-                                    full], ["capacity"], front=set()))
+    md = "\n".join(trials_markdown(recs, summary))
     assert "| ≥40.0 | stopped early |" in md and "-20.0%" not in md
 
 

@@ -9,11 +9,12 @@ import optuna
 import pytest
 
 from autotune.config.study import StudyConfig
-from autotune.outputs.export import bench_command, choose, config_yaml, serve_command
+from autotune.outputs.export import bench_command, config_yaml, serve_command
 from autotune.tuning import objective as objective_mod
 from autotune.tuning.objective import BOOT_OK, Objective
 from autotune.tuning.record import Status, baseline, deltas, front, records
 from autotune.tuning.search_space import SearchSpace
+from autotune.tuning.summary import choose, summarize
 from tests.fakes import fake_bench
 
 SPACE = SearchSpace.model_validate({
@@ -70,13 +71,14 @@ def test_failures_are_infeasible_and_never_booted_twice(tmp_path: Path,
     assert recs[2].status == Status.INFEASIBLE and recs[2].values == {} and recs[2].metrics == {}
 
     # export: preferences pick the ends of the front
-    fast = choose(study, c, "throughput")
+    summary = summarize(study, c)
+    fast = choose(summary, c, "throughput")
     assert fast.params["max_num_seqs"] == 16
-    low = choose(study, c, "latency")
+    low = choose(summary, c, "latency")
     assert low.params["max_num_seqs"] == 4
-    assert choose(study, c, max_tpot_ms=20).params["max_num_seqs"] == 4
+    assert choose(summary, c, max_tpot_ms=20).params["max_num_seqs"] == 4
     with pytest.raises(Exception, match="no feasible trial has mean TPOT"):
-        choose(study, c, max_tpot_ms=1)
+        choose(summary, c, max_tpot_ms=1)
     argv = serve_command(c, fast)
     assert argv[:3] == ["vllm", "serve", "/m"] and "--max-num-seqs" in argv
     assert "load-format: dummy" in config_yaml(c, fast)

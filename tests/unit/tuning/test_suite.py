@@ -196,5 +196,5 @@ def test_sizing_counts_every_boot_of_the_config() -> None:
     assert (s.per_replica_req_s, s.boots, s.replicas) == (16.0, 3, 4)  # 40 / 12, rounded up
     assert s.low_req_s == 12.0 and s.high_req_s == 20.0
     text = s.text("p99_ttft_ms <= 2000")
-    assert "median of 3 boots, 95% interval [12.00, 20.00]" in text
+    assert "median of 3 boots [12.00, 20.00]: range of 3 boots, covers 75%" in text
     assert "4 replicas" in text and "sized on the interval's low end" in text

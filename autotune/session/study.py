@@ -1,9 +1,11 @@
 """A study as `autotune study` runs it, end to end: workers or not, preflight, warm start, the
 trials with their live view and MLflow, the confirm phase, and the screens a study ends on
-(the trials, the front, the confirm table, the line to deploy, the bill).
+(the trials, the front, the confirm table, the recommendation, the bill).
 
 `run_session` is the library entry point the `study` command calls; `tracked`, `confirm_phase`
-and `print_tables` are shared with `confirm`, `export --validate` and `trials`.
+and `print_tables` are shared with `confirm`, `export --validate` and `trials`. After each trial
+event the study's summary (autotune.tuning.summary) is computed once and handed to the live
+view and MLflow; the end of the study prints the same summary's recommendation.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.config.study import StudyConfig
-from autotune.errors import ConfigError
-from autotune.outputs.console import console, out
+from autotune.errors import ConfigError, StudyError
+from autotune.outputs.console import command_hint, console, out
 from autotune.outputs.tables import StudyView, trials_table
 from autotune.outputs.tracking import Tracker
+from autotune.session.open import make_tracker, study_extra
 from autotune.tuning.confirm import ConfirmResult
-from autotune.tuning.preflight import Preflight, preflight
-from autotune.tuning.record import front, records
+from autotune.tuning.preflight import preflight
 from autotune.tuning.search_space import load_search_space
 from autotune.tuning.study import (
     completed,
@@ -35,6 +37,7 @@ from autotune.tuning.study import (
     run_study,
     warm_start,
 )
+from autotune.tuning.summary import StudySummary, summarize
 from autotune.tuning.workers import run_pool, running_text, worker_config, worker_envs
 
 TrialHook = Callable[[optuna.Study, FrozenTrial], None]
@@ -54,42 +57,11 @@ class SessionOptions:
     confirm: bool | None = None  # --confirm/--no-confirm; None: confirm.when
 
 
-def study_extra(cfg: StudyConfig, pre: Preflight, requests: list[Any]) -> dict[str, str]:
-    """What the study's run records beside the config: vLLM, the requests' digest, the
-    executable."""
-    from autotune.load.datasets import requests_digest
-
-    return {"vllm_version": pre.vllm.version, "dataset_hash": requests_digest(requests),
-            "vllm_executable": " ".join(cfg.server.executable)}
-
-
-def make_tracker(cfg: StudyConfig, tracking_uri: str | None, no_mlflow: bool) -> Tracker | None:
-    """The study's tracker (None with --no-mlflow), saying where its runs go."""
-    if no_mlflow:
-        return None
-    tracker = Tracker(cfg, tracking_uri)
-    console.print(f"MLflow: {tracker.uri} (experiment {cfg.name!r}; `autotune ui` shows it)",
-                  highlight=False)
-    return tracker
-
-
-def start_tracker(cfg: StudyConfig, study: optuna.Study, pre: Preflight, requests: list[Any],
-                  tracking_uri: str | None, no_mlflow: bool) -> Tracker | None:
-    """The study's tracker, its study run started (None with --no-mlflow)."""
-    tracker = make_tracker(cfg, tracking_uri, no_mlflow)
-    if tracker is not None:
-        tracker.start(study, study_extra(cfg, pre, requests))
-    return tracker
-
-
-def print_tables(st: optuna.Study, cfg: StudyConfig) -> None:
-    """Every trial, then the feasible Pareto front."""
-    metrics = cfg.metric_names()
-    recs = records(st)
-    out.print(trials_table(recs, metrics, title=f"study {cfg.name}",
-                           extra=cfg.profile_metrics()))
-    out.print(trials_table(front(st), metrics, title="Pareto front (feasible)",
-                           extra=cfg.profile_metrics(), all_recs=recs))
+def print_tables(summary: StudySummary, cfg: StudyConfig) -> None:
+    """Every trial, then the feasible Pareto front (pooled values; the recommendation first)."""
+    out.print(trials_table(summary, cfg, title=f"study {cfg.name}"))
+    out.print(trials_table(summary, cfg, title="Pareto front (feasible)",
+                           rows=summary.front_records()))
 
 
 @contextmanager
@@ -103,12 +75,13 @@ def tracked(cfg: StudyConfig, tracker: Tracker | None, total: int, done: int, *,
     with StudyView(total, done, cfg.metric_names(), cfg) as view:
 
         def on_trial(st: optuna.Study, trial: FrozenTrial) -> None:
-            view.on_trial(st, trial)
+            summary = summarize(st, cfg)  # once per trial event: every surface reads it
+            view.on_trial(summary, trial)
             if tracker is not None:
                 if log_trials:
-                    tracker.log_trial(st, trial)
+                    tracker.log_trial(summary, trial)
                 if front_every and trial.number % front_every == front_every - 1:
-                    tracker.log_front(st)
+                    tracker.log_front(summary, st)
 
         try:
             yield view, on_trial
@@ -117,11 +90,12 @@ def tracked(cfg: StudyConfig, tracker: Tracker | None, total: int, done: int, *,
                 from autotune.tuning.study import open_study
 
                 final = open_study(cfg, create=False)
+                summary = summarize(final, cfg)
                 if backfill:
                     for t in final.get_trials(deepcopy=False):
                         if t.state.is_finished():
-                            tracker.log_trial(final, t)
-                tracker.log_front(final)
+                            tracker.log_trial(summary, t)
+                tracker.log_front(summary, final)
                 tracker.finish()
 
 
@@ -144,43 +118,18 @@ def confirm_phase(st: optuna.Study, cfg: StudyConfig, pre: Any, requests: list[A
     return res
 
 
-def deploy_lines(st: optuna.Study, cfg: StudyConfig, res: ConfirmResult | None,
-                 config_path: Path) -> list[str]:
-    """What to deploy, at the end of a study: the recommended config's serve line and its gain
-    over vLLM's defaults with its interval. After a confirm phase the recommendation is its
-    (best lower confidence bound, else the defaults); without one, the config `autotune
-    export` picks by default, whose gain is one measurement."""
-    from autotune.errors import StudyError
-    from autotune.outputs.export import choose, find_trial, serve_line
-    from autotune.tuning.record import baseline
+def deploy_lines(summary: StudySummary, cfg: StudyConfig, config_path: Path) -> list[str]:
+    """What to deploy, at the end of a study: the summary's recommendation, its serve line, its
+    gain over vLLM's defaults with its interval (or "one measurement"), and how to export it."""
+    from autotune.outputs.export import serve_line
 
-    metric = cfg.metric_names()[0]
-    base = baseline(records(st))
-    try:
-        if res is not None and res.recommended is not None:
-            pick = find_trial(st, res.recommended)
-            row = res.configs.get(res.recommended)
-            gain = (f"{metric} {row.text} over vLLM's defaults (medians of "
-                    f"{len(row.values)} and {len(res.configs[res.base].values)} boots)"
-                    if row is not None and row.gain is not None else "")
-        else:
-            pick = choose(st, cfg, "capacity" if cfg.capacity else "knee")
-            v, b = pick.value(metric), base.value(metric) if base is not None else None
-            gain = (f"{metric} {v / b - 1:+.1%} over vLLM's defaults (one measurement each; "
-                    "`autotune confirm` boots both again for an interval)"
-                    if v is not None and b and base is not None and pick.number != base.number
-                    else "")
-    except StudyError:  # nothing feasible to deploy
+    r = summary.recommendation
+    if r.number is None:
         return []
-    if base is not None and pick.number == base.number:
-        head = (f"deploy: vLLM's defaults (trial {pick.number}): no config beat them beyond "
-                "the noise" if res is not None else
-                f"deploy: vLLM's defaults (trial {pick.number})")
-    else:
-        head = f"deploy: trial {pick.number}" + (f": {gain}" if gain else "")
-    return [head, "  " + serve_line(cfg, pick),
-            f"full export (YAML, bench line, sizing): autotune export --config {config_path}"
-            + (f" --trial {pick.number}" if res is not None else "")]
+    pick = summary.record(r.number)
+    return [f"deploy: {summary.headline()}", "  " + serve_line(cfg, pick),
+            "full export (YAML, bench line, sizing): "
+            + command_hint(f"export --config {config_path}")]
 
 
 def print_confirm(res: ConfirmResult, cfg: StudyConfig) -> None:
@@ -206,7 +155,7 @@ def confirm_now(st: optuna.Study, cfg: StudyConfig, flag: bool | None, *, comple
     on, why = wanted(cfg, st, flag)
     if on and complete and not pooled:
         return why, ""
-    how = f"`autotune confirm --config {config_path}`"
+    how = f"`{command_hint(f'confirm --config {config_path}')}`"
     if on and pooled:
         how += " (its boots run one at a time, not in the workers)"
     if on:
@@ -283,16 +232,17 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
                                     began + cfg.timeout_s if cfg.timeout_s else None)
             except ConfigError as e:  # nothing to confirm: no baseline, or a front of defaults
                 note = f"no confirm phase: {e}"
-    print_tables(st, cfg)
+    summary = summarize(st, cfg, res if res is not None else True)
+    print_tables(summary, cfg)
     if res is not None:
         print_confirm(res, cfg)
     if note:
         console.print(note, highlight=False)
-    for line in deploy_lines(st, cfg, res, config_path):
+    for line in deploy_lines(summary, cfg, config_path):
         out.print(line, highlight=False, soft_wrap=True)
     from autotune.tuning.bill import bill, over_budget
 
-    cost = bill(st, cfg)
+    cost = bill(summary.records, cfg)
     for line in cost.lines():
         out.print(line, highlight=False, soft_wrap=True)
     if held < cfg.n_trials and (spent := over_budget(cost, cfg.budget_gpu_minutes)):
@@ -302,8 +252,9 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
         tracker.log_study_metrics(cost.metrics())
     if held < cfg.n_trials and grid_done(st, cfg):
         console.print(f"The grid is done: each of its configs tried, {held} of "
-                      f"{cfg.n_trials} trials. `autotune replay --config {config_path} --repeat "
-                      "N` enqueues N of them again; the same command then measures them.",
+                      f"{cfg.n_trials} trials. `{command_hint(f'replay --config {config_path}')} "
+                      "--repeat N` enqueues N of them again; the same command then measures "
+                      "them.",
                       highlight=False)
     elif cfg.timeout_s and held < cfg.n_trials:
         console.print(f"stopped for --timeout {cfg.timeout_s:g} s: the next trial would have "
@@ -312,7 +263,10 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
     if tracker is not None and tracker.seconds:
         console.print(f"MLflow: {len(tracker.seconds)} trials logged, "
                       f"{sum(tracker.seconds) / len(tracker.seconds):.2f} s per trial"
-                      + (f", {tracker.failures} failures (run `autotune sync`)"
+                      + (f", {tracker.failures} failures (run `{command_hint('sync')}`)"
                          if tracker.failures else ""), highlight=False)
-
-
+    if summary.recommendation.number is None:
+        for line in summary.failures:
+            console.print("  " + line, highlight=False, soft_wrap=True)
+        raise StudyError(f"study {cfg.name!r} has nothing to recommend: "
+                         f"{summary.recommendation.reason}")

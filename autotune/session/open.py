@@ -1,0 +1,76 @@
+"""Opening a study, written once: the preflight against the installed vLLM, the study's
+requests, its storage (created or joined) and its MLflow tracker. `create-study`, `worker`,
+`confirm` and `export --validate` open a study this way; `study` does the same steps inside
+`run_session`, where the requests come from the study's first trial."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import optuna
+
+from autotune.config.study import StudyConfig
+from autotune.outputs.console import console
+from autotune.outputs.tracking import Tracker
+from autotune.tuning.preflight import Preflight, preflight
+
+if TYPE_CHECKING:
+    from autotune.tuning.search_space import SearchSpace
+
+
+@dataclass
+class Opened:
+    """A study ready to run trials in: its config, storage, preflight, requests and tracker."""
+
+    cfg: StudyConfig
+    study: optuna.Study
+    pre: Preflight
+    requests: list[Any]
+    tracker: Tracker | None
+
+
+def study_extra(cfg: StudyConfig, pre: Preflight, requests: list[Any]) -> dict[str, str]:
+    """What the study's run records beside the config: vLLM, the requests' digest, the
+    executable."""
+    from autotune.load.datasets import requests_digest
+
+    return {"vllm_version": pre.vllm.version, "dataset_hash": requests_digest(requests),
+            "vllm_executable": " ".join(cfg.server.executable)}
+
+
+def make_tracker(cfg: StudyConfig, tracking_uri: str | None, no_mlflow: bool) -> Tracker | None:
+    """The study's tracker (None with --no-mlflow), saying where its runs go."""
+    if no_mlflow:
+        return None
+    from autotune.outputs.console import command_hint
+
+    tracker = Tracker(cfg, tracking_uri)
+    console.print(f"MLflow: {tracker.uri} (experiment {cfg.name!r}; `{command_hint('ui')}` "
+                  "shows it)", highlight=False)
+    return tracker
+
+
+def start_tracker(cfg: StudyConfig, study: optuna.Study, pre: Preflight, requests: list[Any],
+                  tracking_uri: str | None, no_mlflow: bool) -> Tracker | None:
+    """The study's tracker, its study run started (None with --no-mlflow)."""
+    tracker = make_tracker(cfg, tracking_uri, no_mlflow)
+    if tracker is not None:
+        tracker.start(study, study_extra(cfg, pre, requests))
+    return tracker
+
+
+def open_session(cfg: StudyConfig, *, tracking_uri: str | None = None, no_mlflow: bool = False,
+                 create: bool = False, study: optuna.Study | None = None,
+                 space: SearchSpace | None = None) -> Opened:
+    """Preflight `cfg`, read its requests, open its study (`create`: create it, or update its
+    stored config; `study`: this one, already open) and start its tracker."""
+    from autotune.load.datasets import study_requests
+    from autotune.tuning.study import open_study, prepare_study
+
+    pre = preflight(cfg, space) if space is not None else preflight(cfg)
+    if study is None:
+        study = prepare_study(cfg, pre) if create else open_study(cfg, create=False)
+    requests = study_requests(cfg)
+    tracker = start_tracker(cfg, study, pre, requests, tracking_uri, no_mlflow)
+    return Opened(cfg, study, pre, requests, tracker)

@@ -1,0 +1,84 @@
+"""Picking on a Pareto front: the front of records on given values, the knee, a suite's rank, and
+the default pick for each kind of study (autotune.tuning.summary's recommendation rule)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.config.study import StudyConfig
+from autotune.errors import StudyError
+from autotune.tuning.record import TrialRecord
+
+
+def pooled_front(cands: list[TrialRecord], metrics: list[str], directions: list[str]
+                 ) -> list[TrialRecord]:
+    """The records no other is at least as good as in every objective and better in one."""
+    signs = [1.0 if d == "maximize" else -1.0 for d in directions]
+
+    def key(t: TrialRecord) -> list[float]:
+        return [s * t.values[m] for s, m in zip(signs, metrics, strict=True)]
+
+    def dominated(t: TrialRecord) -> bool:
+        a = key(t)
+        return any(all(x >= y for x, y in zip(key(o), a, strict=True)) and key(o) != a
+                   for o in cands if o is not t)
+
+    return [t for t in cands if not dominated(t)]
+
+
+def knee(front: list[TrialRecord], metrics: list[str], directions: list[str]) -> TrialRecord:
+    """The trial closest to the utopia point (each objective's best on the front). Distances are
+    relative: |log(value / best)| per objective, so a 0.2% throughput loss weighs 0.002 against
+    a 30% TPOT gain's 0.26 whatever the front's spread (scaling each objective to [0, 1] over
+    the front made any two-trial front a tie, each trial one unit from utopia). With a value
+    <= 0 the objective is scaled to [0, 1] over the front instead."""
+    values = np.array([[t.values[m] for m in metrics] for t in front], dtype=float)
+    columns = []
+    for i, d in enumerate(directions):
+        col = values[:, i]
+        best = col.max() if d == "maximize" else col.min()
+        if (col > 0).all():
+            columns.append(np.abs(np.log(col / best)))
+        else:
+            lo, hi = col.min(), col.max()
+            scaled = (col - lo) / (hi - lo if hi > lo else 1.0)
+            columns.append(1 - scaled if d == "maximize" else scaled)
+    regret = np.stack(columns, axis=1)
+    return front[int(np.argmin(np.linalg.norm(regret, axis=1)))]
+
+
+def suite_rank(t: TrialRecord, cfg: StudyConfig, base: TrialRecord | None
+               ) -> tuple[float, float]:
+    """A suite's capacity ranking: its score (the worst or weighted ratio to the defaults),
+    then, to break a tie (the worst profile unchanged), the mean ratio over its profiles."""
+    o = cfg.objectives[0].metric
+    ratios = [t.metrics[f"{p.key}/{o}"] / base.metrics[f"{p.key}/{o}"]
+              for p in cfg.workloads() if base is not None
+              and base.metrics.get(f"{p.key}/{o}") and f"{p.key}/{o}" in t.metrics]
+    return t.values.get(cfg.metric_names()[0], 0.0), sum(ratios) / len(ratios) if ratios else 0.0
+
+
+def by_kind(cfg: StudyConfig, front: list[TrialRecord], base: TrialRecord | None
+            ) -> tuple[TrialRecord, str]:
+    """The default pick on a front (non-empty) for the kind of study, and the rule's name."""
+    if cfg.capacity is not None and cfg.profiles:
+        return max(front, key=lambda t: suite_rank(t, cfg, base)), "suite"
+    if cfg.capacity is not None:
+        return max(front, key=lambda t: t.values.get("capacity", 0.0)), "capacity"
+    return knee(front, cfg.metric_names(), [o.direction for o in cfg.objectives]), "knee"
+
+
+RULE_TEXT = {"capacity": "the most capacity on the front of pooled values",
+             "suite": "the best suite score on the front of pooled values",
+             "knee": "the knee of the front of pooled values"}
+
+
+def metric_of(t: TrialRecord, name: str) -> float:
+    v = t.value(name)
+    if v is None:
+        raise StudyError(f"metric {name!r} was not recorded on trial {t.number}")
+    return float(v)
+
+
+def sign_of(direction: str, flip: int = 1) -> float:
+    return flip * (1.0 if direction == "maximize" else -1.0)

@@ -1,0 +1,305 @@
+"""One answer, computed once: a study's summary (its records, the baseline, each config's values
+pooled over its boots with a gain and its interval, the Pareto front on pooled values, the
+measurement artefacts, and the recommendation with its reason).
+
+Every surface reads a `StudySummary` instead of calling back into the records: the live view and
+the end of a study, `trials`, `pareto`, `export` (its default is the recommendation), the report
+and MLflow. The recommendation rule (`recommend`, docs/noise.md):
+
+- after a confirm phase: its pick (the finalist with the best lower confidence bound among those
+  that beat the defaults beyond the noise, else the defaults);
+- without one, on the pooled front: a capacity study's most capacity (a suite's score), a
+  throughput/latency study's knee;
+- never a config whose per-token time is a measurement artefact (`artefact`: tokens read late by
+  the client, or a TPOT/ITL below what any searched flag can give), nor one that gives up most of
+  the first objective against the defaults (`MAX_LOSS`); with nothing left, the defaults;
+- with no measured feasible config at all, nothing, and one line per failed trial saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.config.study import Preference, StudyConfig
+from autotune.errors import StudyError
+from autotune.measure.stats import Gain
+from autotune.tuning.confirm import ConfirmResult, config_boots, config_gains
+from autotune.tuning.front import RULE_TEXT, by_kind, knee, metric_of, pooled_front, sign_of
+from autotune.tuning.record import TrialRecord, baseline, records
+
+# a config that keeps less than this share of the defaults' first objective is never the default
+# pick, whatever its other objectives (the knee credited a -59% throughput for a 0.01 ms TPOT)
+MAX_LOSS = 0.5
+# more than this share of a run's token gaps read in one socket read with the token before: the
+# TPOT and ITL are the client's reading (the capacity search's limit, measure/capacity.py)
+MAX_LATE_READS = 0.1
+# no searched flag makes decoding 10x faster per token than vLLM's defaults on the same machine
+# (fp8 weights ~1.5-2x, a smaller batch less than that); speculation's k draft tokens raise that
+# at most (k + 1)-fold. A mean TPOT or ITL below the defaults' / (FLOOR_SPEEDUP * (k + 1)) is a
+# burst: the tokens reached the client together, not one decode step apart.
+FLOOR_SPEEDUP = 10.0
+PER_TOKEN = ("mean_tpot_ms", "mean_itl_ms")
+
+
+def artefact(rec: TrialRecord, base: TrialRecord | None) -> str | None:
+    """Why the trial's per-token figures are a measurement artefact (None: they are not). The
+    client's own lag is checked first: late reads blame the client, a TPOT below the floor with
+    none blames the delivery (a burst)."""
+    m = rec.metrics
+    late = m.get("late_read_share", 0.0)
+    if late > MAX_LATE_READS:
+        return (f"the client read {late:.0%} of its token gaps late (in one read with the token "
+                "before): its TPOT/ITL are the client's, not the server's")
+    if base is None or not base.measured or rec.baseline:
+        return None
+    spec = rec.flags.get("speculative_config")
+    k = int(spec.get("num_speculative_tokens", 0)) if isinstance(spec, dict) else 0
+    for name in PER_TOKEN:
+        v, b = m.get(name), base.metrics.get(name)
+        if v is not None and b and v < b / (FLOOR_SPEEDUP * (k + 1)):
+            return (f"{name} {v:.3g} ms is below the floor {b / (FLOOR_SPEEDUP * (k + 1)):.3g} "
+                    f"ms (vLLM's defaults' {b:.3g} ms / {FLOOR_SPEEDUP:g}"
+                    + (f" / {k + 1}" if k else "") + "): its tokens arrived in a burst")
+    return None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The config a study recommends (None: nothing to recommend), the rule that chose it and
+    the reason in one line."""
+
+    number: int | None
+    baseline: bool
+    rule: str  # "confirm", "capacity", "suite", "knee", "defaults", "none"
+    reason: str
+    gain: Gain | None = None  # its first objective against the defaults (None: the defaults)
+
+    def to_json(self) -> dict[str, Any]:
+        g = self.gain
+        return {"trial": self.number, "baseline": self.baseline, "rule": self.rule,
+                "reason": self.reason,
+                "gain": None if g is None else {"gain": g.gain, "low": g.low, "high": g.high,
+                                                "n": g.n, "n_base": g.n_base, "text": g.text()}}
+
+
+@dataclass(frozen=True)
+class StudySummary:
+    """Everything a surface shows about a study, computed once (`summarize`)."""
+
+    name: str
+    metrics: list[str]  # the objectives' metric names
+    directions: list[str]
+    records: list[TrialRecord]
+    base: TrialRecord | None
+    pooled: dict[int, TrialRecord]  # measured trials, values as their config's pooled medians
+    boots: dict[int, dict[str, list[float]]]  # configs booted more than once: every boot
+    gains: dict[int, dict[str, Gain]]  # each measured trial's config against the defaults'
+    front: list[int]  # first-pass trials on the feasible front of pooled values
+    artefacts: dict[int, str]  # trials whose per-token figures are an artefact, and why
+    recommendation: Recommendation
+    confirm: ConfirmResult | None = None
+    failures: list[str] = field(default_factory=list)  # one line per trial not measured
+
+    def record(self, number: int) -> TrialRecord:
+        """A trial's record with its config's pooled values (as every surface shows it)."""
+        if number in self.pooled:
+            return self.pooled[number]
+        found = [r for r in self.records if r.number == number]
+        if not found:
+            raise StudyError(f"--trial: study {self.name!r} has no trial {number}")
+        return found[0]
+
+    def front_records(self) -> list[TrialRecord]:
+        """The front, the recommended config first, then by the first objective."""
+        sign = -1.0 if self.directions[0] == "maximize" else 1.0
+        rows = sorted((self.pooled[n] for n in self.front),
+                      key=lambda r: sign * r.values.get(self.metrics[0], 0.0))
+        rec = self.recommendation.number
+        return sorted(rows, key=lambda r: r.number != rec)
+
+    def rank(self) -> dict[int, int]:
+        """Each first-pass measured config's place (0: the recommendation; then the front by the
+        first objective; then the others by it); repeats are left out, under their config."""
+        sign = -1.0 if self.directions[0] == "maximize" else 1.0
+        first = [r for r in self.pooled.values() if r.facts.repeat_of is None]
+        order = sorted(first, key=lambda r: (r.number != self.recommendation.number,
+                                             r.number not in self.front,
+                                             sign * r.values.get(self.metrics[0], 0.0)))
+        return {r.number: i for i, r in enumerate(order)}
+
+    def headline(self) -> str:
+        """The recommendation in one line, as the end of a study, export and MLflow say it."""
+        r = self.recommendation
+        if r.number is None:
+            return f"nothing to recommend: {r.reason}"
+        who = f"vLLM's defaults (trial {r.number})" if r.baseline else f"trial {r.number}"
+        gain = f": {self.metrics[0]} {r.gain.text()} over vLLM's defaults" \
+            if r.gain is not None and not r.baseline else ""
+        return f"{who}{gain} ({r.reason})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"study": self.name, "recommendation": self.recommendation.to_json(),
+                "headline": self.headline(), "front": self.front,
+                "artefacts": {str(k): v for k, v in self.artefacts.items()},
+                "failures": self.failures,
+                "pooled": {str(n): r.values for n, r in self.pooled.items()}}
+
+
+def pool_records(recs: list[TrialRecord], boots: dict[int, dict[str, list[float]]]
+                 ) -> dict[int, TrialRecord]:
+    """Each measured trial with each objective's value replaced by the median of its config's
+    boots where the config was booted more than once (a repeat, the confirm phase, a config
+    drawn twice): a choice made on these never rests on one lucky boot (the CPU demo's defaults
+    read 13,518 tok/s on one boot and 8,268 as the median of three)."""
+    out = {}
+    for r in recs:
+        if not r.measured:
+            continue
+        b = boots.get(r.number) or boots.get(r.facts.repeat_of if r.facts.repeat_of is not None
+                                             else -1, {})
+        out[r.number] = replace(r, values={m: statistics.median(b[m]) if b.get(m) else v
+                                           for m, v in r.values.items()}) if b else r
+    return out
+
+
+def _loses_most(r: TrialRecord, base: TrialRecord | None, metric: str, maximize: bool) -> bool:
+    if base is None or r.baseline:
+        return False
+    v, b = r.values.get(metric), base.values.get(metric)
+    if v is None or not b or v <= 0:
+        return v is not None and v <= 0 and maximize
+    return (v / b if maximize else b / v) < 1 - MAX_LOSS
+
+
+def recommend(cfg: StudyConfig, base: TrialRecord | None, front: list[TrialRecord],
+              artefacts: dict[int, str], gains: dict[int, dict[str, Gain]],
+              confirm: ConfirmResult | None, failures: list[str]) -> Recommendation:
+    """The study's recommendation (the module's docstring states the rule)."""
+    metric = cfg.metric_names()[0]
+    maximize = cfg.objectives[0].direction == "maximize"
+
+    def made(num: int, rule: str, reason: str) -> Recommendation:
+        is_base = base is not None and num == base.number
+        return Recommendation(num, is_base, rule, reason,
+                              None if is_base else gains.get(num, {}).get(metric))
+
+    if confirm is not None and confirm.recommended is not None:
+        ok = {n: row for n, row in confirm.configs.items()
+              if n != confirm.base and row.survives and n not in artefacts}
+        if confirm.recommended in ok or confirm.recommended == confirm.base:
+            num = confirm.recommended
+        else:  # the confirm phase's pick is an artefact: the next survivor, else the defaults
+            num = max(ok, key=lambda n: ok[n].ci_low if maximize else -ok[n].ci_high,
+                      default=confirm.base)
+        why = ("the confirm phase: no finalist beat them beyond the noise"
+               if num == confirm.base else
+               "the confirm phase: beats the defaults beyond the noise, best lower bound")
+        return made(num, "confirm", why)
+    dropped: list[str] = []
+    cands = []
+    for r in front:
+        if r.number in artefacts:
+            dropped.append(f"trial {r.number}: artefact")
+        elif _loses_most(r, base, metric, maximize):
+            dropped.append(f"trial {r.number}: keeps < {1 - MAX_LOSS:.0%} of the defaults' "
+                           f"{metric}")
+        else:
+            cands.append(r)
+    note = f"; left out: {', '.join(dropped)}" if dropped else ""
+    if cands:
+        pick, rule = by_kind(cfg, cands, base)
+        return made(pick.number, rule, RULE_TEXT[rule] + "; one boot each unless repeated"
+                    + note)
+    if base is not None and base.measured:
+        return made(base.number, "defaults", "no other config on the front"
+                    + (" is fit to recommend" + note if dropped else "")
+                    + ("" if base.feasible else "; they missed the SLOs too"))
+    why = "no trial was measured within the constraints" + (
+        f" ({len(failures)} failed: see below)" if failures else "")
+    return Recommendation(None, False, "none", why)
+
+
+def read_confirm(cfg: StudyConfig, recs: list[TrialRecord]) -> ConfirmResult | None:
+    """The study's confirm phase, from its `confirm.json` (None: none ran, or it is of another
+    study of the same name whose trials are gone)."""
+    path: Path = cfg.study_dir() / "confirm.json"
+    if not path.is_file():
+        return None
+    res = ConfirmResult.from_json(json.loads(path.read_text()))
+    numbers = {r.number for r in recs if r.measured}
+    return res if res.base in numbers and set(res.configs) <= numbers else None
+
+
+def failure_line(r: TrialRecord) -> str:
+    """A trial that was not measured, in one line: its status and the cause's first line."""
+    cause = (r.cause or "").strip().splitlines()
+    return f"trial {r.number}: {r.label()}" + (f": {cause[-1][:160]}" if cause else "")
+
+
+def summarize(study: optuna.Study, cfg: StudyConfig,
+              confirm: ConfirmResult | None | bool = True) -> StudySummary:
+    """The study's summary (`confirm`: a confirm result, True to read `confirm.json`, or
+    False/None for none)."""
+    return summarize_records(study.study_name, records(study), cfg, confirm)
+
+
+def summarize_records(name: str, recs: list[TrialRecord], cfg: StudyConfig,
+                      confirm: ConfirmResult | None | bool = True) -> StudySummary:
+    """`summarize` on records already read."""
+    metrics = cfg.metric_names()
+    directions = [str(o.direction) for o in cfg.objectives]
+    res = read_confirm(cfg, recs) if confirm is True else (confirm or None)
+    base = baseline(recs)
+    boots = config_boots(recs, metrics)
+    pooled = pool_records(recs, boots)
+    gains = config_gains(recs, metrics)
+    arts = {r.number: why for r in recs if r.measured
+            and (why := artefact(r, base)) is not None}
+    cands = [pooled[r.number] for r in recs if r.feasible and r.measured
+             and r.facts.repeat_of is None and not r.bound_only]
+    front = pooled_front(cands, metrics, directions)
+    failures = [failure_line(r) for r in recs if not r.measured and r.status.value not in
+                ("running", "waiting")]
+    rec = recommend(cfg, base, front, arts, gains, res, failures)
+    return StudySummary(name, metrics, directions, recs, base, pooled, boots, gains,
+                        [r.number for r in front], arts, rec, res, failures)
+
+
+def choose(summary: StudySummary, cfg: StudyConfig, prefer: Preference | None = None,
+           max_tpot_ms: float | None = None) -> TrialRecord:
+    """The recommendation (prefer None), or the front's trial that best matches the stated
+    preference, on pooled values; artefacts are never picked."""
+    if prefer is None and max_tpot_ms is None:
+        if summary.recommendation.number is None:
+            raise StudyError(f"study {summary.name!r}: {summary.recommendation.reason}")
+        return summary.record(summary.recommendation.number)
+    front_ = [summary.pooled[n] for n in summary.front if n not in summary.artefacts]
+    if not front_:
+        raise StudyError(f"study {summary.name!r} has no feasible complete trial yet")
+    value: Callable[[TrialRecord, str], float] = metric_of
+    if prefer == "capacity":
+        if cfg.capacity is None:
+            raise StudyError("--prefer capacity: this study measured no capacity (its config "
+                             "has no capacity: section); prefer throughput, latency or knee")
+        return by_kind(cfg, front_, summary.base)[0]
+    thr = next((o for o in cfg.objectives if o.direction == "maximize"), cfg.objectives[0])
+    lat = next((o for o in cfg.objectives if o.direction == "minimize"), cfg.objectives[-1])
+    if max_tpot_ms is not None:
+        ok = [t for t in front_ if value(t, "mean_tpot_ms") <= max_tpot_ms]
+        if not ok:
+            best = min(value(t, "mean_tpot_ms") for t in front_)
+            raise StudyError(f"no feasible trial has mean TPOT <= {max_tpot_ms} ms "
+                             f"(the lowest is {best:.2f} ms)")
+        return max(ok, key=lambda t: value(t, thr.metric))
+    if prefer == "throughput":
+        return max(front_, key=lambda t: value(t, thr.metric) * sign_of(thr.direction))
+    if prefer == "latency":
+        return min(front_, key=lambda t: value(t, lat.metric) * sign_of(lat.direction, -1))
+    return knee(front_, cfg.metric_names(), [o.direction for o in cfg.objectives])
