@@ -50,7 +50,7 @@ def study_cfg(tmp_path: Any, objectives: list[tuple[str, str]] | None = None,
         "name": "t", "server": {"model": "/m", "executable": ["vllm"]},
         "profile": {"name": "random", "input_len": 8, "output_len": 4, "num_prompts": 2},
         "objectives": [{"metric": m, "direction": d} for m, d in objs],
-        "search_space": "cpu-demo", "workdir": str(tmp_path), **extra})
+        "search_space": "cpu-demo", "workdir": str(tmp_path)} | extra)
 
 
 def summary_of(recs: list[Any], tmp_path: Any, objectives: list[tuple[str, str]] | None = None,

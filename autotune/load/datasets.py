@@ -179,12 +179,14 @@ def load_tokenizer(model: str) -> Any:
 
 
 def load_dataset(profile: ProfileConfig, tokenizer: Any, tokenizer_dir: str,
-                 max_len: int | None = None) -> Dataset:
-    """A dataset profile's file, read (max_len: default, the model's own limit)."""
+                 max_len: int | None = None, source: str | None = None) -> Dataset:
+    """A dataset profile's file, read (max_len: default, the model's own limit; `source`:
+    what sets max_len, for the note and the error)."""
     assert profile.path is not None
     limit = max_len if max_len is not None else model_max_len(tokenizer_dir)
     return read_dataset(profile.path, profile.endpoint, tokenizer, tokenizer_dir,
-                        profile.output_len or 128, limit)
+                        profile.output_len or 128, limit,
+                        source or ("the model's limit" if max_len is None else "max_model_len"))
 
 
 def sample_requests(profile: ProfileConfig, tokenizer: Any, n: int, seed: int,
@@ -212,8 +214,9 @@ def build_requests(profile: ProfileConfig, tokenizer_dir: str,
                            max_len)
 
 
-def study_requests(cfg: StudyConfig) -> list[Request]:
-    """A study's requests: its profile's, within its server's max_model_len (every trial and
-    every confirm boot of the study runs these)."""
+def study_requests(cfg: StudyConfig, max_len: int | None = None) -> list[Request]:
+    """A study's requests: its profile's, within `max_len` (the preflight's `max_len`: what the
+    space's fixed: or the server's args set; default the server's args), so no request is one
+    the server must refuse (every trial and every confirm boot of the study runs these)."""
     return build_requests(cfg.profile, cfg.server.tokenizer_dir,
-                          cfg.server.args.get("max_model_len"))
+                          max_len or cfg.server.args.get("max_model_len"))

@@ -27,12 +27,13 @@ class Dataset:
     lines: int
     dropped: int
     max_len: int | None
+    source: str = "the model's limit"  # what sets max_len
 
     def note(self, path: str) -> str:
         text = f"dataset {path}: {self.lines} requests, {len(self.requests)} kept"
         if self.dropped:
-            text += (f", {self.dropped} dropped (prompt + output longer than {self.max_len} "
-                     "tokens, the model's limit)")
+            text += (f", {self.dropped} dropped before the first boot (prompt + output longer "
+                     f"than {self.max_len} tokens, {self.source})")
         return text
 
 
@@ -61,7 +62,8 @@ def _bad(path: str, n: int, why: str) -> ConfigError:
 
 
 def read_dataset(path: str, endpoint: str, tokenizer: Any, tokenizer_dir: str,
-                 default_output: int, max_len: int | None) -> Dataset:
+                 default_output: int, max_len: int | None,
+                 source: str = "the model's limit") -> Dataset:
     """Every request of a JSONL file, counted in tokens; ConfigError naming the line for a
     line that is not a request, and for chat messages when the endpoint is completions."""
     file = Path(path).expanduser()
@@ -130,9 +132,9 @@ def read_dataset(path: str, endpoint: str, tokenizer: Any, tokenizer_dir: str,
     if not lines:
         raise ConfigError(f"profile.path: {path} holds no request")
     if not kept:
-        raise ConfigError(f"profile.path: every request of {path} is longer than the model "
-                          f"allows ({max_len} tokens)")
-    return Dataset(kept, lines, dropped, max_len)
+        raise ConfigError(f"profile.path: every request of {path} is longer than {max_len} "
+                          f"tokens ({source}); raise that limit or shorten the requests")
+    return Dataset(kept, lines, dropped, max_len, source)
 
 
 def sample_dataset(ds: Dataset, n: int, how: str, seed: int) -> list[Request]:

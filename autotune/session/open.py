@@ -71,6 +71,6 @@ def open_session(cfg: StudyConfig, *, tracking_uri: str | None = None, no_mlflow
     pre = preflight(cfg, space) if space is not None else preflight(cfg)
     if study is None:
         study = prepare_study(cfg, pre) if create else open_study(cfg, create=False)
-    requests = study_requests(cfg)
+    requests = study_requests(cfg, pre.max_len)
     tracker = start_tracker(cfg, study, pre, requests, tracking_uri, no_mlflow)
     return Opened(cfg, study, pre, requests, tracker)

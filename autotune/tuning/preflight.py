@@ -31,6 +31,27 @@ class Preflight:
     space: SearchSpace
     vllm: VllmInfo
     dataset: str | None = None  # what reading a dataset profile's file found
+    max_len: int | None = None  # the tokens a request may hold in every trial (request_limit)
+    max_len_source: str = "the model's limit"
+
+
+def request_limit(cfg: StudyConfig, space: SearchSpace) -> tuple[int | None, str]:
+    """The most tokens (prompt + output) a request may hold in every trial of the study, and
+    what sets it: the space's `fixed: max_model_len`, else the server's args, else the lowest
+    max_model_len the space searches; None: the model's own limit."""
+    if space.fixed.get("max_model_len"):
+        return (int(space.fixed["max_model_len"]),
+                f"search space {space.name!r}: fixed: max_model_len")
+    if cfg.server.args.get("max_model_len"):
+        return int(cfg.server.args["max_model_len"]), "server.args.max_model_len"
+    p = space.parameters.get("max_model_len")
+    if isinstance(p, IntParam):
+        return p.low, f"search space {space.name!r}: parameters.max_model_len.low"
+    if isinstance(p, CategoricalParam):
+        nums = [int(c) for c in p.choices if isinstance(c, int | float)]
+        if nums:
+            return min(nums), f"search space {space.name!r}: parameters.max_model_len.choices"
+    return None, "the model's limit"
 
 
 def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
@@ -49,7 +70,8 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
             space.grid()
         except ValueError as e:
             raise ConfigError(f"sampler.name: grid: search space {space.name!r}: {e}") from None
-    dataset = check_dataset(cfg)
+    max_len, source = request_limit(cfg, space)
+    dataset = check_dataset(cfg, max_len, source)
     for i, start in enumerate(cfg.starts):
         try:
             space.check_start(start, f"starts.{i}")
@@ -63,12 +85,13 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
         choices = space.choices_by_flag().get(name) if not p.into else None
         flags[flag] = list(choices) if choices is not None else None
     check_flags(info, flags, f"search space {space.name!r}")
-    return Preflight(space, info, dataset)
+    return Preflight(space, info, dataset, max_len, source)
 
 
-def check_dataset(cfg: StudyConfig) -> str | None:
+def check_dataset(cfg: StudyConfig, max_len: int | None = None,
+                  source: str | None = None) -> str | None:
     """A dataset profile's file is read in full (a bad line is an error naming it); returns
-    what was kept and dropped."""
+    what was kept and what was dropped as longer than `max_len` (`source` sets it)."""
     from autotune.load.datasets import load_dataset, load_tokenizer
 
     notes = []
@@ -76,7 +99,7 @@ def check_dataset(cfg: StudyConfig) -> str | None:
         if profile.name == "dataset":
             tok_dir = cfg.server.tokenizer_dir
             ds = load_dataset(profile, load_tokenizer(tok_dir), tok_dir,
-                              cfg.server.args.get("max_model_len"))
+                              max_len or cfg.server.args.get("max_model_len"), source)
             notes.append(ds.note(str(profile.path)))
     return "; ".join(notes) or None
 
@@ -201,10 +224,12 @@ def check_model_len(cfg: StudyConfig, space: SearchSpace) -> None:
 
 def _check_model_len(cfg: StudyConfig, space: SearchSpace, profile: ProfileConfig) -> None:
     need = profile.required_model_len()
-    fixed = {**cfg.server.args, **space.fixed}
     where, low = None, None
-    if "max_model_len" in fixed:
-        where, low = "max_model_len", int(fixed["max_model_len"])
+    if "max_model_len" in space.fixed:
+        where, low = (f"search space {space.name!r}: fixed: max_model_len",
+                      int(space.fixed["max_model_len"]))
+    elif "max_model_len" in cfg.server.args:
+        where, low = "server.args.max_model_len", int(cfg.server.args["max_model_len"])
     p = space.parameters.get("max_model_len")
     if isinstance(p, IntParam):
         where, low = f"parameters.max_model_len.low ({space.name})", p.low

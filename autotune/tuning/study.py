@@ -285,7 +285,7 @@ def run_study(
     """Run trials in this process until the study holds `cfg.n_trials` complete ones (or
     `timeout_s` passes)."""
     pre = pre or preflight(cfg)
-    requests = study_requests(cfg)
+    requests = study_requests(cfg, pre.max_len)
     study = prepare_study(cfg, pre)
     if on_start is not None:
         on_start(study, requests)

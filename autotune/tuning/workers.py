@@ -205,7 +205,7 @@ def run_pool(cfg: StudyConfig, pre: Preflight, envs: list[dict[str, str]], gpus_
     """`autotune study --workers N`: prepare the study here, run its trials in N workers on
     this host, and report each finished trial; raise when a worker failed."""
     st = prepare_study(cfg, pre)
-    on_start(st, study_requests(cfg))
+    on_start(st, study_requests(cfg, pre.max_len))
     pool = Pool(cfg, envs, gpus_per_trial, tracking_uri, cfg.study_dir() / "workers")
     with pool:
         on_pool(pool)

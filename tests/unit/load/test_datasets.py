@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.errors import ConfigError
 from autotune.load.datasets import (
     SHAREGPT_CONVERSATIONS,
     iter_sharegpt,
@@ -63,7 +64,8 @@ def test_dataset_lines_are_read_counted_and_dropped_when_too_long(tmp_path: Path
     assert ds.lines == 3 and ds.dropped == 1 and len(ds.requests) == 2
     assert [r.output_len for r in ds.requests] == [5, 7]
     assert isinstance(ds.requests[1].prompt, list)
-    assert "1 dropped (prompt + output longer than 200 tokens" in ds.note(path)
+    assert "1 dropped before the first boot (prompt + output longer than 200 tokens" in \
+        ds.note(path)
     # completions: text encoded with the tokenizer's special tokens, as the server does
     one = read_dataset(_jsonl(tmp_path, '{"prompt": "hello there"}'), "completions", tok,
                        str(tiny_model), 7, None)
@@ -156,3 +158,34 @@ def test_required_model_len_counts_prefix_and_spread() -> None:
     p = ProfileConfig(name="random", input_len=100, output_len=50, prefix_len=200,
                       range_ratio=0.5)
     assert p.required_model_len() == 200 + 150 + 75
+
+
+def test_a_jsonl_over_the_spaces_fixed_max_model_len_is_dropped_and_counted(
+        tmp_path: Path, tiny_model: Path) -> None:
+    """The CPU demo's space fixes max_model_len: 512 while the model allows 8192: a JSONL
+    request longer than 512 tokens was kept, the server answered HTTP 400 and the study ended
+    with an empty front and no word why. The limit is now the space's, named as the source,
+    and the long request never reaches a server."""
+    from autotune.load.datasets import study_requests
+    from autotune.tuning.preflight import check_dataset, request_limit
+    from autotune.tuning.search_space import SearchSpace
+    from tests.fakes import study_cfg
+
+    path = _jsonl(tmp_path, '{"prompt": "hello there", "output_tokens": 5}',
+                  '{"prompt": "' + "word " * 700 + '", "output_tokens": 5}')
+    cfg = study_cfg(tmp_path, server={"model": str(tiny_model), "executable": ["vllm"]},
+                    profile={"name": "dataset", "path": path, "num_prompts": 4})
+    space = SearchSpace.model_validate({
+        "name": "s", "fixed": {"max_model_len": 512},
+        "parameters": {"max_num_seqs": {"type": "int", "low": 1, "high": 4}}})
+    limit, source = request_limit(cfg, space)
+    assert (limit, source) == (512, "search space 's': fixed: max_model_len")
+    note = check_dataset(cfg, limit, source)
+    assert note is not None and "1 dropped before the first boot" in note and source in note
+    assert all(r.prompt_len + r.output_len <= 512 for r in study_requests(cfg, limit))
+    # every request too long: one error naming the limit's source and the fix
+    only_long = _jsonl(tmp_path, '{"prompt": "' + "word " * 700 + '"}')
+    cfg = study_cfg(tmp_path, server={"model": str(tiny_model), "executable": ["vllm"]},
+                    profile={"name": "dataset", "path": only_long, "num_prompts": 4})
+    with pytest.raises(ConfigError, match="fixed: max_model_len.*raise that limit"):
+        check_dataset(cfg, limit, source)

@@ -1,0 +1,166 @@
+"""The study summary every surface reads: its recommendation rule on recorded studies (burst
+artefacts, a config that gives up most of the first objective, nothing to recommend, a confirm
+phase), and the records read once per trial event."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from autotune.tuning.record import Status, TrialFacts, TrialRecord
+from tests.fakes import study_cfg, summary_of
+
+TOK, TPOT = "total_token_throughput", "mean_tpot_ms"
+
+
+def rec(n: int, tok: float, tpot: float, *, base: bool = False, key: str | None = None,
+        repeat_of: int | None = None, **metrics: float) -> TrialRecord:
+    facts = TrialFacts(flags={} if base else {"max_num_seqs": n}, flags_key=key or str(n),
+                       baseline=base or None, repeat_of=repeat_of,
+                       metrics={TOK: tok, TPOT: tpot, "mean_itl_ms": tpot, **metrics})
+    return TrialRecord(n, Status.OK, facts, facts.flags or {}, {TOK: tok, TPOT: tpot})
+
+
+def test_a_burst_tpot_is_flagged_and_never_recommended(tmp_path: Path) -> None:
+    """The issue's small study: trial 4 read a mean TPOT of 0.01 ms (all 16 tokens within
+    0.2 ms after a 103-327 ms TTFT) for -59.4% throughput, and the knee credited it. It is
+    now an artefact (below the floor: the defaults' TPOT / 10), shown as such, and not the
+    pick; without it the defaults are."""
+    recs = [rec(0, 5000.0, 2.0, base=True), rec(4, 2030.0, 0.01)]
+    s = summary_of(recs, tmp_path)
+    assert 4 in s.artefacts and "burst" in s.artefacts[4]
+    assert s.recommendation.number == 0 and s.recommendation.baseline
+    assert "left out: trial 4: artefact" in s.recommendation.reason
+    # the knee on the raw front would have taken it
+    from autotune.tuning.front import knee
+
+    assert knee(recs, [TOK, TPOT], ["maximize", "minimize"]).number == 4
+
+
+def test_late_reads_blame_the_client_before_the_server(tmp_path: Path) -> None:
+    recs = [rec(0, 5000.0, 2.0, base=True), rec(1, 6000.0, 1.5, late_read_share=0.4)]
+    s = summary_of(recs, tmp_path)
+    assert "the client read 40% of its token gaps late" in s.artefacts[1]
+    assert s.recommendation.number == 0
+
+
+def test_speculation_raises_the_floor_by_its_draft_tokens(tmp_path: Path) -> None:
+    """5 speculative tokens may decode up to 6 tokens a step: 0.15 ms against the defaults'
+    2.0 is under 2.0/10 but over 2.0/60, so it is not called a burst."""
+    spec = rec(1, 6000.0, 0.15)
+    spec = TrialRecord(1, Status.OK, TrialFacts(
+        flags={"speculative_config": {"method": "ngram", "num_speculative_tokens": 5}},
+        flags_key="s", metrics=spec.metrics), {}, spec.values)
+    s = summary_of([rec(0, 5000.0, 2.0, base=True), spec], tmp_path)
+    assert s.artefacts == {} and s.recommendation.number == 1
+
+
+def test_a_config_that_gives_up_most_of_the_first_objective_is_not_the_default_pick(
+        tmp_path: Path) -> None:
+    recs = [rec(0, 5000.0, 4.0, base=True), rec(1, 2000.0, 1.0), rec(2, 4800.0, 3.0)]
+    s = summary_of(recs, tmp_path)
+    assert s.recommendation.number == 2
+    assert "trial 1: keeps < 50% of the defaults' total_token_throughput" in \
+        s.recommendation.reason
+    # asked for explicitly, the latency end of the front is still there
+    from autotune.tuning.summary import choose
+
+    assert choose(s, study_cfg(tmp_path), "latency").number == 1
+
+
+def test_a_study_with_nothing_to_recommend_says_why_in_one_line_each(tmp_path: Path) -> None:
+    cause = ("RuntimeError: _C::static_scaled_fp8_quant() expected at most 0 argument(s) but "
+             "received 4 argument(s).\nDeclaration: _C::static_scaled_fp8_quant() -> ()")
+    bad = [TrialRecord(n, Status.INFEASIBLE, TrialFacts(flags_key=str(n), cause=cause,
+                                                        failure="ServerBootError",
+                                                        baseline=(n == 0) or None), {}, {})
+           for n in range(2)]
+    s = summary_of(bad, tmp_path)
+    assert s.recommendation.number is None and s.recommendation.rule == "none"
+    assert s.failures == ["trial 0: infeasible: Declaration: _C::static_scaled_fp8_quant() -> ()",
+                          "trial 1: infeasible: Declaration: _C::static_scaled_fp8_quant() -> ()"]
+    assert s.headline().startswith("nothing to recommend: no trial was measured")
+    from autotune.errors import StudyError
+    from autotune.tuning.summary import choose
+
+    with pytest.raises(StudyError, match="no trial was measured"):
+        choose(s, study_cfg(tmp_path))
+
+
+def test_the_confirm_phases_pick_is_the_recommendation_unless_it_is_an_artefact(
+        tmp_path: Path) -> None:
+    from autotune.tuning.confirm import ConfirmResult, ConfirmRow
+    from autotune.tuning.summary import summarize_records
+
+    recs = [rec(0, 5000.0, 2.0, base=True), rec(1, 6000.0, 1.8), rec(2, 5900.0, 0.01)]
+    from autotune.measure.stats import gain_ci
+
+    g = gain_ci([6000.0, 6100.0, 5900.0], [5000.0, 5050.0, 4950.0])
+    row = ConfirmRow([6000.0, 6100.0, 5900.0], 6000.0, 5900.0, 6100.0, g, True)
+    res = ConfirmResult(TOK, 3, 0, 0.02, True, {0: ConfirmRow([5000.0] * 3, 5000.0, 5000.0,
+                                                              5000.0), 1: row, 2: row}, 2)
+    s = summarize_records("t", recs, study_cfg(tmp_path), res)
+    assert s.recommendation.number == 1 and s.recommendation.rule == "confirm"
+    # read back from confirm.json by every command
+    cfg = study_cfg(tmp_path)
+    cfg.study_dir().mkdir(parents=True)
+    (cfg.study_dir() / "confirm.json").write_text(json.dumps(res.to_json()))
+    assert summarize_records("t", recs, cfg).recommendation.number == 1
+
+
+def test_the_pareto_front_is_on_pooled_values(tmp_path: Path) -> None:
+    """The issue's pareto listing: trial 5's medians (5,094.65 tok/s, 1.29 ms) dominate trial
+    0's (4,588.11, 1.34), so trial 0 is not on the front of pooled values."""
+    recs = [rec(0, 3000.0, 1.2, base=True, key="b"), rec(5, 3478.0, 1.4, key="f"),
+            rec(6, 4588.11, 1.34, key="b", repeat_of=0),
+            rec(7, 5094.65, 1.29, key="f", repeat_of=5),
+            rec(8, 6489.2, 1.5, key="b", repeat_of=0), rec(9, 5200.0, 1.2, key="f", repeat_of=5)]
+    s = summary_of(recs, tmp_path)
+    assert s.front == [5]
+    assert s.record(5).values[TOK] == pytest.approx((3478.0 + 5094.65) / 2 + 0.0, rel=0.2)
+    assert s.front_records()[0].number == s.recommendation.number == 5
+    assert s.rank() == {5: 0, 0: 1}
+
+
+def test_records_are_read_once_per_trial_event(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook every study command shares computes the summary once, and the live view and
+    MLflow read it: one pass over the trials (TrialRecord.of once per trial), where the
+    tracker alone used to rebuild every record for every trial it logged."""
+    from autotune.outputs.tracking import Tracker
+    from autotune.session.study import tracked
+
+    cfg = study_cfg(tmp_path)
+    st = optuna.create_study(study_name=cfg.name, storage=cfg.storage_url(),
+                             directions=["maximize", "minimize"])
+    st.set_metric_names([TOK, TPOT])
+    for i, (tok, tpot) in enumerate([(5000.0, 2.0), (6000.0, 1.8), (4000.0, 1.0)]):
+        facts = TrialFacts(flags={} if i == 0 else {"max_num_seqs": i}, flags_key=str(i),
+                           baseline=(i == 0) or None, metrics={TOK: tok, TPOT: tpot})
+        st.add_trial(optuna.trial.create_trial(values=[tok, tpot], user_attrs=facts.to_attrs()))
+    tracker = Tracker(cfg, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker.start(st, {})
+    calls: list[int] = []
+    real = TrialRecord.of.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: Any, t: Any, names: list[str]) -> TrialRecord:
+        calls.append(t.number)
+        return real(cls, t, names)
+
+    monkeypatch.setattr(TrialRecord, "of", classmethod(counted))
+    with tracked(cfg, None, 3, 0) as (_, on_trial):
+        tracker_hook = on_trial
+        for t in st.get_trials():
+            calls.clear()
+            tracker_hook(st, t)
+            assert sorted(calls) == [0, 1, 2]  # one pass
+    # and with MLflow logging each trial
+    with tracked(cfg, tracker, 3, 0, front_every=0) as (_, on_trial):
+        calls.clear()
+        on_trial(st, st.get_trials()[1])
+        assert sorted(calls) == [0, 1, 2]
+    assert tracker.failures == 0
