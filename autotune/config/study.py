@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from autotune.config.base import StrictModel, parse_model, read_yaml
+from autotune.config.quality import QualityConfig
 from autotune.config.workload import (
     CAPACITY_METRICS,
     CapacityConfig,
@@ -197,6 +198,8 @@ class StudyConfig(StrictModel):
         "points) instead of measuring one fixed load.")
     sampler: SamplerConfig = Field(default_factory=lambda: SamplerConfig.model_validate({}))
     confirm: ConfirmConfig = Field(default_factory=lambda: ConfirmConfig.model_validate({}))
+    quality: QualityConfig = Field(default_factory=lambda: QualityConfig.model_validate({}),
+                                   description="The quality guard (docs/quality.md).")
     n_trials: int = Field(10, ge=1, description="Trials in the study, in all (resume included).")
     timeout_s: float | None = Field(None, gt=0, description="Seconds this run may take: a "
                                     "trial starts only if the longest so far would end in time.")

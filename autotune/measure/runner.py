@@ -63,6 +63,7 @@ class BootRun:
     capacities: dict[str, CapacityResult] = field(default_factory=dict)
     workloads: dict[str, dict[str, Any]] = field(default_factory=dict)  # by label, load mode
     launch: str = "direct"  # "forked" from the preloaded vLLM (autotune.server.forkserver)
+    quality: dict[str, Any] | None = None  # what `after` found on the server (the guard's)
 
     @property
     def point(self) -> Point:
@@ -186,12 +187,14 @@ def run_boot(server: ServerConfig, profiles: Sequence[ProfileConfig], params: Ma
              slos: Sequence[SLOConfig] = (), starts: Mapping[str, float] | None = None,
              stop_below: float | None = None, requests: list[Request] | None = None,
              on_phase: Phase | None = None, on_request: OnRequest | None = None,
-             on_point: OnPoint | None = None) -> BootRun:
+             on_point: OnPoint | None = None,
+             after: Callable[[str], dict[str, Any]] | None = None) -> BootRun:
     """Boot `vllm serve` with the fixed args plus `params`, measure each profile in turn, stop it.
 
     Without `capacity`, each profile's requests (`requests`, for a single profile, or drawn
     while vLLM boots) run after their warm-up. With it, each profile's capacity is searched
-    (from `starts[label]` when given, stopping early below `stop_below`). Files go under
+    (from `starts[label]` when given, stopping early below `stop_below`). `after` runs on the
+    server's URL once the measurement is done (the quality guard). Files go under
     `<workdir>/<label>/` when there are several profiles; `result.json` is the `BootRun`."""
     t_start = time.monotonic()
     phase = on_phase or (lambda _p: None)
@@ -246,11 +249,15 @@ def run_boot(server: ServerConfig, profiles: Sequence[ProfileConfig], params: Ma
                                     "num_prompts": p.num_prompts,
                                     "max_concurrency": p.max_concurrency,
                                     "request_rate": str(p.request_rate), "seed": p.seed}
+        found = None
+        if after is not None:
+            phase("checking outputs")
+            found = after(proc.base_url)
         bench_s = time.monotonic() - t_bench
         phase("stopping")
         t_stop = time.monotonic()
     run = BootRun(proc.argv, dict(params), Timings(boot_s, bench_s, time.monotonic() - t_stop,
                                                   time.monotonic() - t_start),
-                  str(proc.log_path), points, capacities, workloads, proc.launch)
+                  str(proc.log_path), points, capacities, workloads, proc.launch, found)
     (workdir / "result.json").write_text(json.dumps(run.to_json(), indent=2, default=str) + "\n")
     return run

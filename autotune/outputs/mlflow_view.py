@@ -31,6 +31,11 @@ RANK = "rank"  # a trial run's metric: 0 the recommended config, then the front,
 FLAGS_TAG = "autotune.flags"  # the searched flags a trial sets away from vLLM's defaults
 
 
+def shown(v: float) -> float:
+    """A value as the terminal shows it: two decimals, four significant digits below 1."""
+    return round(v, 2) if abs(v) >= 1 else float(f"{v:.4g}")
+
+
 def objective_columns(cfg: StudyConfig) -> list[str]:
     """The metric names the runs view shows for the objectives: a suite's scores are logged as
     `objective_<name>`, a single profile's objectives under their own names."""
@@ -113,7 +118,8 @@ def gain_tag(rec: TrialRecord, summary: StudySummary) -> str:
     the terminal prints it ("+12.3% [+4.0, +20.1], 3 boots" or "+5.0%, one measurement")."""
     from autotune.outputs.tables import gain_text
 
-    if rec.baseline:
+    base = summary.base
+    if rec.baseline or (base is not None and rec.facts.repeat_of == base.number):
         return "vLLM's defaults"
     g = summary.gains.get(rec.number, {}).get(summary.metrics[0])
     return "" if g is None else gain_text(g)

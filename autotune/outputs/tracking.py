@@ -38,6 +38,7 @@ from autotune.outputs.mlflow_view import (
     flags_tag,
     gain_tag,
     runs_view,
+    shown,
     study_note,
 )
 from autotune.server.machine import hardware
@@ -46,11 +47,6 @@ from autotune.tuning.record import deltas, metric_deltas, study_facts
 from autotune.tuning.summary import StudySummary, summarize
 
 PICK_TAG = "autotune.recommended"  # on the study run: the recommended trial's number
-
-
-def shown(v: float) -> float:
-    """A value as the terminal shows it: two decimals, four significant digits below 1."""
-    return round(v, 2) if abs(v) >= 1 else float(f"{v:.4g}")
 
 
 def default_tracking_uri(cfg: StudyConfig) -> str:
@@ -263,17 +259,19 @@ class Tracker:
                         study_note(self.cfg, summary, self.experiment_id, ids)),
                  RunTag(PICK_TAG, "none" if pick is None else str(pick)),
                  RunTag("autotune.recommendation", summary.headline()[:5000])])
-        # the runs view sorts by rank: the recommended config is its first row; each config's
-        # gain is its pooled one (every boot of its flags), the same text as the terminal's
-        for num, rank in summary.rank().items():
+        # the runs view sorts by rank: the recommended config is its first row, the other
+        # configs follow, and repeat boots (no rank) come after them all; each boot's gain is
+        # its config's pooled one (every boot of its flags), the same text as the terminal's
+        ranks = summary.rank()
+        for num, rec in summary.pooled.items():
             rid = ids.get(num)
             if rid is None:
                 continue
-            rec = summary.pooled[num]
             tags = [RunTag(GAIN_TAG, gain_tag(rec, summary) or "-")]
             if num == pick:
                 tags.append(RunTag("autotune.pick", "recommended"))
-            self.client.log_batch(rid, metrics=[Metric(RANK, float(rank), ts, n)], tags=tags)
+            rank = [Metric(RANK, float(ranks[num]), ts, n)] if num in ranks else []
+            self.client.log_batch(rid, metrics=rank, tags=tags)
 
     # -- the study's own numbers (the bill) ------------------------------------------------------
     def log_study_metrics(self, values: dict[str, float]) -> None:

@@ -19,6 +19,7 @@ COUNTERS = {
     "prefix_cache_queries": "vllm:prefix_cache_queries_total",
     "prefix_cache_hits": "vllm:prefix_cache_hits_total",
     "preemptions": "vllm:num_preemptions_total",
+    "spec_drafts": "vllm:spec_decode_num_drafts_total",
     "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
     "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
 }
@@ -86,6 +87,9 @@ class ServerStats:
         if d.get("spec_draft_tokens"):
             out["server_spec_acceptance_rate"] = d["spec_accepted_tokens"] / d[
                 "spec_draft_tokens"]
+        if d.get("spec_drafts"):  # tokens a step: the target's own one plus those accepted
+            out["server_spec_mean_accepted_len"] = 1.0 + d["spec_accepted_tokens"] / d[
+                "spec_drafts"]
         return out
 
 

