@@ -1,0 +1,333 @@
+#!/usr/bin/env python3
+"""Issue 46, steps 2, 3 and 5 on the H100 with the Qwen3-30B-A3B-shaped MoE (fp8 + fp8 KV, dummy
+weights): the capacity search as the product runs it, on fresh boots, then the reference check and
+the first point repeated on a warm stock server. Driven by scripts/gpu/moe_accept.sh.
+
+    python3 scripts/gpu/moe_accept.py run --res DIR --deadline EPOCH_S
+    python3 scripts/gpu/moe_accept.py boot --res DIR --k 3 --start 47.8125 --deadline-in 400
+    python3 scripts/gpu/moe_accept.py stock --res DIR --capacity 43.65625 --warmup-s 10 \
+        --tag -boot3 --deadline-in 230
+    python3 scripts/gpu/moe_accept.py pack --res DIR --out DIR
+
+run, in this order, each step only if the deadline leaves it room:
+  boot 1, boot 2   `autotune bench --capacity-axis rate` (its own launch: a stock `vllm serve`),
+                   ShareGPT, p99 TTFT <= 2 s, p99 TPOT <= 60 ms, tolerance 0.1, start 24,
+                   >= 20 s of arrivals a point; one shared cache root (a study's trials share one)
+  stock            `vllm serve` of the same config started here; scripts/reference_check.py at the
+                   last capacity found and at 1.1x; then the search's first point (same load, same
+                   seed) again with `autotune bench --url`
+  boot 3           the search again, for a third capacity
+`boot` and `stock` run one of those steps alone. On 2026-11-26 `run` ended after the stock step
+(boot 3 did not fit its rule); boot 3 then ran as `boot` from the incumbent's capacity (47.8125,
+as a study's later trial starts), and a second stock server checked boot 3's capacity (`stock`
+with --warmup-s 10 and no repeat; that call was a shell line doing the same, port 8012).
+Every server runs with --jit-monitor-verbose where this vLLM has it: vLLM's JIT monitor warns
+once per kernel name otherwise, so a measured point without a line would prove nothing.
+Each step's facts land in DIR/results.jsonl as it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parents[2]  # the checkout copy it runs from
+sys.path.insert(0, str(HERE))
+MOE = str(HERE / "scripts" / "gpu" / "models" / "qwen3-30b-a3b-dummy")
+CONFIGS = {"fp8": ["--quantization", "fp8", "--kv-cache-dtype", "fp8"], "defaults": []}
+SLOS = ["p99_ttft_ms<=2000", "p99_tpot_ms<=60"]
+START = 24.0
+JIT = "JIT compilation during inference"
+STOCK_NEED_S = 330  # stock boot on warm caches + 15 s warm-up + two rates + the repeat
+PY = sys.executable
+
+
+def now() -> float:
+    return time.time()
+
+
+class Run:
+    def __init__(self, res: Path, deadline: float) -> None:
+        self.res, self.deadline = res, deadline
+        self.work = res / "work"  # --workdir of every bench: one cache root, work/vllm-cache
+        self.extra: list[str] = []
+
+    def left(self) -> float:
+        return self.deadline - now()
+
+    def record(self, **row: Any) -> None:
+        row["t"] = round(now(), 1)
+        with (self.res / "results.jsonl").open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps(row)[:600], flush=True)
+
+    def env(self) -> dict[str, str]:
+        path = os.pathsep.join(x for x in (str(HERE), os.environ.get("PYTHONPATH")) if x)
+        return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+
+    def call(self, argv: list[str], out: Path, limit: float) -> tuple[int, float]:
+        t0 = now()
+        with out.open("w") as f:
+            p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, cwd=HERE,
+                                 env=self.env(), start_new_session=True)
+            try:
+                rc = p.wait(timeout=max(1.0, limit))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGTERM)
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+                rc = -999
+        return rc, now() - t0
+
+    def gpu_free(self) -> int | None:
+        """Wait (up to 60 s) until the GPU holds under 2 GiB: the last server is gone."""
+        used = None
+        for _ in range(30):
+            q = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
+                                "--format=csv,noheader,nounits"], capture_output=True, text=True)
+            used = int(q.stdout.split()[0]) if q.returncode == 0 and q.stdout.strip() else None
+            if used is None or used < 2048:
+                break
+            time.sleep(2)
+        return used
+
+    def boot(self, k: int, config: str) -> dict[str, Any] | None:
+        name = f"boot{k}-{config}"
+        self.record(kind="begin", step=name, left_s=round(self.left()))
+        used = self.gpu_free()
+        argv = [PY, "-m", "autotune", "bench", "--model", MOE, "--profile", "sharegpt",
+                "--client-processes", "auto", "--capacity-axis", "rate", "--low", "4",
+                "--start", f"{START:g}", "--high", "512", "--tolerance", "0.1",
+                "--min-duration-s", "20", "--point-warmup", "8",
+                *(x for s in SLOS for x in ("--slo", s)), "--boot-timeout", "900",
+                "--workdir", str(self.work), "--output", str(self.res / f"{name}.json"),
+                "--", "--load-format", "dummy", *CONFIGS[config], *self.extra]
+        rc, wall = self.call(argv, self.res / f"{name}.out", self.left() - 15)
+        row: dict[str, Any] = {"kind": "boot", "step": name, "config": config, "rc": rc,
+                               "wall_s": round(wall, 1), "gpu_used_mib_before": used}
+        path = self.res / f"{name}.json"
+        doc = json.loads(path.read_text()) if rc == 0 and path.exists() else None
+        if doc is not None:
+            log = Path(doc["log_path"])
+            lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+            row |= {"capacity": doc.get("capacity"), "timings": doc.get("timings"),
+                    "launch": doc.get("launch"), "argv": doc.get("argv"),
+                    "log_path": str(log), "jit_lines": [x for x in lines if JIT in x][:60],
+                    "points": [{"load": p.get("load"), "passed": p.get("passed"),
+                                "runs": p.get("runs"), "seconds": round(p.get("seconds", 0), 1),
+                                "settled_s": p.get("settled_s"),
+                                **{k: p.get("metrics", {}).get(k) for k in (
+                                    "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+                                    "p99_tpot_ms", "request_throughput", "completed")},
+                                **{k: v for k, v in p.get("server", {}).items()
+                                   if k.startswith(("jit", "warm"))}}
+                               for p in doc.get("points", [])]}
+        self.record(**row)
+        return doc
+
+    def stock(self, config: str, capacity: float, first: dict[str, Any] | None,
+              warmup_s: float = 15, tag: str = "") -> None:
+        """A stock `vllm serve` of the config: the reference check at `capacity`, then the
+        search's first point again."""
+        self.record(kind="begin", step=f"stock-{config}{tag}", left_s=round(self.left()))
+        used = self.gpu_free()
+        log = self.res / f"stock-{config}{tag}.log"
+        port = 8011
+        argv = [str(Path(PY).parent / "vllm") if (Path(PY).parent / "vllm").exists() else "vllm",
+                "serve", MOE, "--load-format", "dummy", *CONFIGS[config], *self.extra,
+                "--host", "127.0.0.1", "--port", str(port)]
+        from autotune.measure.runner import cache_env
+        env = {**self.env(), **cache_env(self.work / "vllm-cache")}
+        t0 = now()
+        with log.open("w") as f:
+            srv = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env,
+                                   start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            boot_s = None
+            while now() < self.deadline - 60 and srv.poll() is None:
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                        if r.status == 200:
+                            boot_s = now() - t0
+                            break
+                except OSError:
+                    pass
+                time.sleep(1)
+            self.record(kind="stock_boot", config=config, argv=argv, boot_s=boot_s and
+                        round(boot_s, 1), rc=srv.poll(), gpu_used_mib_before=used)
+            if boot_s is None:
+                return
+            ref = self.res / f"reference-{config}{tag}.json"
+            rc, wall = self.call([PY, "scripts/reference_check.py", "--model", MOE,
+                                  "--capacity", f"{capacity:g}", "--tolerance", "0.1",
+                                  *(x for s in SLOS for x in ("--slo", s)), "--url", url,
+                                  "--server-log", str(log), "--warmup-s", f"{warmup_s:g}",
+                                  "--vllm", argv[0], "--out", str(ref)],
+                                 self.res / f"reference-{config}{tag}.out", self.left() - 45)
+            self.record(kind="reference", config=config, rc=rc, wall_s=round(wall, 1),
+                        doc=json.loads(ref.read_text()) if ref.exists() else None)
+            if first is None or self.left() < 75:
+                return
+            load = float(first["load"])
+            from autotune.measure.capacity import point_seed
+            n, seed = max(200, math.ceil(20 * load)), point_seed(0, load)
+            for i in range(2 if self.left() > 150 else 1):
+                off = log.stat().st_size
+                out = self.res / f"repeat-{config}-{i}.json"
+                rc, wall = self.call(
+                    [PY, "-m", "autotune", "bench", "--url", url, "--model", MOE,
+                     "--profile", "sharegpt", "--client-processes", "auto", "--request-rate",
+                     f"{load:g}", "--seed", str(seed), "--num-prompts", str(n), "--warmup", "8",
+                     "--workdir", str(self.res / "repeat"), "--output", str(out)],
+                    self.res / f"repeat-{config}-{i}.out", self.left() - 30)
+                with log.open("rb") as f:
+                    f.seek(off)
+                    jit = [x for x in f.read().decode(errors="replace").splitlines() if JIT in x]
+                d = json.loads(out.read_text()) if rc == 0 and out.exists() else {}
+                m = d.get("metrics", {})
+                self.record(kind="repeat", config=config, i=i, rc=rc, wall_s=round(wall, 1),
+                            load=load, seed=seed, num_prompts=n, jit_lines=jit,
+                            metrics={k: m.get(k) for k in (
+                                "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
+                                "request_throughput", "completed")},
+                            first={k: first.get(k) for k in (
+                                "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
+                                "request_throughput", "completed")})
+                if self.left() < 75:
+                    break
+        finally:
+            t_stop = now()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(srv.pid, signal.SIGTERM)
+            try:
+                srv.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(srv.pid, signal.SIGKILL)
+                srv.wait()
+            self.record(kind="stock_stop", config=config, stop_s=round(now() - t_stop, 1),
+                        jit_lines=[x for x in log.read_text(errors="replace").splitlines()
+                                   if JIT in x][:60])
+
+    def main(self) -> None:
+        self.extra = verbose_flag()
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                            "--format=csv,noheader"], capture_output=True, text=True)
+        self.record(kind="start", gpu=q.stdout.strip(), extra_flags=self.extra,
+                    left_s=round(self.left()), model=MOE)
+        caps: list[float] = []
+        firsts: list[dict[str, Any]] = []
+        walls: list[float] = []
+
+        def one(k: int) -> None:
+            t0 = now()
+            try:
+                doc = self.boot(k, "fp8")
+            except Exception as e:  # noqa: BLE001 - recorded; the next step may still run
+                self.record(kind="error", step=f"boot{k}", error=repr(e))
+                doc = None
+            walls.append(now() - t0)
+            if doc is not None and doc.get("points"):
+                caps.append(float(doc["capacity"]))
+                p0 = doc["points"][0]
+                firsts.append({"load": p0["load"], **p0["metrics"]})
+
+        one(1)
+        # a warm boot: boot 1 compiled everything cold (torch.compile, Triton, FlashInfer)
+        if self.left() > max(walls[-1] - 180, 250) + STOCK_NEED_S:
+            one(2)
+        if caps and self.left() > STOCK_NEED_S - 60:
+            try:
+                self.stock("fp8", caps[-1], firsts[-1] if firsts else None)
+            except Exception as e:  # noqa: BLE001 - recorded; boot 3 may still run
+                self.record(kind="error", step="stock", error=repr(e))
+        if self.left() > (walls[-1] if len(walls) > 1 else 300) + 20:
+            one(3)
+        if self.left() > 700:
+            self.boot(4, "defaults")
+        self.record(kind="end", capacities=caps, left_s=round(self.left()))
+
+
+def verbose_flag() -> list[str]:
+    """--jit-monitor-verbose where this vLLM's arg parser has it (read, not imported)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    src = Path(spec.origin or "").parent / "engine" / "arg_utils.py" if spec else Path("-")
+    return ["--jit-monitor-verbose"] if src.exists() and \
+        "--jit-monitor-verbose" in src.read_text() else []
+
+
+def pack(res: Path, out: Path) -> None:
+    """What has landed: results.jsonl and the console outputs as they are, the rest (bench
+    results, per-point records, server logs, the reference's files) in one tarball."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("results.jsonl", "orchestrator.log"):
+        if (res / name).exists():
+            (out / name).write_bytes((res / name).read_bytes())
+
+    def keep(t: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if "vllm-cache" in t.name or t.name.endswith(".sqlite") else t
+
+    with tarfile.open(out / "acc.tgz", "w:gz") as tar:
+        tar.add(res, arcname="acc", filter=keep)
+
+
+def main() -> int:
+    global START
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--res", type=Path, required=True)
+    r.add_argument("--deadline", type=float, required=True)
+    b = sub.add_parser("boot")
+    b.add_argument("--res", type=Path, required=True)
+    b.add_argument("--k", type=int, required=True)
+    b.add_argument("--start", type=float, default=START)
+    b.add_argument("--config", choices=sorted(CONFIGS), default="fp8")
+    b.add_argument("--deadline-in", type=float, required=True)
+    s = sub.add_parser("stock")
+    s.add_argument("--res", type=Path, required=True)
+    s.add_argument("--capacity", type=float, required=True)
+    s.add_argument("--config", choices=sorted(CONFIGS), default="fp8")
+    s.add_argument("--warmup-s", type=float, default=15)
+    s.add_argument("--tag", default="")
+    s.add_argument("--deadline-in", type=float, required=True)
+    p = sub.add_parser("pack")
+    p.add_argument("--res", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args()
+    if a.cmd == "pack":
+        pack(a.res, a.out)
+        return 0
+    a.res.mkdir(parents=True, exist_ok=True)
+    if a.cmd == "run":
+        Run(a.res, a.deadline).main()
+        return 0
+    job = Run(a.res, now() + a.deadline_in)
+    job.extra = verbose_flag()
+    if a.cmd == "boot":
+        START = a.start
+        job.boot(a.k, a.config)
+    else:
+        job.stock(a.config, a.capacity, None, a.warmup_s, a.tag)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
