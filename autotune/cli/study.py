@@ -169,6 +169,10 @@ def confirm(config_path: Path, study_name: str | None, storage: str | None, top:
         res = confirm_phase(st, cfg, pre, requests, top or cfg.confirm.top,
                             repeats or cfg.confirm.repeats, on_trial, view, tracker, deadline)
     print_confirm(res, cfg)
+    from autotune.tuning.summary import summarize
+
+    out.print(f"recommended: {summarize(st, cfg, res).headline()}", highlight=False,
+              soft_wrap=True)
 
 
 COMMANDS = [confirm, study, create_study, worker]

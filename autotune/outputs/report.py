@@ -140,6 +140,23 @@ def confirm_markdown(path: Path, out_dir: Path) -> list[str]:
     return lines
 
 
+def quality_markdown(recs: list[TrialRecord]) -> list[str]:
+    """The quality guard's figures for each trial it looked at (docs/quality.md)."""
+    rows = [(r, r.facts.quality) for r in recs if r.facts.quality]
+    if not rows:
+        return []
+    lines = ["", "## Quality guard", "", "| # | judged | exact match | log-prob drop (nats/token)"
+             " | verdict |", "|---|---|---|---|---|"]
+    for r, q in rows:
+        judged = bool(q.get("judged"))
+        verdict = ("fails: " + (r.cause or "")) if judged and r.cause and \
+            r.cause.startswith("quality:") else ("passes" if judged else q.get("why", ""))
+        lines.append(f"| {r.number} | {'yes' if judged else 'no'} | "
+                     + (f"{q['exact_match']:.0%} | {q['logprob_drop']:.3f}" if judged else "- | -")
+                     + f" | {verdict.replace('|', '/')} |")
+    return lines
+
+
 def time_markdown(split: list[TimeSplit]) -> list[str]:
     lines = ["| # | state | boot s | bench s | stop s | in-trial s | between s | overhead s |",
              "|---|---|---|---|---|---|---|---|"]
@@ -174,6 +191,7 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
              f"- {len(recs)} trials, {sum(r.measured for r in recs)} measured; "
              f"storage `{cfg.storage_url()}`", "", "## Trials", ""]
     lines += trials_markdown(recs, summary)
+    lines += quality_markdown(recs)
     if summary.failures:
         lines += ["", "Not measured, in one line each (the full cause is in each trial's "
                   "record and `result.json`):", ""] + [f"- {f}" for f in summary.failures]

@@ -183,7 +183,8 @@ def confirm_table(res: ConfirmResult) -> Table:
 
 
 def confirm_lines(res: ConfirmResult) -> list[str]:
-    """Which first-pass winners survived, and the recommendation."""
+    """Which first-pass winners survived on the first objective (the recommendation, over
+    every objective, is the study summary's: the `deploy:` line)."""
     lines = []
     for num, row in res.configs.items():
         if num == res.base or row.gain is None:
@@ -194,14 +195,7 @@ def confirm_lines(res: ConfirmResult) -> list[str]:
         lines.append(f"trial {num}: first pass {first * 100:+.1f}% (one measurement each); "
                      f"after {len(row.values)} boots {row.text}: {verdict}"
                      if first is not None else f"trial {num}: {row.text}")
-    if res.recommended == res.base:
-        lines.append(f"recommended: vLLM's defaults (trial {res.base}): no finalist beats them "
-                     + (f"beyond the noise (the point estimate would pick trial "
-                        f"{res.by_point_estimate})"
-                        if res.by_point_estimate not in (None, res.base) else
-                        "(every finalist's median is worse than theirs)"))
-    elif res.recommended is not None:
-        lines.append(f"recommended (best lower confidence bound): trial {res.recommended}"
-                     + ("" if res.recommended == res.by_point_estimate else
-                        f"; the point estimate would pick {res.by_point_estimate}"))
+    if res.by_point_estimate is not None:  # the recommendation is the summary's (deploy:)
+        lines.append(f"on {res.metric}'s medians alone, the pick would be trial "
+                     f"{res.by_point_estimate}")
     return lines

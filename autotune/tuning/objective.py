@@ -95,12 +95,15 @@ class Objective:
         return [BOOT_OK, REQUESTS_OK, *(s.key for s in self.cfg.slos), *guard]
 
     def _judge(self, trial: optuna.Trial, flags: dict[str, Any], baseline: bool,
-               found: dict[str, Any] | None, cause: str | None) -> str | None:
-        """The quality guard's verdict on the trial: recorded, and its constraint set; the
-        cause to record (the measurement's own first)."""
+               found: dict[str, Any] | None, cause: str | None,
+               metrics: dict[str, float]) -> str | None:
+        """The quality guard's verdict on the trial: recorded (its figures also as metrics),
+        and its constraint set; the cause to record (the measurement's own first)."""
         facts, violation, why = self.guard.verdict(flags, baseline, found)
         if facts is not None:
             write_facts(trial, TrialFacts(quality=facts))
+            metrics.update({f"quality_{k}": float(facts[k]) for k in
+                            ("exact_match", "logprob_drop") if k in facts})
         if self.guard.on:
             trial.set_constraint(QUALITY_OK, violation)
         return cause or why
@@ -193,7 +196,7 @@ class Objective:
         if pt.metrics.errors:
             first = next(iter(pt.metrics.errors))
             cause = f"{pt.metrics.failed} of {len(pt.records)} requests failed: {first}"
-        cause = self._judge(trial, flags, baseline, run.quality, cause)
+        cause = self._judge(trial, flags, baseline, run.quality, cause, metrics)
         write_facts(trial, TrialFacts(
             metrics=metrics, timings=asdict(run.timings), argv=run.argv,
             server_stats=pt.server_stats or None, log_path=run.log_path,
@@ -233,7 +236,7 @@ class Objective:
         if res.at is None:  # why the lowest load failed; an early stop is not a failure
             lowest = min(res.points, key=lambda p: p.load)
             cause = f"{res.stopped}: {'; '.join(lowest.misses)}"
-        cause = self._judge(trial, flags, is_base, run.quality, cause)
+        cause = self._judge(trial, flags, is_base, run.quality, cause, metrics)
         write_facts(trial, TrialFacts(
             metrics=metrics, capacity=res.to_json(), timings=asdict(run.timings),
             argv=run.argv, log_path=run.log_path, cause=cause))

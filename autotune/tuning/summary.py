@@ -117,11 +117,15 @@ class StudySummary:
         return found[0]
 
     def front_records(self) -> list[TrialRecord]:
-        """The front, the recommended config first, then by the first objective."""
+        """The front, the recommended config first (also where the front leaves it out: the
+        confirm phase kept the defaults against a config whose medians look better, within
+        the noise), then by the first objective."""
         sign = -1.0 if self.directions[0] == "maximize" else 1.0
         rows = sorted((self.pooled[n] for n in self.front),
                       key=lambda r: sign * r.values.get(self.metrics[0], 0.0))
         rec = self.recommendation.number
+        if rec is not None and rec not in self.front and rec in self.pooled:
+            rows.append(self.pooled[rec])
         return sorted(rows, key=lambda r: r.number != rec)
 
     def rank(self) -> dict[int, int]:
@@ -190,18 +194,34 @@ def recommend(cfg: StudyConfig, base: TrialRecord | None, front: list[TrialRecor
         return Recommendation(num, is_base, rule, reason,
                               None if is_base else gains.get(num, {}).get(metric))
 
-    if confirm is not None and confirm.recommended is not None:
-        ok = {n: row for n, row in confirm.configs.items()
-              if n != confirm.base and row.survives and n not in artefacts}
-        if confirm.recommended in ok or confirm.recommended == confirm.base:
-            num = confirm.recommended
-        else:  # the confirm phase's pick is an artefact: the next survivor, else the defaults
-            num = max(ok, key=lambda n: ok[n].ci_low if maximize else -ok[n].ci_high,
-                      default=confirm.base)
-        why = ("the confirm phase: no finalist beat them beyond the noise"
-               if num == confirm.base else
-               "the confirm phase: beats the defaults beyond the noise, best lower bound")
-        return made(num, "confirm", why)
+    if confirm is not None and confirm.configs:
+        # a finalist survives when, over every boot of it and of the defaults, it is better
+        # beyond the noise on one objective and worse beyond it on none; among survivors, the
+        # best lower bound of the first objective's gain; none: the defaults
+        signs = {o.metric if not cfg.profiles else f"suite_{o.metric}":
+                 1.0 if o.direction == "maximize" else -1.0 for o in cfg.objectives}
+        better: dict[int, list[str]] = {}
+        for n in confirm.configs:
+            g = gains.get(n, {})
+            if n == confirm.base or n in artefacts or not g:
+                continue
+            up = [m for m, s in signs.items() if m in g and g[m].significant and
+                  s * g[m].gain > 0]
+            down = [m for m, s in signs.items() if m in g and g[m].significant and
+                    s * g[m].gain < 0]
+            if up and not down:
+                better[n] = up
+        if not better:
+            return made(confirm.base, "confirm", "the confirm phase: no finalist beat them "
+                        "beyond the noise on an objective without losing on another")
+
+        def low(n: int) -> float:
+            g = gains[n][metric]
+            return g.low if maximize else -g.high
+
+        num = max(better, key=low)
+        return made(num, "confirm", f"the confirm phase: better beyond the noise on "
+                    f"{', '.join(better[num])}, worse on none")
     dropped: list[str] = []
     cands = []
     for r in front:

@@ -208,7 +208,9 @@ def test_the_defaults_stay_recommended_unless_a_finalist_beats_them_beyond_the_n
     res = confirm.summarize(None, c, 0, [1, 5], 2)  # type: ignore[arg-type]
     assert (res.recommended, res.by_point_estimate) == (0, 1)
     text = " ".join(" ".join(confirm_lines(res)).split())
-    assert "recommended: vLLM's defaults (trial 0): no finalist beats them" in text
+    assert "trial 1: first pass" in text and "does not survive" in text
+    assert "on total_token_throughput's medians alone, the pick would be trial 1" in text
+    assert "recommended" not in text  # the study summary's deploy: line says it, once
     clear = {0: [100.0, 101.0, 99.0], 1: [130.0, 150.0, 110.0], 2: [120.0, 121.0, 119.0]}
     monkeypatch.setattr(confirm, "confirm_samples", lambda _st, _m: clear)
     res = confirm.summarize(None, c, 0, [1, 2], 2)  # type: ignore[arg-type]
@@ -221,8 +223,7 @@ def test_the_defaults_stay_recommended_unless_a_finalist_beats_them_beyond_the_n
     res = confirm.summarize(None, c, 0, [1, 4], 2)  # type: ignore[arg-type]
     assert (res.recommended, res.by_point_estimate) == (0, 0)
     text = " ".join(" ".join(confirm_lines(res)).split())
-    assert "no finalist beats them (every finalist's median is worse than theirs)" in text
-    assert "point estimate would pick" not in text
+    assert "the pick would be trial 0" in text and "recommended" not in text
 
 
 def test_an_early_stopped_capacity_pools_only_where_the_config_has_no_full_measurement(

