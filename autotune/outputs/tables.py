@@ -108,6 +108,10 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
             text += f"\n[red]{escape(short_cause(r.cause, 200))}[/red]"
         if r.number in summary.artefacts:
             text += f"\n[red]{escape(summary.artefacts[r.number])}[/red]"
+        q = r.facts.quality or {}
+        if q.get("judged") and not (r.cause or "").startswith("quality:"):
+            text += (f"\nquality: {q['exact_match']:.0%} exact, log-prob drop "
+                     f"{q['logprob_drop']:.3f}")
         cells.append(text)
         t.add_row(*cells)
     return t

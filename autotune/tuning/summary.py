@@ -298,7 +298,9 @@ def choose(summary: StudySummary, cfg: StudyConfig, prefer: Preference | None = 
     preference, on pooled values; artefacts are never picked."""
     if prefer is None and max_tpot_ms is None:
         if summary.recommendation.number is None:
-            raise StudyError(f"study {summary.name!r}: {summary.recommendation.reason}")
+            raise StudyError(f"study {summary.name!r} has nothing to recommend: "
+                             + "; ".join([summary.recommendation.reason.split(" (")[0],
+                                          *summary.failures]))
         return summary.record(summary.recommendation.number)
     front_ = [summary.pooled[n] for n in summary.front if n not in summary.artefacts]
     if not front_:
