@@ -26,6 +26,19 @@ DUMMY = ("dummy weights (--load-format dummy): their outputs are noise, so no co
 AfterHook = Callable[[str], dict[str, Any]]
 
 
+def spec_counters(url: str) -> dict[str, float]:
+    """vLLM's speculative-decoding counters now (empty when /metrics does not answer)."""
+    import httpx
+
+    from autotune.server.scrape import COUNTERS, parse
+
+    try:
+        got = parse(httpx.get(f"{url}/metrics", timeout=10).text)
+    except (httpx.HTTPError, ValueError):
+        return {}
+    return {k: got.get(n, 0.0) for k, n in COUNTERS.items() if k.startswith("spec_")}
+
+
 def changes_outputs(flags: dict[str, Any]) -> list[str]:
     """The flags of a config that can change what the model says (set, not left to vLLM)."""
     return [f for f in OUTPUT_FLAGS if flags.get(f) not in (None, False, "auto")]
@@ -92,10 +105,16 @@ class Guard:
                 return {"judged": False, "why": "no reference: vLLM's defaults' trial has not "
                         "recorded its outputs (it failed, or another worker runs it)"}
             ref = [Completion.from_json(d) for d in json.loads(self.path.read_text())]
+            before = spec_counters(url)
             mine = greedy(url, model, [self.prompts[i] for i in range(len(ref))],
                           self.q.max_tokens)
+            spec = {k: v - before.get(k, 0.0) for k, v in spec_counters(url).items()}
             drift = compare(ref, mine, score(url, model, ref))
-            return {"judged": True, "why": why, **drift.to_json()}
+            found = {"judged": True, "why": why, **drift.to_json()}
+            if spec.get("spec_drafts"):  # speculation on greedy completions of the prompt set
+                found.update(spec, spec_mean_accepted_len=1.0 + spec["spec_accepted_tokens"]
+                             / spec["spec_drafts"])
+            return found
         return judge
 
     def verdict(self, flags: dict[str, Any], baseline: bool, found: dict[str, Any] | None

@@ -242,7 +242,7 @@ def recommend(cfg: StudyConfig, base: TrialRecord | None, front: list[TrialRecor
                     + (" is fit to recommend" + note if dropped else "")
                     + ("" if base.feasible else "; they missed the SLOs too"))
     why = "no trial was measured within the constraints" + (
-        f" ({len(failures)} failed: see below)" if failures else "")
+        f" ({len(failures)} failed)" if failures else "")
     return Recommendation(None, False, "none", why)
 
 

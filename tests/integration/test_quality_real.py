@@ -96,10 +96,13 @@ def test_the_guard_passes_the_defaults_and_ngram_and_fails_a_changed_model(
     # (b) a model whose norm was changed: judged, failed, infeasible with the figures
     assert q[3]["judged"] and trials[3].constraints["quality_ok"] > 0, q[3]
     assert trials[3].user_attrs["cause"].startswith("quality: exact match ")
-    # (c) n-gram speculation's counters, over the measured load
+    # (c) n-gram speculation's counters: over the measured load (sampled, so few drafts are
+    # accepted: 0 of 6 and 6 of 30 in two runs), and over the guard's greedy completions of
+    # the repetitive prompts, where lookup finds what the prompt holds
     spec = trials[2].user_attrs["server_stats"]
-    assert spec["server_spec_draft_tokens"] > 0 and spec["server_spec_accepted_tokens"] > 0
-    assert spec["server_spec_mean_accepted_len"] > 1.0
+    assert spec["server_spec_draft_tokens"] > 0
+    assert q[2]["spec_draft_tokens"] > 0 and q[2]["spec_accepted_tokens"] > 0, q[2]
+    assert q[2]["spec_mean_accepted_len"] > 1.0
     # the end of the study: the changed model is never recommended
     assert "trial 3" not in next(line for line in p.stdout.splitlines()
                                  if line.startswith("deploy: "))
