@@ -21,8 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from autotune.config.study import ServerConfig
 from autotune.config.workload import ProfileConfig
 from autotune.load.datasets import build_requests
@@ -31,8 +29,8 @@ from autotune.measure.runner import server_env
 from autotune.server.command import serve_argv
 from autotune.server.lifecycle import ServerProcess
 from autotune.server.process import free_port
-from autotune.server.scrape import COUNTERS, parse
 from autotune.tuning.quality import prompts_of
+from autotune.tuning.quality import spec_counters as counters
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
          "prompt_lookup_min": 2}
@@ -68,12 +66,6 @@ def sharegpt_prompts(model: str, n: int) -> list[str | list[int]]:
     profile = ProfileConfig.model_validate({"name": "sharegpt", "num_prompts": n,
                                             "output_len": 32})
     return prompts_of(build_requests(profile, model, 2048), n)
-
-
-def counters(url: str) -> dict[str, float]:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    got = parse(text)
-    return {k: got.get(v, 0.0) for k, v in COUNTERS.items() if k.startswith("spec_")}
 
 
 def run(model: str, out: Path, n: int, max_tokens: int, only: list[str] | None = None) -> None:
