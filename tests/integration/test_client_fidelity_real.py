@@ -29,13 +29,15 @@ from tests.servers import serving
 
 pytestmark = pytest.mark.integration
 
-# The server (less --kv-cache-dtype fp8, which CPUs without AVX-512 refuse) and the CPU
-# demo's (vLLM's defaults, the demo space's fixed max_model_len), each with its own load.
+# The server (less --kv-cache-dtype fp8, which CPUs without AVX-512 refuse), where the
+# late reads were found. The CPU demo's server (vLLM's defaults, 128 prompts at concurrency 16)
+# passed this test too, in every suite run since the fix (196-204 s each); it was left out for
+# CI time: the fix under test (where the client runs, its priority, the late-read count) does
+# not depend on the server's flags.
 CONFIGS = {
     "one-seq": ({"max_num_seqs": 1, "max_num_batched_tokens": 1024,
                  "enable_chunked_prefill": False, "enable_prefix_caching": True},
                 {"num_prompts": 48, "max_concurrency": 8}),
-    "demo": ({}, {"num_prompts": 128, "max_concurrency": 16}),
 }
 ROUNDS = 5
 # autotune's mean TPOT and mean TTFT against the reference's median on the same server: within
