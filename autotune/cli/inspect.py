@@ -114,6 +114,7 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
     console.print(f"{who}{f' (trial {trial.number})' if trial.baseline else ''}: "
                   + "; ".join(shown(k, v) for k, v in res["values"].items()), highlight=False,
                   soft_wrap=True)
+    from autotune.outputs.console import speculation_text
     from autotune.outputs.tables import gain_text
     from autotune.tuning.confirm import config_gains
 
@@ -130,6 +131,8 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
                 vs = f" ({gain_text(per[k])} vs defaults)" if k in per and not trial.baseline \
                     else ""
                 console.print(f"  {k} {trial.metrics[k]:,.2f}{vs}", highlight=False)
+    if "speculation" in res:
+        console.print(speculation_text(res["speculation"]), highlight=False, soft_wrap=True)
     console.print(f"vLLM config file: {res['config_path']}", highlight=False)
     console.print("benchmark it with:", highlight=False)
     for label, line in res.get("bench_commands", {"": res["bench_command"]}).items():

@@ -143,3 +143,12 @@ def command_hint(rest: str) -> str:
         return f"autotune {rest}"
     shown = os.path.relpath(argv0) if argv0.resolve().is_relative_to(Path.cwd()) else str(argv0)
     return f"{shown} {rest}"
+
+
+def speculation_text(spec: dict[str, Any]) -> str:
+    """vLLM's speculative-decoding counters of one trial in one line (TrialRecord.speculation)."""
+    rate, length = spec.get("acceptance_rate"), spec.get("mean_accepted_length")
+    return ("speculative decoding: "
+            + (f"{rate:.0%} of draft tokens accepted" if rate is not None else "acceptance ?")
+            + (f", {length:.2f} tokens a step" if length is not None else "")
+            + f" over {spec['drafts']:,.0f} drafts ({spec['source']})")

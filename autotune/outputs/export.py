@@ -110,6 +110,8 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
         "serve_command": serve,
         "bench_command": next(iter(benches.values())),
     }
+    if trial.speculation:  # vLLM's acceptance counters for a config that speculates
+        result["speculation"] = trial.speculation
     if cfg.profiles:  # a suite: one line per profile, and each profile's values
         result["bench_commands"] = benches
         result["profile_metrics"] = {k: trial.metrics[k] for k in cfg.profile_metrics()

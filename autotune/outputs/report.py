@@ -12,7 +12,7 @@ import optuna
 
 from autotune.config.study import StudyConfig
 from autotune.measure.stats import interval_name
-from autotune.outputs.console import params_text, short_cause, short_metric
+from autotune.outputs.console import params_text, short_cause, short_metric, speculation_text
 from autotune.outputs.tables import confirm_lines, gain_text, is_base
 from autotune.tuning.record import TrialRecord, curve_profiles, study_facts
 from autotune.tuning.summary import StudySummary, summarize
@@ -157,6 +157,25 @@ def quality_markdown(recs: list[TrialRecord]) -> list[str]:
     return lines
 
 
+def speculation_markdown(recs: list[TrialRecord], summary: StudySummary) -> list[str]:
+    """vLLM's speculative-decoding counters of each trial that drafted (docs/quality.md)."""
+    rows = [(r, r.speculation) for r in recs if r.speculation]
+    if not rows:
+        return []
+    lines = ["", "## Speculative decoding", "", "vLLM's counters from `/metrics`: over the "
+             "measured load, or over the quality guard's greedy run where the load drafted "
+             "nothing.", "", "| # | acceptance | tokens a step | drafts | over |",
+             "|---|---|---|---|---|"]
+    for r, sp in rows:
+        assert sp is not None
+        rate, length = sp["acceptance_rate"], sp["mean_accepted_length"]
+        star = " ★" if r.number == summary.recommendation.number else ""
+        lines.append(f"| {r.number}{star} | {'' if rate is None else f'{rate:.1%}'} | "
+                     f"{'' if length is None else f'{length:.2f}'} | "
+                     f"{sp['drafts']:,.0f} | {sp['source']} |")
+    return lines
+
+
 def time_markdown(split: list[TimeSplit]) -> list[str]:
     lines = ["| # | state | boot s | bench s | stop s | in-trial s | between s | overhead s |",
              "|---|---|---|---|---|---|---|---|"]
@@ -180,7 +199,11 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
     summary = summarize(study, cfg)
     recs = summary.records
     metrics = cfg.metric_names()
-    lines = [f"# Study `{cfg.name}`", "", f"**Recommended: {summary.headline()}**", "",
+    rec = summary.record(summary.recommendation.number) \
+        if summary.recommendation.number is not None else None
+    spec = [f"- the recommended config's {speculation_text(rec.speculation)}"] \
+        if rec is not None and rec.speculation else []
+    lines = [f"# Study `{cfg.name}`", "", f"**Recommended: {summary.headline()}**", "", *spec,
              f"- vLLM {study_facts(study).vllm_version or '?'}; model `{cfg.server.model}`; "
              f"fixed args `{params_text(cfg.server.args)}`",
              f"- profile `{cfg.profile.name}` ({cfg.profile.num_prompts} prompts, concurrency "
@@ -192,6 +215,7 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
              f"storage `{cfg.storage_url()}`", "", "## Trials", ""]
     lines += trials_markdown(recs, summary)
     lines += quality_markdown(recs)
+    lines += speculation_markdown(recs, summary)
     if summary.failures:
         lines += ["", "Not measured, in one line each (the full cause is in each trial's "
                   "record and `result.json`):", ""] + [f"- {f}" for f in summary.failures]

@@ -209,6 +209,23 @@ class TrialRecord:
     def bound_only(self) -> bool:
         return self.facts.bound_only
 
+    @property
+    def speculation(self) -> dict[str, Any] | None:
+        """vLLM's speculative-decoding counters for this trial: over the measured load where it
+        drafted, else over the quality guard's greedy run (its source says which); None without
+        drafts."""
+        s, q = self.facts.server_stats or {}, self.facts.quality or {}
+        for src, drafts, rate, length in (
+                ("measured load", s.get("server_spec_drafts"), s.get(
+                    "server_spec_acceptance_rate"), s.get("server_spec_mean_accepted_len")),
+                ("quality guard's greedy run", q.get("spec_drafts"), _ratio(q.get(
+                    "spec_accepted_tokens"), q.get("spec_draft_tokens")), q.get(
+                    "spec_mean_accepted_len"))):
+            if drafts:
+                return {"source": src, "drafts": drafts, "acceptance_rate": rate,
+                        "mean_accepted_length": length}
+        return None
+
     def lower_bound(self, metric: str) -> bool:
         """Whether this trial's `metric` is a lower bound, not a measurement: the capacity of a
         search stopped early below the incumbent (every view prints it as "≥", no gain)."""
@@ -323,3 +340,7 @@ def front_numbers(study: optuna.Study) -> set[int]:
 def front(study: optuna.Study) -> list[TrialRecord]:
     nums = front_numbers(study)
     return [r for r in records(study) if r.number in nums]
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None

@@ -106,3 +106,13 @@ def test_the_guard_passes_the_defaults_and_ngram_and_fails_a_changed_model(
     # the end of the study: the changed model is never recommended
     assert "trial 3" not in next(line for line in p.stdout.splitlines()
                                  if line.startswith("deploy: "))
+    # export and the report show the acceptance of a config that speculates (build 3)
+    env = {**os.environ, "COLUMNS": "200"}
+    e = subprocess.run([sys.executable, "-m", "autotune", "export", "--config", str(study),
+                        "--trial", "2"], capture_output=True, text=True, timeout=120, env=env)
+    assert e.returncode == 0 and "speculative decoding: " in e.stderr, e.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-m", "autotune", "report", "--config", str(study),
+                        "--out", str(tmp_path / "report")], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "## Speculative decoding" in (tmp_path / "report" / "report.md").read_text()

@@ -114,3 +114,37 @@ def test_a_cause_is_cut_at_a_sentence_not_mid_value() -> None:
                                        "most 0 argument(s) but received 4 argument(s). …")
     assert short_cause("short\nsecond line", 150) == "short"
     assert short_cause("a " * 100, 20).endswith(" …") and len(short_cause("a " * 100, 20)) <= 22
+
+
+def test_speculation_counters_come_from_the_load_else_the_guard_and_are_shown(tmp_path) -> None:
+    """Issue 48: a speculating trial's acceptance (vLLM's counters) is read from its measured
+    load, or from the quality guard's greedy run where the sampled load drafted nothing; the
+    report lists it and export carries it."""
+    from autotune.outputs.console import speculation_text
+    from autotune.outputs.report import speculation_markdown
+    from autotune.tuning.record import Status, TrialFacts, TrialRecord
+    from tests.fakes import summary_of
+
+    load = TrialFacts(flags={"speculative_config": "{}"}, server_stats={
+        "server_spec_drafts": 120.0, "server_spec_acceptance_rate": 0.47,
+        "server_spec_mean_accepted_len": 2.36})
+    guard = TrialFacts(flags={"speculative_config": "{}"}, server_stats={
+        "server_spec_drafts": 0.0}, quality={"spec_drafts": 40.0, "spec_draft_tokens": 120.0,
+                                             "spec_accepted_tokens": 90.0,
+                                             "spec_mean_accepted_len": 3.25})
+    v = {"total_token_throughput": 1.0, "mean_tpot_ms": 10.0}
+    a = TrialRecord(1, Status.OK, load, {}, v)
+    b = TrialRecord(2, Status.OK, guard, {}, v)
+    plain = TrialRecord(0, Status.OK, TrialFacts(baseline=True), {}, v)
+    assert plain.speculation is None
+    assert a.speculation == {"source": "measured load", "drafts": 120.0,
+                             "acceptance_rate": 0.47, "mean_accepted_length": 2.36}
+    assert b.speculation == {"source": "quality guard's greedy run", "drafts": 40.0,
+                             "acceptance_rate": 0.75, "mean_accepted_length": 3.25}
+    assert speculation_text(a.speculation) == (
+        "speculative decoding: 47% of draft tokens accepted, 2.36 tokens a step over 120 drafts "
+        "(measured load)")
+    md = "\n".join(speculation_markdown([plain, a, b], summary_of([plain, a, b], tmp_path)))
+    assert "| 1 | 47.0% | 2.36 | 120 | measured load |" in md
+    assert "| 2 | 75.0% | 3.25 | 40 | quality guard's greedy run |" in md
+    assert "| 0 |" not in md
