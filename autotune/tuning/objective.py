@@ -250,16 +250,19 @@ class Objective:
         """A suite: every profile on one boot; each objective scored per profile as a ratio to
         the baseline trial's value, combined by `suite_score` (autotune.tuning.suite)."""
         profiles = self.cfg.workloads()
-        run = run_boot(self.cfg.server, profiles, flags, workdir, on_phase=on_phase)
+        run = run_boot(self.cfg.server, profiles, flags, workdir, on_phase=on_phase,
+                       after=self.guard.after(flags, is_baseline))
         metrics = run.metrics()
         for label, pt in run.points.items():
             metrics.update({f"{label}/{k}": v for k, v in per_gpu(pt.metrics.flat(),
                                                                   gpus).items()})
         self._score_suite(trial, metrics, is_baseline)
         failed = sum(pt.metrics.failed for pt in run.points.values())
+        cause = self._judge(trial, flags, is_baseline, run.quality,
+                            f"{failed} requests failed" if failed else None, metrics)
         write_facts(trial, TrialFacts(
             metrics=metrics, timings=asdict(run.timings), argv=run.argv, log_path=run.log_path,
-            cause=f"{failed} requests failed" if failed else None))
+            cause=cause))
         trial.set_constraint(BOOT_OK, 0.0)
         trial.set_constraint(REQUESTS_OK, float(failed))
         for slo in self.cfg.slos:  # an SLO holds on every profile
@@ -299,18 +302,19 @@ class Objective:
             best = incumbent(trial.study, per_gpu=by_gpu, key=f"{p.key}/capacity")
             if best is not None:
                 starts[p.key] = best * gpus if by_gpu else best
+        is_baseline = bool(facts_of(trial).baseline)
         run = run_boot(self.cfg.server, profiles, flags, workdir, capacity=cap,
-                       slos=self.cfg.slos, starts=starts, on_phase=on_phase)
+                       slos=self.cfg.slos, starts=starts, on_phase=on_phase,
+                       after=self.guard.after(flags, is_baseline))
         metrics = run.metrics()
         for label, res in run.capacities.items():
             metrics.update({f"{label}/{k}": v for k, v in per_gpu(res.summary(), gpus).items()})
         metrics["gpus"] = float(gpus)
-        is_baseline = bool(facts_of(trial).baseline)
         self._score_suite(trial, metrics, is_baseline)
         missed = {k: r for k, r in run.capacities.items() if r.at is None}
-        cause = "; ".join(
+        cause = self._judge(trial, flags, is_baseline, run.quality, "; ".join(
             f"{k}: {r.stopped}: {'; '.join(min(r.points, key=lambda p: p.load).misses)}"
-            for k, r in missed.items()) or None
+            for k, r in missed.items()) or None, metrics)
         write_facts(trial, TrialFacts(
             metrics=metrics, capacity={"profiles": {k: r.to_json()
                                                     for k, r in run.capacities.items()}},

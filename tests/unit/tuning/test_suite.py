@@ -198,3 +198,57 @@ def test_sizing_counts_every_boot_of_the_config() -> None:
     text = s.text("p99_ttft_ms <= 2000")
     assert "median of 3 boots [12.00, 20.00]: range of 3 boots, covers 75%" in text
     assert "4 replicas" in text and "sized on the interval's low end" in text
+
+
+@pytest.mark.parametrize("capacity", [False, True])
+def test_a_suite_trial_is_judged_by_the_quality_guard(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capacity: bool) -> None:
+    """Issue 48: a suite's trials (plain and capacity) run the guard on their boot like a
+    single profile's: the defaults record the reference, an fp8 KV cache that drifts is
+    infeasible with the guard's figures as its cause (it passed unjudged before)."""
+    import optuna
+
+    from autotune.load.record import Request
+    from autotune.measure.runner import BootRun, Timings
+    from autotune.measure.search import search
+    from autotune.tuning import objective as objective_mod
+    from autotune.tuning.objective import Objective
+    from autotune.tuning.search_space import SearchSpace
+    from tests.fakes import fake_bench
+    from tests.unit.measure.test_capacity import server
+
+    hooks: list[bool] = []
+
+    def fake(server_cfg: Any, profiles: Any, flags: dict[str, Any], workdir: Path, *,
+             after: Any = None, **kw: Any) -> BootRun:
+        hooks.append(after is not None)
+        found = {"judged": False, "why": "vLLM's defaults: the reference"} if not flags else {
+            "judged": True, "why": "sets kv_cache_dtype", "prompts": 1, "exact_match": 0.2,
+            "logprob_drop": 0.4}
+        run = BootRun(["vllm"], flags, Timings(1, 1, 0, 2), "x", quality=found)
+        for p in profiles:
+            if capacity:
+                run.capacities[p.key] = search(server(40.0)[0], axis="rate", low=1, high=256,
+                                               tolerance=0.05)
+            else:
+                run.points[p.key] = fake_bench([])(None, [p], {}, workdir).points[p.key]
+        return run
+
+    monkeypatch.setattr(objective_mod, "run_boot", fake)
+    extra: dict[str, Any] = dict(capacity=CAP, slos=SLOS, objectives=[
+        {"metric": "capacity", "direction": "maximize"}]) if capacity else {}
+    c = StudyConfig.model_validate(cfg(profiles=TWO, workdir=str(tmp_path), **extra))
+    space = SearchSpace.model_validate({"name": "s", "parameters": {
+        "kv_cache_dtype": {"type": "categorical", "choices": ["fp8"]}}})
+    st = optuna.create_study(directions=[o.direction for o in c.objectives])
+    st.set_metric_names(c.metric_names())
+    st.enqueue_trial({}, user_attrs={"baseline": True})
+    st.optimize(Objective(c, space, [Request(prompt="hi", prompt_len=1, output_len=4)],
+                          tmp_path), n_trials=2)
+    base, fp8 = st.get_trials()
+    assert hooks == [True, True]
+    assert base.user_attrs["quality"]["why"] == "vLLM's defaults: the reference"
+    assert base.constraints["quality_ok"] == 0.0
+    assert fp8.constraints["quality_ok"] > 0
+    assert fp8.user_attrs["cause"].startswith("quality: exact match 20% of 1 prompts")
+    assert fp8.user_attrs["metrics"]["quality_exact_match"] == 0.2
