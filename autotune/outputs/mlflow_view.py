@@ -104,13 +104,14 @@ def study_note(cfg: StudyConfig, summary: StudySummary, experiment_id: str,
 
 
 def confirm_note(res: ConfirmResult) -> str:
-    row = res.configs.get(res.recommended if res.recommended is not None else -1)
-    if res.recommended == res.base or row is None:
-        return (f"**Confirm phase**: keep vLLM's defaults (trial {res.base}); no finalist beat "
-                f"them on {res.metric} beyond the noise.")
-    return (f"**Confirm phase**: trial {res.recommended}, {res.metric} "
-            f"{row.text} against vLLM's defaults over {len(row.values)} "
-            "boots.")
+    """What the confirm phase measured, on its first objective (the recommendation, over every
+    objective, is the study's `autotune.recommendation` tag)."""
+    rows = {n: r for n, r in res.configs.items() if n != res.base and r.gain is not None}
+    beyond = [n for n, r in rows.items() if r.survives]
+    return (f"**Confirm phase**: {len(rows)} finalist(s) against vLLM's defaults (trial "
+            f"{res.base}); on {res.metric}, beyond the noise: "
+            + (", ".join(f"trial {n} {rows[n].text} ({len(rows[n].values)} boots)"
+                         for n in beyond) or "none") + ".")
 
 
 def gain_tag(rec: TrialRecord, summary: StudySummary) -> str:

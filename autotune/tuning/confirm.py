@@ -192,7 +192,9 @@ class ConfirmRow:
     ci_low: float
     ci_high: float
     gain: Gain | None = None  # None for the baseline
-    survives: bool = False  # beats the defaults beyond the noise, in the objective's direction
+    # better than the defaults beyond the noise on this (the first) objective: a fact about
+    # the row, not the recommendation, which weighs every objective (tuning/summary.py)
+    survives: bool = False
 
     @property
     def text(self) -> str:
@@ -222,7 +224,8 @@ class ConfirmRow:
 @dataclass
 class ConfirmResult:
     """What `confirm.json` holds: each config's boots, median and interval, its gain over the
-    baseline, the noise floor, and the recommendation."""
+    baseline, and the noise floor. What the study recommends after it is the study summary's
+    (tuning/summary.py, over every objective), never decided here."""
 
     metric: str
     repeats: int
@@ -230,7 +233,6 @@ class ConfirmResult:
     noise_floor: float
     maximize: bool = True
     configs: dict[int, ConfirmRow] = field(default_factory=dict)
-    recommended: int | None = None
     by_point_estimate: int | None = None
     left: int = 0  # boots of the plan not run (stopped for a deadline; the same command resumes)
 
@@ -238,7 +240,7 @@ class ConfirmResult:
         return {"metric": self.metric, "repeats": self.repeats, "baseline": self.base,
                 "noise_floor": self.noise_floor, "maximize": self.maximize,
                 "configs": {str(k): v.to_json() for k, v in self.configs.items()},
-                "recommended": self.recommended, "by_point_estimate": self.by_point_estimate,
+                "by_point_estimate": self.by_point_estimate,
                 "boots_left": self.left}
 
     @classmethod
@@ -247,7 +249,7 @@ class ConfirmResult:
         return cls(d["metric"], d["repeats"], d["baseline"], d["noise_floor"],
                    d.get("maximize", True),
                    {int(k): ConfirmRow.from_json(v) for k, v in d["configs"].items()},
-                   d.get("recommended"), d.get("by_point_estimate"), d.get("boots_left", 0))
+                   d.get("by_point_estimate"), d.get("boots_left", 0))
 
 
 def summarize(study: optuna.Study, cfg: StudyConfig, base: int, numbers: list[int],
@@ -267,10 +269,6 @@ def summarize(study: optuna.Study, cfg: StudyConfig, base: int, numbers: list[in
                                       and (g.gain > 0) == maximize)
     cands = {str(k): samples[k] for k in numbers if len(samples.get(k, [])) > 1}
     if cands:
-        # a change is recommended only when it beats the defaults beyond the noise; among
-        # those, the best lower confidence bound. Otherwise: keep vLLM's defaults.
-        better = {k: v for k, v in cands.items() if res.configs[int(k)].survives}
-        res.recommended = int(pick(better, "lower_bound", maximize)) if better else base
         # what the medians alone would pick, the defaults among them: a finalist whose median
         # is below theirs is no point-estimate pick either
         res.by_point_estimate = int(pick({**cands, str(base): base_s} if len(base_s) > 1
