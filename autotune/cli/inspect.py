@@ -41,7 +41,7 @@ def pareto(config_path: Path, study_name: str | None, storage: str | None) -> No
 
     cfg, summary = _summary(config_path, study_name, storage)
     out.print(trials_table(summary, cfg, title="Pareto front (feasible, pooled values)",
-                           rows=summary.front_records()))
+                           rows=summary.front_rows))
     out.print(f"recommended: {summary.headline()}", highlight=False, soft_wrap=True)
 
 
@@ -116,7 +116,6 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
                   soft_wrap=True)
     from autotune.outputs.console import speculation_text
     from autotune.outputs.tables import gain_text
-    from autotune.tuning.confirm import config_gains
 
     recs = summary.records
     gains = summary.gains.get(trial.number, {})
@@ -125,7 +124,7 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
             f"{m} {gain_text(g)}" for m, g in gains.items()), highlight=False)
     if cfg.profiles:  # a suite: each profile's values and change against the baseline
         keys = cfg.profile_metrics()
-        per = config_gains(recs, keys).get(trial.number, {})
+        per = summary.profile_gains.get(trial.number, {})
         for k in keys:
             if k in trial.metrics:
                 vs = f" ({gain_text(per[k])} vs defaults)" if k in per and not trial.baseline \
@@ -164,9 +163,9 @@ def print_validation(cfg: StudyConfig, st: optuna.Study, trial: TrialRecord,
                      repeats: int) -> None:
     """`export --validate`: the baseline and the chosen config booted again, interleaved."""
     from autotune.outputs.export import validate
+    from autotune.outputs.live import tracked
     from autotune.outputs.tables import gain_text
     from autotune.session.open import open_session
-    from autotune.session.study import tracked
     from autotune.tuning.study import completed
 
     opened = open_session(cfg, study=st)

@@ -153,8 +153,10 @@ def confirm(config_path: Path, study_name: str | None, storage: str | None, top:
     """The confirm phase: boot the front's top configs and the baseline again, interleaved, on
     the same requests; report each gain with its bootstrap interval and the noise floor, and
     recommend on the lower confidence bound (resumable: the same command goes on)."""
+    from autotune.outputs.ending import print_confirm
+    from autotune.outputs.live import tracked
     from autotune.session.open import open_session
-    from autotune.session.study import confirm_phase, print_confirm, tracked
+    from autotune.session.study import confirm_phase
     from autotune.tuning.confirm import finalists
     from autotune.tuning.study import completed, open_study
 

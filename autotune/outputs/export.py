@@ -50,8 +50,9 @@ def serve_line(cfg: StudyConfig, trial: TrialRecord) -> str:
     """The serve command as a shell line, after the environment the trials' servers had
     (`server.env`): a setting such as VLLM_ALLREDUCE_USE_SYMM_MEM=0 is part of what was
     measured, and the config without it is not the config that was measured."""
+    argv = shell_join(serve_command(cfg, trial))
     env = [f"{k}={shlex.quote(v)}" for k, v in launch_env(cfg.server).items()]
-    return " ".join([*env, shell_join(serve_command(cfg, trial))])
+    return " ".join([*env, argv])
 
 
 def config_yaml(cfg: StudyConfig, trial: TrialRecord) -> str:

@@ -90,7 +90,7 @@ def study_note(cfg: StudyConfig, summary: StudySummary, experiment_id: str,
              "every objective):", "",
              "| trial | " + " | ".join(objs) + " | vs vLLM's defaults | flags |",
              "|---|" + "---:|" * len(objs) + "---|---|"]
-    for r in summary.front_records():
+    for r in summary.front_rows:
         name = f"trial {r.number}"
         if r.number in run_ids:
             name = f"[{name}]({run_url('', experiment_id, run_ids[r.number])[1:]})"
@@ -180,3 +180,12 @@ def find_study_experiment(tracking_uri: str, study: str | None = None) -> tuple[
                 [exp.experiment_id], f"tags.`{KIND_TAG}` = 'study'", max_results=1):
             return str(exp.experiment_id), exp.name
     return None
+
+
+def study_extra(cfg: StudyConfig, vllm_version: str, requests: list[Any]) -> dict[str, str]:
+    """What the study's run records beside the config: vLLM, the requests' digest, the
+    executable."""
+    from autotune.load.datasets import requests_digest
+
+    return {"vllm_version": vllm_version, "dataset_hash": requests_digest(requests),
+            "vllm_executable": " ".join(cfg.server.executable)}

@@ -199,8 +199,7 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
     summary = summarize(study, cfg)
     recs = summary.records
     metrics = cfg.metric_names()
-    rec = summary.record(summary.recommendation.number) \
-        if summary.recommendation.number is not None else None
+    rec = summary.picked
     spec = [f"- the recommended config's {speculation_text(rec.speculation)}"] \
         if rec is not None and rec.speculation else []
     lines = [f"# Study `{cfg.name}`", "", f"**Recommended: {summary.headline()}**", "", *spec,
@@ -223,7 +222,7 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
         plots.pareto_png(study, out_dir / "pareto.png", cfg.name)
         lines += ["", "## Pareto front", "", "![Pareto front](pareto.png)", "",
                   "On each config's median over its boots; the recommendation first.", ""]
-        lines += trials_markdown(summary.front_records(), summary)
+        lines += trials_markdown(summary.front_rows, summary)
     confirmed = cfg.study_dir() / "confirm.json"
     if confirmed.is_file():
         lines += ["", "## Confirm phase", ""] + confirm_markdown(confirmed, out_dir)

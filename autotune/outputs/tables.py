@@ -20,7 +20,7 @@ from autotune.outputs.console import (
     short_cause,
     short_metric,
 )
-from autotune.tuning.confirm import ConfirmResult, config_gains
+from autotune.tuning.confirm import ConfirmResult
 from autotune.tuning.record import Status, TrialRecord
 from autotune.tuning.summary import StudySummary
 
@@ -67,10 +67,10 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
     every boot of the same flags: one measurement, or a median with its interval (the
     summary's gains). Laid out for `width` columns (default: the output console's; 100 when
     piped)."""
-    metrics, extra = cfg.metric_names(), cfg.profile_metrics()
+    metrics, extra = summary.metrics, summary.profile_metrics
     recs = summary.records if rows is None else rows
     pool = summary.records
-    gains = summary.gains if not extra else config_gains(pool, metrics + extra)
+    gains = summary.profile_gains if extra else summary.gains
     pick = summary.recommendation.number
     t = Table(title=title, header_style="bold", caption=GAIN_CAPTION
               + (f"\n★ recommended: {summary.headline()}" if pick is not None else ""))

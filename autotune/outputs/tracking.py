@@ -105,7 +105,7 @@ class Tracker:
         return runs[0].info.run_id if runs else None
 
     # -- study ---------------------------------------------------------------------------------
-    def start(self, study: optuna.Study, extra: dict[str, Any]) -> None:
+    def open_run(self, study: optuna.Study, extra: dict[str, Any]) -> None:
         self._guard("start the study's run", self._start, study, extra)
 
     def _start(self, study: optuna.Study, extra: dict[str, Any]) -> None:
@@ -338,7 +338,7 @@ def _ms(dt: Any) -> int | None:
 def sync(cfg: StudyConfig, study: optuna.Study, tracking_uri: str | None = None) -> int:
     """Backfill MLflow from the Optuna storage; returns the number of trials now logged."""
     tr = Tracker(cfg, tracking_uri)
-    tr.start(study, {"vllm_version": study_facts(study).vllm_version or "unknown"})
+    tr.open_run(study, {"vllm_version": study_facts(study).vllm_version or "unknown"})
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
     summary = summarize(study, cfg)
     for t in finished:

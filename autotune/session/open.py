@@ -12,6 +12,7 @@ import optuna
 
 from autotune.config.study import StudyConfig
 from autotune.outputs.console import console
+from autotune.outputs.mlflow_view import study_extra
 from autotune.outputs.tracking import Tracker
 from autotune.tuning.preflight import Preflight, preflight
 
@@ -28,15 +29,6 @@ class Opened:
     pre: Preflight
     requests: list[Any]
     tracker: Tracker | None
-
-
-def study_extra(cfg: StudyConfig, pre: Preflight, requests: list[Any]) -> dict[str, str]:
-    """What the study's run records beside the config: vLLM, the requests' digest, the
-    executable."""
-    from autotune.load.datasets import requests_digest
-
-    return {"vllm_version": pre.vllm.version, "dataset_hash": requests_digest(requests),
-            "vllm_executable": " ".join(cfg.server.executable)}
 
 
 def make_tracker(cfg: StudyConfig, tracking_uri: str | None, no_mlflow: bool) -> Tracker | None:
@@ -56,7 +48,7 @@ def start_tracker(cfg: StudyConfig, study: optuna.Study, pre: Preflight, request
     """The study's tracker, its study run started (None with --no-mlflow)."""
     tracker = make_tracker(cfg, tracking_uri, no_mlflow)
     if tracker is not None:
-        tracker.start(study, study_extra(cfg, pre, requests))
+        tracker.open_run(study, study_extra(cfg, pre.vllm.version, requests))
     return tracker
 
 

@@ -2,8 +2,9 @@
 trials with their live view and MLflow, the confirm phase, and the screens a study ends on
 (the trials, the front, the confirm table, the recommendation, the bill).
 
-`run_session` is the library entry point the `study` command calls; `tracked`, `confirm_phase`
-and `print_tables` are shared with `confirm`, `export --validate` and `trials`. After each trial
+`run_session` is the library entry point the `study` command calls; `tracked` and
+`confirm_phase` are shared with `confirm` and `export --validate`; the screens a study ends on
+are outputs/ending.py's. After each trial
 event the study's summary (autotune.tuning.summary) is computed once and handed to the live
 view and MLflow; the end of the study prints the same summary's recommendation.
 """
@@ -11,21 +12,22 @@ view and MLflow; the end of the study prints the same summary's recommendation.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
 
 from autotune.config.study import StudyConfig
 from autotune.errors import ConfigError, StudyError
-from autotune.outputs.console import command_hint, console, out
-from autotune.outputs.tables import StudyView, trials_table
+from autotune.outputs.console import command_hint, console
+from autotune.outputs.ending import end_of_study
+from autotune.outputs.live import TrialHook, tracked
+from autotune.outputs.mlflow_view import study_extra
+from autotune.outputs.tables import StudyView
 from autotune.outputs.tracking import Tracker
-from autotune.session.open import make_tracker, study_extra
+from autotune.session.open import make_tracker
+from autotune.tuning.bill import bill, over_budget
 from autotune.tuning.confirm import ConfirmResult
 from autotune.tuning.preflight import preflight
 from autotune.tuning.search_space import load_search_space
@@ -37,10 +39,8 @@ from autotune.tuning.study import (
     run_study,
     warm_start,
 )
-from autotune.tuning.summary import StudySummary, summarize
+from autotune.tuning.summary import summarize
 from autotune.tuning.workers import run_pool, running_text, worker_config, worker_envs
-
-TrialHook = Callable[[optuna.Study, FrozenTrial], None]
 
 
 @dataclass(frozen=True)
@@ -55,48 +55,6 @@ class SessionOptions:
     gpus_per_trial: int | None = None
     warm_from: str | None = None
     confirm: bool | None = None  # --confirm/--no-confirm; None: confirm.when
-
-
-def print_tables(summary: StudySummary, cfg: StudyConfig) -> None:
-    """Every trial, then the feasible Pareto front (pooled values; the recommendation first)."""
-    out.print(trials_table(summary, cfg, title=f"study {cfg.name}"))
-    out.print(trials_table(summary, cfg, title="Pareto front (feasible)",
-                           rows=summary.front_records()))
-
-
-@contextmanager
-def tracked(cfg: StudyConfig, tracker: Tracker | None, total: int, done: int, *,
-            log_trials: bool = True, front_every: int = 0, backfill: bool = False
-            ) -> Iterator[tuple[StudyView, TrialHook]]:
-    """The progress view and the trial hook every study command shares: each finished trial
-    is printed and logged to MLflow (unless workers log their own), the front refreshed every
-    `front_every` trials; on the way out (success or not) the front is logged and the study's
-    run closed, after logging whatever workers could not (`backfill`)."""
-    with StudyView(total, done, cfg.metric_names(), cfg) as view:
-
-        def on_trial(st: optuna.Study, trial: FrozenTrial) -> None:
-            summary = summarize(st, cfg)  # once per trial event: every surface reads it
-            view.on_trial(summary, trial)
-            if tracker is not None:
-                if log_trials:
-                    tracker.log_trial(summary, trial)
-                if front_every and trial.number % front_every == front_every - 1:
-                    tracker.log_front(summary, st)
-
-        try:
-            yield view, on_trial
-        finally:
-            if tracker is not None and tracker.parent_id is not None:
-                from autotune.tuning.study import open_study
-
-                final = open_study(cfg, create=False)
-                summary = summarize(final, cfg)
-                if backfill:
-                    for t in final.get_trials(deepcopy=False):
-                        if t.state.is_finished():
-                            tracker.log_trial(summary, t)
-                tracker.log_front(summary, final)
-                tracker.finish()
 
 
 def confirm_phase(st: optuna.Study, cfg: StudyConfig, pre: Any, requests: list[Any],
@@ -116,33 +74,6 @@ def confirm_phase(st: optuna.Study, cfg: StudyConfig, pre: Any, requests: list[A
     if tracker is not None:
         tracker.log_confirm(res)
     return res
-
-
-def deploy_lines(summary: StudySummary, cfg: StudyConfig, config_path: Path) -> list[str]:
-    """What to deploy, at the end of a study: the summary's recommendation, its serve line, its
-    gain over vLLM's defaults with its interval (or "one measurement"), and how to export it."""
-    from autotune.outputs.export import serve_line
-
-    r = summary.recommendation
-    if r.number is None:
-        return []
-    pick = summary.record(r.number)
-    return [f"deploy: {summary.headline()}", "  " + serve_line(cfg, pick),
-            "full export (YAML, bench line, sizing): "
-            + command_hint(f"export --config {config_path}")]
-
-
-def print_confirm(res: ConfirmResult, cfg: StudyConfig) -> None:
-    from autotune.outputs.tables import confirm_lines, confirm_table
-
-    out.print(confirm_table(res))
-    for line in confirm_lines(res):
-        out.print(line, highlight=False)
-    if res.left:
-        console.print(f"confirm phase stopped for --timeout: {res.left} boot(s) of its plan not "
-                      "run (the next would have ended after it); the same command resumes it",
-                      highlight=False)
-    console.print(f"written to {cfg.study_dir() / 'confirm.json'}", highlight=False)
 
 
 def confirm_now(st: optuna.Study, cfg: StudyConfig, flag: bool | None, *, complete: bool,
@@ -202,7 +133,7 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
     def on_start(st: optuna.Study, requests: list[Any]) -> None:
         got.append(requests)
         if tracker is not None:
-            tracker.start(st, study_extra(cfg, pre, requests))
+            tracker.open_run(st, study_extra(cfg, pre.vllm.version, requests))
 
     with tracked(cfg, tracker, cfg.n_trials, done, log_trials=envs is None,
                  front_every=opts.front_every, backfill=envs is not None) as (view, on_trial):
@@ -233,23 +164,14 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
             except ConfigError as e:  # nothing to confirm: no baseline, or a front of defaults
                 note = f"no confirm phase: {e}"
     summary = summarize(st, cfg, res if res is not None else True)
-    print_tables(summary, cfg)
-    if res is not None:
-        print_confirm(res, cfg)
-    if note:
-        console.print(note, highlight=False)
-    for line in deploy_lines(summary, cfg, config_path):
-        out.print(line, highlight=False, soft_wrap=True)
-    from autotune.tuning.bill import bill, over_budget
-
     cost = bill(summary.records, cfg)
-    for line in cost.lines():
-        out.print(line, highlight=False, soft_wrap=True)
+    cost_lines = cost.lines()
+    if tracker is not None:
+        tracker.log_study_metrics(cost.metrics())
+    end_of_study(summary, cfg, res, note, cost_lines, config_path)
     if held < cfg.n_trials and (spent := over_budget(cost, cfg.budget_gpu_minutes)):
         console.print(f"stopped for --budget-gpu-minutes: {spent}. {held} of {cfg.n_trials} "
                       "trials done; a larger budget resumes the study.", highlight=False)
-    if tracker is not None:
-        tracker.log_study_metrics(cost.metrics())
     if held < cfg.n_trials and grid_done(st, cfg):
         console.print(f"The grid is done: each of its configs tried, {held} of "
                       f"{cfg.n_trials} trials. `{command_hint(f'replay --config {config_path}')} "

@@ -106,6 +106,16 @@ class StudySummary:
     recommendation: Recommendation
     confirm: ConfirmResult | None = None
     failures: list[str] = field(default_factory=list)  # one line per trial not measured
+    profile_metrics: list[str] = field(default_factory=list)  # a suite's per-profile metrics
+    profile_gains: dict[int, dict[str, Gain]] = field(default_factory=dict)  # and their gains
+    # the front's rows, the recommended config first; the recommended config's record
+    front_rows: list[TrialRecord] = field(init=False)
+    picked: TrialRecord | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        number = self.recommendation.number
+        object.__setattr__(self, "front_rows", self.front_records())
+        object.__setattr__(self, "picked", None if number is None else self.record(number))
 
     def record(self, number: int) -> TrialRecord:
         """A trial's record with its config's pooled values (as every surface shows it)."""
@@ -288,8 +298,10 @@ def summarize_records(name: str, recs: list[TrialRecord], cfg: StudyConfig,
     failures = [failure_line(r) for r in recs if not r.measured and r.status.value not in
                 ("running", "waiting")]
     rec = recommend(cfg, base, front, arts, gains, res, failures)
+    extra = cfg.profile_metrics()
     return StudySummary(name, metrics, directions, recs, base, pooled, boots, gains,
-                        [r.number for r in front], arts, rec, res, failures)
+                        [r.number for r in front], arts, rec, res, failures, extra,
+                        config_gains(recs, metrics + extra) if extra else {})
 
 
 def choose(summary: StudySummary, cfg: StudyConfig, prefer: Preference | None = None,
@@ -297,11 +309,11 @@ def choose(summary: StudySummary, cfg: StudyConfig, prefer: Preference | None = 
     """The recommendation (prefer None), or the front's trial that best matches the stated
     preference, on pooled values; artefacts are never picked."""
     if prefer is None and max_tpot_ms is None:
-        if summary.recommendation.number is None:
+        if summary.picked is None:
             raise StudyError(f"study {summary.name!r} has nothing to recommend: "
                              + "; ".join([summary.recommendation.reason.split(" (")[0],
                                           *summary.failures]))
-        return summary.record(summary.recommendation.number)
+        return summary.picked
     front_ = [summary.pooled[n] for n in summary.front if n not in summary.artefacts]
     if not front_:
         raise StudyError(f"study {summary.name!r} has no feasible complete trial yet")

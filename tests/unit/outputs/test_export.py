@@ -54,7 +54,7 @@ def test_the_end_of_a_study_says_what_to_deploy(tmp_path) -> None:  # type: igno
     from pathlib import Path
 
     from autotune.config.study import StudyConfig
-    from autotune.session.study import deploy_lines
+    from autotune.outputs.ending import deploy_lines
     from autotune.tuning.summary import summarize
 
     cfg = StudyConfig.model_validate({

@@ -151,8 +151,8 @@ def test_records_are_read_once_per_trial_event(tmp_path: Path,
     """The hook every study command shares computes the summary once, and the live view and
     MLflow read it: one pass over the trials (TrialRecord.of once per trial), where the
     tracker alone used to rebuild every record for every trial it logged."""
+    from autotune.outputs.live import tracked
     from autotune.outputs.tracking import Tracker
-    from autotune.session.study import tracked
 
     cfg = study_cfg(tmp_path)
     st = optuna.create_study(study_name=cfg.name, storage=cfg.storage_url(),
@@ -163,7 +163,7 @@ def test_records_are_read_once_per_trial_event(tmp_path: Path,
                            baseline=(i == 0) or None, metrics={TOK: tok, TPOT: tpot})
         st.add_trial(optuna.trial.create_trial(values=[tok, tpot], user_attrs=facts.to_attrs()))
     tracker = Tracker(cfg, f"sqlite:///{tmp_path / 'mlflow.db'}")
-    tracker.start(st, {})
+    tracker.open_run(st, {})
     calls: list[int] = []
     real = TrialRecord.of.__func__  # type: ignore[attr-defined]
 

@@ -1,0 +1,57 @@
+"""The screens a study ends on, from its summary: every trial, the feasible Pareto front, the
+confirm phase's table, what to deploy and the bill. `autotune study` prints them all at its end
+(`end_of_study`); `confirm` prints the confirm table alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.config.study import StudyConfig
+from autotune.outputs.console import command_hint, console, out
+from autotune.outputs.tables import confirm_lines, confirm_table, trials_table
+from autotune.tuning.confirm import ConfirmResult
+from autotune.tuning.summary import StudySummary
+
+
+def print_tables(summary: StudySummary, cfg: StudyConfig) -> None:
+    """Every trial, then the feasible Pareto front (pooled values; the recommendation first)."""
+    out.print(trials_table(summary, cfg, title=f"study {cfg.name}"))
+    out.print(trials_table(summary, cfg, title="Pareto front (feasible)",
+                           rows=summary.front_rows))
+
+
+def print_confirm(res: ConfirmResult, cfg: StudyConfig) -> None:
+    """The confirm phase's table and what it says of each finalist."""
+    out.print(confirm_table(res))
+    for line in confirm_lines(res):
+        out.print(line, highlight=False)
+    if res.left:
+        console.print(f"confirm phase stopped for --timeout: {res.left} boot(s) of its plan not "
+                      "run (the next would have ended after it); the same command resumes it",
+                      highlight=False)
+    console.print(f"written to {cfg.study_dir() / 'confirm.json'}", highlight=False)
+
+
+def deploy_lines(summary: StudySummary, cfg: StudyConfig, config_path: Path) -> list[str]:
+    """What to deploy, at the end of a study: the summary's recommendation, its serve line, its
+    gain over vLLM's defaults with its interval (or "one measurement"), and how to export it."""
+    from autotune.outputs.export import serve_line
+
+    pick = summary.picked
+    if pick is None:
+        return []
+    return [f"deploy: {summary.headline()}", "  " + serve_line(cfg, pick),
+            "full export (YAML, bench line, sizing): "
+            + command_hint(f"export --config {config_path}")]
+
+
+def end_of_study(summary: StudySummary, cfg: StudyConfig, res: ConfirmResult | None,
+                 note: str, bill: list[str], config_path: Path) -> None:
+    """Everything `autotune study` prints once its trials are done, in order."""
+    print_tables(summary, cfg)
+    if res is not None:
+        print_confirm(res, cfg)
+    if note:
+        console.print(note, highlight=False)
+    for line in [*deploy_lines(summary, cfg, config_path), *bill]:
+        out.print(line, highlight=False, soft_wrap=True)
