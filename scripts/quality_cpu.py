@@ -29,6 +29,7 @@ from autotune.measure.runner import server_env
 from autotune.server.command import serve_argv
 from autotune.server.lifecycle import ServerProcess
 from autotune.server.process import free_port
+from autotune.server.scrape import spec_rates
 from autotune.tuning.quality import prompts_of
 from autotune.tuning.quality import spec_counters as counters
 
@@ -180,11 +181,11 @@ def summarize(out: Path, model: str = "mlruns/models/smollm2-135m") -> None:
                          "drafts": s.get("spec_drafts", 0.0),
                          "draft_tokens": s.get("spec_draft_tokens", 0.0),
                          "accepted_tokens": s.get("spec_accepted_tokens", 0.0)}
-            if s.get("spec_draft_tokens"):
-                one[name]["acceptance_rate"] = s["spec_accepted_tokens"] / s["spec_draft_tokens"]
-            if s.get("spec_drafts"):
-                one[name]["mean_accepted_length"] = 1 + s["spec_accepted_tokens"] / s[
-                    "spec_drafts"]
+            rates = spec_rates(s)
+            if "spec_acceptance_rate" in rates:
+                one[name]["acceptance_rate"] = rates["spec_acceptance_rate"]
+            if "spec_mean_accepted_len" in rates:
+                one[name]["mean_accepted_length"] = rates["spec_mean_accepted_len"]
         doc["configs"][r["config"]] = one
     before = out / "summary.json"  # the GPU's fields are written by scripts/gpu/real_spec.py
     if before.is_file():

@@ -123,7 +123,7 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
         console.print("vs vLLM's defaults: " + "; ".join(
             f"{m} {gain_text(g)}" for m, g in gains.items()), highlight=False)
     if cfg.profiles:  # a suite: each profile's values and change against the baseline
-        keys = cfg.profile_metrics()
+        keys = summary.profile_metrics
         per = summary.profile_gains.get(trial.number, {})
         for k in keys:
             if k in trial.metrics:

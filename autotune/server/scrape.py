@@ -84,13 +84,20 @@ class ServerStats:
         if d.get("prefix_cache_queries"):
             out["server_prefix_cache_hit_rate"] = d["prefix_cache_hits"] / d[
                 "prefix_cache_queries"]
-        if d.get("spec_draft_tokens"):
-            out["server_spec_acceptance_rate"] = d["spec_accepted_tokens"] / d[
-                "spec_draft_tokens"]
-        if d.get("spec_drafts"):  # tokens a step: the target's own one plus those accepted
-            out["server_spec_mean_accepted_len"] = 1.0 + d["spec_accepted_tokens"] / d[
-                "spec_drafts"]
+        out.update({f"server_{k}": v for k, v in spec_rates(d).items()})
         return out
+
+
+def spec_rates(d: dict[str, float]) -> dict[str, float]:
+    """From speculative-decoding counter deltas (spec_drafts, spec_draft_tokens,
+    spec_accepted_tokens): the share of draft tokens accepted and the mean accepted length
+    (tokens a step: the target's own one plus those accepted); only what the counts allow."""
+    out = {}
+    if d.get("spec_draft_tokens"):
+        out["spec_acceptance_rate"] = d.get("spec_accepted_tokens", 0.0) / d["spec_draft_tokens"]
+    if d.get("spec_drafts"):
+        out["spec_mean_accepted_len"] = 1.0 + d.get("spec_accepted_tokens", 0.0) / d["spec_drafts"]
+    return out
 
 
 async def scrape_once(client: httpx.AsyncClient, stats: ServerStats) -> None:

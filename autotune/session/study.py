@@ -2,11 +2,10 @@
 trials with their live view and MLflow, the confirm phase, and the screens a study ends on
 (the trials, the front, the confirm table, the recommendation, the bill).
 
-`run_session` is the library entry point the `study` command calls; `tracked` and
-`confirm_phase` are shared with `confirm` and `export --validate`; the screens a study ends on
-are outputs/ending.py's. After each trial
-event the study's summary (autotune.tuning.summary) is computed once and handed to the live
-view and MLflow; the end of the study prints the same summary's recommendation.
+`run_session` is the library entry point the `study` command calls; `confirm_phase` is shared
+with `confirm`. The live view and its trial hook are outputs/live.py's (after each trial event
+the study's summary is computed once and handed to the view and MLflow), the screens a study
+ends on outputs/ending.py's, from the same summary.
 """
 
 from __future__ import annotations

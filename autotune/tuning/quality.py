@@ -17,6 +17,7 @@ from autotune.config.quality import OUTPUT_FLAGS
 from autotune.config.study import StudyConfig
 from autotune.load.record import Request
 from autotune.measure.quality import Completion, compare, greedy, score
+from autotune.server.scrape import spec_rates
 
 REFERENCE = "quality-reference.json"  # in the study's folder: the defaults' completions
 QUALITY_OK = "quality_ok"
@@ -112,8 +113,7 @@ class Guard:
             drift = compare(ref, mine, score(url, model, ref))
             found = {"judged": True, "why": why, **drift.to_json()}
             if spec.get("spec_drafts"):  # speculation on greedy completions of the prompt set
-                found.update(spec, spec_mean_accepted_len=1.0 + spec["spec_accepted_tokens"]
-                             / spec["spec_drafts"])
+                found.update(spec, **spec_rates(spec))
             return found
         return judge
 

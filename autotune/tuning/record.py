@@ -22,6 +22,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.measure.capacity import CapacityResult, LoadPoint, stopped_early
+from autotune.server.scrape import spec_rates
 
 
 class Status(enum.StrEnum):
@@ -214,16 +215,14 @@ class TrialRecord:
         """vLLM's speculative-decoding counters for this trial: over the measured load where it
         drafted, else over the quality guard's greedy run (its source says which); None without
         drafts."""
-        s, q = self.facts.server_stats or {}, self.facts.quality or {}
-        for src, drafts, rate, length in (
-                ("measured load", s.get("server_spec_drafts"), s.get(
-                    "server_spec_acceptance_rate"), s.get("server_spec_mean_accepted_len")),
-                ("quality guard's greedy run", q.get("spec_drafts"), _ratio(q.get(
-                    "spec_accepted_tokens"), q.get("spec_draft_tokens")), q.get(
-                    "spec_mean_accepted_len"))):
-            if drafts:
-                return {"source": src, "drafts": drafts, "acceptance_rate": rate,
-                        "mean_accepted_length": length}
+        s = {k.removeprefix("server_"): v for k, v in (self.facts.server_stats or {}).items()}
+        for src, counts in (("measured load", s), ("quality guard's greedy run",
+                                                   self.facts.quality or {})):
+            if counts.get("spec_drafts"):  # the figures as recorded, else from the counts
+                rates = {**spec_rates(counts), **counts}
+                return {"source": src, "drafts": counts["spec_drafts"],
+                        "acceptance_rate": rates.get("spec_acceptance_rate"),
+                        "mean_accepted_length": rates.get("spec_mean_accepted_len")}
         return None
 
     def lower_bound(self, metric: str) -> bool:
@@ -340,7 +339,3 @@ def front_numbers(study: optuna.Study) -> set[int]:
 def front(study: optuna.Study) -> list[TrialRecord]:
     nums = front_numbers(study)
     return [r for r in records(study) if r.number in nums]
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
