@@ -195,7 +195,8 @@ def confirm_lines(res: ConfirmResult) -> list[str]:
             continue
         first = row.values[0] / res.configs[res.base].values[0] - 1 \
             if res.base in res.configs else None
-        verdict = "beyond the noise" if row.survives else "within the noise"
+        verdict = ("better beyond the noise" if row.survives else "worse beyond the noise"
+                   if row.gain.significant else "within the noise")
         lines.append(f"trial {num}: first pass {first * 100:+.1f}% (one measurement each); "
                      f"after {len(row.values)} boots {row.text}: {verdict}"
                      if first is not None else f"trial {num}: {row.text}")
