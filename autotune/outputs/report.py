@@ -14,6 +14,7 @@ from autotune.config.study import StudyConfig
 from autotune.measure.stats import interval_name
 from autotune.outputs.console import params_text, short_cause, short_metric, speculation_text
 from autotune.outputs.tables import confirm_lines, gain_text, is_base
+from autotune.tuning.quality import QUALITY_OK
 from autotune.tuning.record import TrialRecord, curve_profiles, study_facts
 from autotune.tuning.summary import StudySummary, summarize
 
@@ -149,8 +150,9 @@ def quality_markdown(recs: list[TrialRecord]) -> list[str]:
              " | verdict |", "|---|---|---|---|---|"]
     for r, q in rows:
         judged = bool(q.get("judged"))
-        verdict = ("fails: " + (r.cause or "")) if judged and r.cause and \
-            r.cause.startswith("quality:") else ("passes" if judged else q.get("why", ""))
+        failed = judged and r.constraints.get(QUALITY_OK, 0.0) > 0
+        verdict = ("fails: " + (r.cause or "")[(r.cause or "").find("quality:"):]) if failed \
+            else ("passes" if judged else q.get("why", ""))
         lines.append(f"| {r.number} | {'yes' if judged else 'no'} | "
                      + (f"{q['exact_match']:.0%} | {q['logprob_drop']:.3f}" if judged else "- | -")
                      + f" | {verdict.replace('|', '/')} |")

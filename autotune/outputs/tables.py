@@ -38,9 +38,12 @@ def value_text(r: TrialRecord, m: str, v: Any, g: Gain | None) -> str:
     """A trial's value of `m` with its change against the baseline (and, where the change
     pools several boots of the config, their median, which the change is of). A capacity search that
     stopped early below the incumbent gives a lower bound: "≥42.19, stopped early" (no change
-    printed: a bound's change against the baseline's measurement would read as a loss)."""
+    printed: a bound's change against the baseline's measurement would read as a loss). A
+    capacity whose every point measured the load generator reads "-, no server verdict"."""
     if v is not None and r.lower_bound(m):
         return f"≥{fmt_value(v)}, stopped early"
+    if r.unjudged(m):  # its 0 is no measurement: every point measured the client
+        return "-, no server verdict"
     if g is not None and g.n > 1 and g.median is not None:
         # the change is of the config's median over its boots: show that median beside it,
         # so a boot reading above the baseline's median is not read as the loss printed
@@ -109,7 +112,7 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
         if r.number in summary.artefacts:
             text += f"\n[red]{escape(summary.artefacts[r.number])}[/red]"
         q = r.facts.quality or {}
-        if q.get("judged") and not (r.cause or "").startswith("quality:"):
+        if q.get("judged") and "quality:" not in (r.cause or ""):
             text += (f"\nquality: {q['exact_match']:.0%} exact, log-prob drop "
                      f"{q['logprob_drop']:.3f}")
         cells.append(text)

@@ -23,6 +23,7 @@ COUNTERS = {
     "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
     "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
 }
+SPEC_COUNTS = tuple(k for k in COUNTERS if k.startswith("spec_"))
 # Histograms read as their mean over the run (the sum's and the count's differences): vLLM's own
 # TTFT and queue time, from the moment its API server handed the request to the engine. Against
 # the client's TTFT they say where the time went: a client TTFT far above the server's was spent

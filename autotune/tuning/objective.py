@@ -97,8 +97,8 @@ class Objective:
     def _judge(self, trial: optuna.Trial, flags: dict[str, Any], baseline: bool,
                found: dict[str, Any] | None, cause: str | None,
                metrics: dict[str, float]) -> str | None:
-        """The quality guard's verdict on the trial: recorded (its figures also as metrics),
-        and its constraint set; the cause to record (the measurement's own first)."""
+        """The quality guard's verdict, recorded (its figures also as metrics) and its constraint
+        set; the cause to record: the measurement's own, then the guard's (both, where both)."""
         facts, violation, why = self.guard.verdict(flags, baseline, found)
         if facts is not None:
             write_facts(trial, TrialFacts(quality=facts))
@@ -106,7 +106,7 @@ class Objective:
                             ("exact_match", "logprob_drop") if k in facts})
         if self.guard.on:
             trial.set_constraint(QUALITY_OK, violation)
-        return cause or why
+        return "; ".join(c for c in (cause, why) if c) or None
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         mine = facts_of(trial)

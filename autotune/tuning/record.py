@@ -22,7 +22,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.measure.capacity import CapacityResult, LoadPoint, stopped_early
-from autotune.server.scrape import spec_rates
+from autotune.server.scrape import SPEC_COUNTS, spec_rates
 
 
 class Status(enum.StrEnum):
@@ -213,9 +213,12 @@ class TrialRecord:
     @property
     def speculation(self) -> dict[str, Any] | None:
         """vLLM's speculative-decoding counters for this trial: over the measured load where it
-        drafted, else over the quality guard's greedy run (its source says which); None without
-        drafts."""
+        drafted (a capacity search's: summed over its load points), else over the quality
+        guard's greedy run (its source says which); None without drafts."""
         s = {k.removeprefix("server_"): v for k, v in (self.facts.server_stats or {}).items()}
+        if not s.get("spec_drafts"):
+            points = [p for found in self.facts.searches().values() for p in found.points]
+            s = {k: sum(p.server.get(f"server_{k}", 0.0) for p in points) for k in SPEC_COUNTS}
         for src, counts in (("measured load", s), ("quality guard's greedy run",
                                                    self.facts.quality or {})):
             if counts.get("spec_drafts"):  # the figures as recorded, else from the counts
@@ -229,6 +232,12 @@ class TrialRecord:
         """Whether this trial's `metric` is a lower bound, not a measurement: the capacity of a
         search stopped early below the incumbent (every view prints it as "≥", no gain)."""
         return metric == "capacity" and self.bound_only
+
+    def unjudged(self, metric: str) -> bool:
+        """Whether this trial's `metric` is a capacity no load point judged: every point of its
+        search measured the load generator, not the server (LoadPoint.flag)."""
+        points = [p for found in self.facts.searches().values() for p in found.points]
+        return metric.startswith("capacity") and bool(points) and all(p.flag for p in points)
 
     def curve(self, profile: str | None = None) -> list[LoadPoint]:
         """The capacity search's load points by load (empty without a capacity search); in a

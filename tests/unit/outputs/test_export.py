@@ -148,3 +148,25 @@ def test_speculation_counters_come_from_the_load_else_the_guard_and_are_shown(tm
     assert "| 1 | 47.0% | 2.36 | 120 | measured load |" in md
     assert "| 2 | 75.0% | 3.25 | 40 | quality guard's greedy run |" in md
     assert "| 0 |" not in md
+
+
+def test_a_capacity_trials_speculation_is_summed_over_its_load_points() -> None:
+    """Issue 48 on the H100: a capacity trial keeps vLLM's counters per load point, not in
+    server_stats, so its acceptance came from the guard's 16 greedy prompts (0.44) although
+    its point at 64 had counted 6,223 drafts. The counts are those of that point (trial 1 of
+    docs/results/quality/gpu), plus a second point's."""
+    from autotune.tuning.record import Status, TrialFacts, TrialRecord
+
+    def point(load: float, drafts: float, tokens: float, accepted: float) -> dict:
+        return {"load": load, "passed": True, "metrics": {}, "server": {
+            "server_spec_drafts": drafts, "server_spec_draft_tokens": tokens,
+            "server_spec_accepted_tokens": accepted, "server_mean_ttft_ms": 49.0}}
+
+    facts = TrialFacts(flags={"speculative_config": "{}"}, capacity={
+        "axis": "concurrency", "capacity": 64.0, "points": [
+            point(64.0, 6223.0, 18621.0, 8740.0), point(86.0, 1777.0, 5379.0, 2260.0)]},
+        quality={"spec_drafts": 65.0, "spec_draft_tokens": 195.0, "spec_accepted_tokens": 86.0})
+    spec = TrialRecord(1, Status.OK, facts, {}, {"capacity": 64.0}).speculation
+    assert spec == {"source": "measured load", "drafts": 8000.0,
+                    "acceptance_rate": 11000.0 / 24000.0,
+                    "mean_accepted_length": 1.0 + 11000.0 / 8000.0}
