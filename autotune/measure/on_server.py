@@ -15,12 +15,14 @@ import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
 from autotune.errors import LoadError, MeasurementWarning
 from autotune.load import (
     SETTLED_REASON,
     LoadSettings,
+    more_processes,
     resolve_processes,
     run_load,
 )
@@ -38,6 +40,7 @@ from autotune.measure.capacity import (
     client_limit,
     intervals,
     judge,
+    late_fix,
     point_seed,
 )
 from autotune.measure.metrics import BenchMetrics, compute_metrics, per_request, steady_share
@@ -167,8 +170,7 @@ def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Re
         warnings.warn(f"the load generator read {late:.0%} of the token gaps late, in one read "
                       f"with the token before ({metrics.burst_requests} requests mostly so; it "
                       f"waited for a CPU {delay:.0%} of the run): TPOT and ITL read low and TTFT "
-                      "high; give it a CPU of its own (profile.client_cpus)",
-                      MeasurementWarning, stacklevel=2)
+                      f"high; {late_fix(delay)}", MeasurementWarning, stacklevel=2)
     short = too_short(result.records, None if settings.request_rate not in (None, float("inf"))
                       else conc, result.duration_s) if check_length else None
     if short:
@@ -210,9 +212,10 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
     (workdir / "points").mkdir(parents=True, exist_ok=True)
     told: list[str] = []
     span = LogSpan(log_path)
+    raised: list[int] = []  # client processes raised for late reads (more_processes)
 
-    def run_at(load: float, seed: int, n: int | None = None,
-               settling: bool = True) -> tuple[Point, Settle | None]:
+    def run_at(load: float, seed: int, n: int | None = None, settling: bool = True,
+               processes: int | None = None) -> tuple[Point, Settle | None]:
         t0 = time.monotonic()
         span.mark()
         n = n or cap.requests_at(load)
@@ -228,7 +231,10 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         rate = load if cap.axis == "rate" else profile.request_rate
         # the load generator hands settle its arrival schedule when it sends on it
         settle = Settle(slos, reqs[:n]) if cap.settle and settling else None
-        pt = measure(base_url, model, at_point.model_copy(update={"seed": seed}), reqs[:n],
+        update: dict[str, Any] = {"seed": seed}
+        if processes or raised:  # once a point was read late, later points start raised
+            update["client_processes"] = processes or raised[-1]
+        pt = measure(base_url, model, at_point.model_copy(update=update), reqs[:n],
                      max_concurrency=conc, request_rate=rate, alive=alive, warm=warm,
                      check_length=False, settle=settle)
         pt.server_stats["point_sample_s"] = sampled_s
@@ -277,7 +283,8 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         state, misses, _close, missed = judge(flat, slos, bounds)
         flag = client_limit(flat, cap.requests_at(load), load, cap.axis)
         if flag is not None and flag.startswith(LATE_READS):  # the client's, not the server's
-            phase(f"load {load:g} (read late: again)")
+            raised.append(more_processes(first.settings.processes))
+            phase(f"load {load:g} (read late: again, {raised[-1]} client processes)")
             first, settled = run_at(load, point_seed(point_seed(seed, load), load))
             first.server_stats["late_reads_remeasured"] = 1.0
             runs = [first]
