@@ -25,7 +25,8 @@ join() {  # the wheels cut into .partNNN pieces, made whole again
 }
 case $cmd in
   start)
-    deadline_in=$1; wait_s=${2:-420}
+    # the install and the model's build take about 130 s of the call's 600: wait at most 400
+    deadline_in=$1; wait_s=${2:-400}
     t0=$(date +%s)
     mkdir -p $rs/res
     join /root/w
@@ -97,10 +98,15 @@ kill -0 "$pid" 2>/dev/null && echo "STILL RUNNING" || echo "FINISHED"
 # what comes back: at most 8 files; the state (optuna.db, the guard's reference, the trials'
 # result files) and the tails of the logs, so that a cut-off run still leaves its trials
 cp $rs/res/events.jsonl $rs/res/*-trials.json $rs/res/*-trials.txt "$OUT"/ 2>/dev/null
-(cd $rs && tar --exclude='*.log' --exclude='*.safetensors' -czf "$OUT"/state.tgz mlruns res \
-  2>/dev/null)
+# (the compile caches under vllm-cache made it 26 MB, over the 16 MB a file may come back in)
+(cd $rs && tar --exclude='*.log' --exclude='*.safetensors' --exclude=vllm-cache \
+  -czf "$OUT"/state.tgz mlruns res 2>/dev/null)
 (cd $rs && for f in res/*.log $(find mlruns -name '*.log' 2>/dev/null); do
    echo "== $f ($(wc -c < "$f") bytes)"; tail -c 20000 "$f"; done > "$OUT"/logs-tail.txt)
+# each server's boot (how vLLM compiled and captured CUDA graphs), without the access lines
+(cd $rs && for f in $(find mlruns -name server.log 2>/dev/null); do
+   echo "== $f"; grep -v -e "GET /metrics" -e "POST /v1" "$f" | head -c 30000; done \
+   > "$OUT"/logs-head.txt)
 nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv,noheader
 cat $rs/res/events.jsonl 2>/dev/null
 for f in $rs/res/*-trials.txt; do [ -f "$f" ] && { echo "== $f"; tail -c 3000 "$f"; }; done
