@@ -256,20 +256,20 @@ class CapacityConfig(StrictModel):
         "(so a point runs about this many waves).")
     min_duration_s: float = Field(
         20.0, ge=0, description="On the rate axis, at least load x this many requests, so "
-        "arrivals last this long: a queue that grows by a few percent of the rate shows in "
-        "TTFT only over tens of seconds (200 requests at 176 req/s arrive in 1.1 s and measured "
-        "a burst, not a sustained rate, on the H100). A point whose arrivals span under 10 s "
-        "is flagged as a burst and ends the search.")
+        "arrivals last this long (a slowly growing queue shows in TTFT only over tens of "
+        "seconds); a point whose arrivals span under 10 s is a burst and ends the search.")
     warmup: int = Field(8, ge=0, description="Warm-up requests before each point (distinct "
                         "prompts, not measured).")
     warm_windows: int | Literal["auto"] = Field(
         "auto", description="Before a trial's first point, run that load in windows of a "
-        "quarter of its requests until two in a row agree (mean TTFT and mean TPOT within 15%) "
-        "and vLLM logged no kernel compiling during the later one, at most this many windows; "
-        "0: off. auto: 4 on a machine with a GPU (kernels JIT-compile during a server's first "
-        "loads there), 0 without one.")
-    early_stop: bool = Field(True, description="Stop a trial's search once it cannot reach the "
-                             "incumbent's capacity.")
+        "quarter of its requests until two in a row agree (mean TTFT and TPOT within 15%) with "
+        "no kernel compiling in the later, at most this many; 0: off. auto: 4 with a GPU "
+        "(kernels JIT-compile in a server's first loads there), 0 without one.")
+    early_stop: bool = Field(True, description="Stop a trial's search once it cannot reach "
+                             "the incumbent's capacity.")
+    close_runs: int = Field(4, ge=2, description="A close point (an SLO inside its interval) "
+                            "runs again, fresh requests pooled, until the interval clears the "
+                            "SLOs or it ran this often; the pooled value decides (2: old rule).")
     settle: bool = Field(True, description="Stop a load point once its requests so far settle "
                          "a miss: more of them over an SLO than its percentile's interval allows, "
                          "whatever the rest do (the verdict is the same; docs/capacity.md).")

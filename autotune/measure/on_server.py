@@ -59,6 +59,7 @@ CLIENT_BUSY = 0.9  # client CPU fraction over which a measurement is suspect
 # are a warm server; auto runs at most GPU_WARM_WINDOWS of them on a GPU
 WARM_AGREE = 0.15
 GPU_WARM_WINDOWS = 4
+CLOSE_SEED_STEP = 104_729  # a close point's later runs: seeds this far apart (fresh prompts)
 WARMUP_TOKENS = 16  # the output of a capacity point's warm-up requests, at most
 # "Too short to measure" (docs/noise.md says how these were set): a closed-loop benchmark that
 # gives each concurrency slot fewer than MIN_PER_SLOT requests is one wave of requests, and one
@@ -294,18 +295,22 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
             flag = client_limit(flat, cap.requests_at(load), load, cap.axis)
         if settled is not None:  # the requests sent already settle a miss: the rest would not
             state, misses, missed = "missed", [str(settled.reason)], [str(settled.metric)]
-        if state == "close" and flag is None:  # a second run with fresh requests decides
-            phase(f"load {load:g} (close: again)")
-            again, settled = run_at(load, point_seed(seed, load))
+        # close: fresh runs, pooled, until the pooled interval clears the SLOs (or close_runs)
+        while state == "close" and flag is None and len(runs) < cap.close_runs:
+            phase(f"load {load:g} (close: run {len(runs) + 1})")
+            k = len(runs) - 1  # the second run's seed as before; later ones apart from it
+            again, settled = run_at(load, point_seed(seed, load) + CLOSE_SEED_STEP * k)
             runs.append(again)
             records = [r for pt in runs for r in pt.records]
             flat = compute_metrics(records, sum(pt.metrics.duration_s for pt in runs)).flat()
             bounds = intervals(slos, samples(records))
-            _state, misses, _close, missed = judge(flat, slos, {})  # the pooled value decides
+            state, misses, _close, missed = judge(flat, slos, bounds)
             if settled is not None:  # the fresh requests alone settle a miss
-                misses, missed = [str(settled.reason)], [str(settled.metric)]
-            state = "missed" if misses else "met"
+                state, misses, missed = "missed", [str(settled.reason)], [str(settled.metric)]
             flag = client_limit(runs[-1].metrics.flat(), cap.requests_at(load), load, cap.axis)
+        if state == "close":  # still close after close_runs: the pooled value decides
+            _state, misses, _close, missed = judge(flat, slos, {})
+            state = "missed" if misses else "met"
         server = dict(runs[-1].server_stats) | carry
         point = LoadPoint(load, state == "met", tuple(misses),
                           {k: flat[k] for k in CURVE_METRICS}, time.monotonic() - t0, server,
