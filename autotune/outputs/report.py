@@ -151,8 +151,9 @@ def quality_markdown(recs: list[TrialRecord]) -> list[str]:
     for r, q in rows:
         judged = bool(q.get("judged"))
         failed = judged and r.constraints.get(QUALITY_OK, 0.0) > 0
-        verdict = ("fails: " + (r.cause or "")[(r.cause or "").find("quality:"):]) if failed \
-            else ("passes" if judged else q.get("why", ""))
+        at = (r.cause or "").find("quality:")  # -1: recorded before the guard's cause was
+        verdict = (("fails: " + (r.cause or "")[at:]) if at >= 0 else "fails the guard") \
+            if failed else ("passes" if judged else q.get("why", ""))
         lines.append(f"| {r.number} | {'yes' if judged else 'no'} | "
                      + (f"{q['exact_match']:.0%} | {q['logprob_drop']:.3f}" if judged else "- | -")
                      + f" | {verdict.replace('|', '/')} |")

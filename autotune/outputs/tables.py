@@ -107,12 +107,13 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
         cells.append(f"{tm.get('boot_s', 0):.1f}/{tm.get('bench_s', 0):.1f}" if tm else "-")
         text = escape(f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
                       else params_text(r.params))
-        if r.cause:
-            text += f"\n[red]{escape(short_cause(r.cause, 200))}[/red]"
+        shown = short_cause(r.cause, 200) if r.cause else ""
+        if shown:
+            text += f"\n[red]{escape(shown)}[/red]"
         if r.number in summary.artefacts:
             text += f"\n[red]{escape(summary.artefacts[r.number])}[/red]"
         q = r.facts.quality or {}
-        if q.get("judged") and "quality:" not in (r.cause or ""):
+        if q.get("judged") and "quality:" not in shown:
             text += (f"\nquality: {q['exact_match']:.0%} exact, log-prob drop "
                      f"{q['logprob_drop']:.3f}")
         cells.append(text)

@@ -98,7 +98,7 @@ class Objective:
                found: dict[str, Any] | None, cause: str | None,
                metrics: dict[str, float]) -> str | None:
         """The quality guard's verdict, recorded (its figures also as metrics) and its constraint
-        set; the cause to record: the measurement's own, then the guard's (both, where both)."""
+        set; the cause to record: the guard's, then the measurement's (both, where both)."""
         facts, violation, why = self.guard.verdict(flags, baseline, found)
         if facts is not None:
             write_facts(trial, TrialFacts(quality=facts))
@@ -106,7 +106,7 @@ class Objective:
                             ("exact_match", "logprob_drop") if k in facts})
         if self.guard.on:
             trial.set_constraint(QUALITY_OK, violation)
-        return "; ".join(c for c in (cause, why) if c) or None
+        return "; ".join(c for c in (why, cause) if c) or None
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         mine = facts_of(trial)
@@ -235,7 +235,7 @@ class Objective:
         cause = None
         if res.at is None:  # why the lowest load failed; an early stop is not a failure
             lowest = min(res.points, key=lambda p: p.load)
-            cause = f"{res.stopped}: {'; '.join(lowest.misses)}"
+            cause = ": ".join(x for x in (res.stopped, "; ".join(lowest.misses)) if x)
         cause = self._judge(trial, flags, is_base, run.quality, cause, metrics)
         write_facts(trial, TrialFacts(
             metrics=metrics, capacity=res.to_json(), timings=asdict(run.timings),

@@ -212,9 +212,8 @@ class TrialRecord:
 
     @property
     def speculation(self) -> dict[str, Any] | None:
-        """vLLM's speculative-decoding counters for this trial: over the measured load where it
-        drafted (a capacity search's: summed over its load points), else over the quality
-        guard's greedy run (its source says which); None without drafts."""
+        """vLLM's speculative-decoding counters: over the measured load where it drafted (a
+        search's summed over its points), else over the guard's greedy run (`source`); or None."""
         s = {k.removeprefix("server_"): v for k, v in (self.facts.server_stats or {}).items()}
         if not s.get("spec_drafts"):
             points = [p for found in self.facts.searches().values() for p in found.points]
@@ -229,15 +228,16 @@ class TrialRecord:
         return None
 
     def lower_bound(self, metric: str) -> bool:
-        """Whether this trial's `metric` is a lower bound, not a measurement: the capacity of a
-        search stopped early below the incumbent (every view prints it as "≥", no gain)."""
+        """Whether `metric` is a bound: a capacity search stopped early below the incumbent (≥)."""
         return metric == "capacity" and self.bound_only
 
     def unjudged(self, metric: str) -> bool:
-        """Whether this trial's `metric` is a capacity no load point judged: every point of its
-        search measured the load generator, not the server (LoadPoint.flag)."""
-        points = [p for found in self.facts.searches().values() for p in found.points]
-        return metric.startswith("capacity") and bool(points) and all(p.flag for p in points)
+        """Whether `metric` (a suite's: <label>/metric) is a capacity no load point judged: every
+        point of its search measured the load generator, not the server (LoadPoint.flag)."""
+        label, _, name = metric.rpartition("/")
+        points = getattr(self.facts.searches().get(label or None), "points", ())
+        return name.startswith(("capacity", "goodput")) and bool(points) and \
+            all(p.flag for p in points)
 
     def curve(self, profile: str | None = None) -> list[LoadPoint]:
         """The capacity search's load points by load (empty without a capacity search); in a

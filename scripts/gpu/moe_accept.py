@@ -49,7 +49,9 @@ CONFIGS = {"fp8": ["--quantization", "fp8", "--kv-cache-dtype", "fp8"], "default
 SLOS = ["p99_ttft_ms<=2000", "p99_tpot_ms<=60"]
 START = 24.0
 JIT = "JIT compilation during inference"
-STOCK_NEED_S = 480  # stock boot on warm caches + 15 s warm-up + two rates x 4 samples + repeat
+REF_SAMPLES = int(os.environ.get("REF_SAMPLES", "4"))
+# stock boot on warm caches + 15 s warm-up + two rates x REF_SAMPLES runs of ~30 s + the repeat
+STOCK_NEED_S = 240 + 60 * REF_SAMPLES
 PY = sys.executable
 
 
@@ -180,7 +182,7 @@ class Run:
                                   "--vllm", argv[0], "--out", str(ref),
                                   # each rate judged on the median of N fresh samples (one run
                                   # of a p99 is no verdict: verdict_wellposed in the summary)
-                                  "--samples", os.environ.get("REF_SAMPLES", "4")],
+                                  "--samples", str(REF_SAMPLES)],
                                  self.res / f"reference-{config}{tag}.out", self.left() - 45)
             self.record(kind="reference", config=config, rc=rc, wall_s=round(wall, 1),
                         doc=json.loads(ref.read_text()) if ref.exists() else None)

@@ -70,3 +70,19 @@ def test_close_runs_2_is_the_old_rule(tmp_path: Path, monkeypatch: pytest.Monkey
     seeds, point = _search(tmp_path, monkeypatch, [_run(2), _run(3)], close_runs=2)
     assert point.runs == 2 and len(seeds) == 2
     assert seeds[1] == on_server.point_seed(seeds[0], 4.0)
+
+
+def test_a_points_speculation_counters_are_summed_over_its_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's draft counters are deltas per run: a point that ran 4 times counts all four (on
+    the H100 a point that ran twice had kept only its last run's 6,772 drafts)."""
+    runs = []
+    for i in range(4):
+        pt = _run(2)
+        runs.append(Point(pt.metrics, pt.records, {"server_spec_drafts": 100.0 + i,
+                                                   "server_mean_ttft_ms": 5.0 + i},
+                          pt.settings))
+    _seeds, point = _search(tmp_path, monkeypatch, runs)
+    assert point.runs == 4 and point.server["server_spec_drafts"] == 406.0
+    assert point.server["server_mean_ttft_ms"] == 8.0  # a mean is the last run's, as before
+    assert "server_spec_accepted_tokens" not in point.server

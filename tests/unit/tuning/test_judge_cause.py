@@ -21,7 +21,8 @@ class _Guard:
 def test_a_failed_guard_is_named_beside_the_measurements_own_cause() -> None:
     """On the H100 (docs/results/quality/gpu) fp8 KV failed the guard (31% exact, violation
     0.1875) while its capacity point was a client limit: the recorded cause named only the
-    client limit, so no view said the guard had failed it."""
+    client limit, so no view said the guard had failed it. Both are recorded, the guard's
+    first."""
     obj = Objective.__new__(Objective)
     obj.guard = _Guard()  # type: ignore[assignment]
     study = optuna.create_study(directions=["maximize"])
@@ -29,8 +30,28 @@ def test_a_failed_guard_is_named_beside_the_measurements_own_cause() -> None:
     metrics: dict[str, float] = {}
     cause = obj._judge(trial, {"kv_cache_dtype": "fp8"}, False, {}, "not a server verdict at 64",
                        metrics)
-    assert cause == ("not a server verdict at 64; quality: exact match 31% of 16 prompts "
-                     "(min 50%)")
+    # the guard's first: a long client-limit cause is cut in the table (200 characters), and
+    # the guard's verdict must not be what is cut
+    assert cause == ("quality: exact match 31% of 16 prompts (min 50%); not a server verdict "
+                     "at 64")
     assert metrics == {"quality_exact_match": 0.3125, "quality_logprob_drop": 0.051}
     alone = obj._judge(study.ask(), {"kv_cache_dtype": "fp8"}, False, {}, None, {})
     assert alone == "quality: exact match 31% of 16 prompts (min 50%)"
+
+
+def test_the_report_says_a_guard_failed_on_a_record_from_before_the_joined_cause() -> None:
+    """Trial 3 of docs/results/quality/gpu/raw/optuna.db: quality_ok violated, its cause only
+    the client limit (it ends in ': '); the report printed 'fails: ' and the last character."""
+    from pathlib import Path
+
+    from autotune.outputs.report import quality_markdown
+    from autotune.tuning.record import records
+
+    root = Path(__file__).resolve().parents[3]
+    study = optuna.load_study(study_name="h100-real-spec", storage="sqlite:///" + str(
+        root / "docs/results/quality/gpu/raw/optuna.db"))
+    recs = records(study)
+    assert recs[3].constraints["quality_ok"] > 0 and "quality:" not in (recs[3].cause or "")
+    md = "\n".join(quality_markdown(recs))
+    assert "| 3 | yes | 31% | 0.051 | fails the guard |" in md
+    assert "| 1 | yes | 100% | -0.001 | passes |" in md
