@@ -61,6 +61,14 @@ class BenchMetrics:
     late_read_share: float = 0.0
     burst_requests: int = 0
 
+    @property
+    def root_error(self) -> str | None:
+        """The first error that is not a cancellation (what made the run give up on the rest:
+        a silent stream's timeout, not the "cancelled: server hung" of the requests it took
+        down with it), else the first; None without errors."""
+        return next((e for e in self.errors if not e.startswith("cancelled")),
+                    next(iter(self.errors), None))
+
     def flat(self) -> dict[str, float]:
         """`{"total_token_throughput": ..., "mean_ttft_ms": ..., "p99_tpot_ms": ...}`."""
         out: dict[str, float] = {

@@ -190,7 +190,7 @@ def measure_profile(proc: ServerProcess, model: str, profile: ProfileConfig,
                  on_request=on_request, alive=proc.alive, warm=reqs[profile.num_prompts:])
     proc.check_alive()
     if pt.metrics.completed == 0:
-        first = next(iter(pt.metrics.errors), "no request succeeded")
+        first = pt.metrics.root_error or "no request succeeded"
         raise LoadError(f"{label + ': ' if label else ''}every request failed: {first}")
     return pt
 

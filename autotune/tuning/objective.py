@@ -194,7 +194,7 @@ class Objective:
         metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
         cause = None
         if pt.metrics.errors:
-            first = next(iter(pt.metrics.errors))
+            first = pt.metrics.root_error
             cause = f"{pt.metrics.failed} of {len(pt.records)} requests failed: {first}"
         cause = self._judge(trial, flags, baseline, run.quality, cause, metrics)
         write_facts(trial, TrialFacts(

@@ -46,3 +46,19 @@ def test_all_failed() -> None:
     r = RequestRecord(index=0, send_time=0.0, prompt_len=1, expected_output_len=1, error="x")
     m = compute_metrics([r], 1.0)
     assert m.completed == 0 and m.total_token_throughput == 0
+
+
+def test_the_root_error_is_the_one_that_made_the_run_give_up() -> None:
+    """A hung engine: one silent stream times out and the run cancels the rest. Which request
+    comes first by index is a race (the CI run of 2026-11-26 recorded "cancelled: server hung"
+    as a trial's cause); the cause names the timeout either way."""
+    def failed(i: int, error: str) -> RequestRecord:
+        return RequestRecord(index=i, send_time=0.0, prompt_len=4, expected_output_len=4,
+                             error=error)
+
+    hung = "cancelled: server hung (a stream was silent for 5 s)"
+    timeout = "timeout: no data for 5 s (ReadTimeout)"
+    m = compute_metrics([failed(0, hung), failed(1, timeout), failed(2, hung)], 1.0)
+    assert m.root_error == timeout
+    assert compute_metrics([failed(0, hung)], 1.0).root_error == hung
+    assert compute_metrics([], 1.0).root_error is None
