@@ -49,7 +49,7 @@ from autotune.measure.settle import Settle
 from autotune.server.jit import LogSpan
 from autotune.server.lifecycle import ServerProcess
 from autotune.server.machine import has_gpu
-from autotune.server.scrape import SPEC_COUNTS
+from autotune.server.scrape import spec_counts
 
 Phase = Callable[[str], None]
 OnRequest = Callable[[RequestRecord], None]
@@ -315,10 +315,8 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         if state == "close":  # still close after close_runs: the pooled value decides
             _state, misses, _close, missed = judge(flat, slos, {})
             state = "missed" if misses else "met"
-        server = dict(runs[-1].server_stats) | carry
-        for key in (f"server_{c}" for c in SPEC_COUNTS):  # counters: over every run kept
-            if any(key in pt.server_stats for pt in runs):
-                server[key] = sum(pt.server_stats.get(key, 0.0) for pt in runs)
+        # the last run's stats; the speculation counters over every run kept
+        server = dict(runs[-1].server_stats) | carry | spec_counts(pt.server_stats for pt in runs)
         point = LoadPoint(load, state == "met", tuple(misses),
                           {k: flat[k] for k in CURVE_METRICS}, time.monotonic() - t0, server,
                           {k: list(v) for k, v in bounds.items()}, len(runs), flag,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import httpx
@@ -24,6 +25,14 @@ COUNTERS = {
     "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
 }
 SPEC_COUNTS = tuple(k for k in COUNTERS if k.startswith("spec_"))
+
+
+def spec_counts(stats: Iterable[dict[str, float]]) -> dict[str, float]:
+    """The speculative-decoding counters (server_spec_drafts, ...) of several runs' or points'
+    server stats, summed: deltas add up; those no run recorded are left out."""
+    rows = list(stats)
+    return {key: sum(r.get(key, 0.0) for r in rows) for key in
+            (f"server_{c}" for c in SPEC_COUNTS) if any(key in r for r in rows)}
 # Histograms read as their mean over the run (the sum's and the count's differences): vLLM's own
 # TTFT and queue time, from the moment its API server handed the request to the engine. Against
 # the client's TTFT they say where the time went: a client TTFT far above the server's was spent

@@ -22,7 +22,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.measure.capacity import CapacityResult, LoadPoint, stopped_early
-from autotune.server.scrape import SPEC_COUNTS, spec_rates
+from autotune.server.scrape import spec_counts, spec_rates
 
 
 class Status(enum.StrEnum):
@@ -216,8 +216,8 @@ class TrialRecord:
         search's summed over its points), else over the guard's greedy run (`source`); or None."""
         s = {k.removeprefix("server_"): v for k, v in (self.facts.server_stats or {}).items()}
         if not s.get("spec_drafts"):
-            points = [p for found in self.facts.searches().values() for p in found.points]
-            s = {k: sum(p.server.get(f"server_{k}", 0.0) for p in points) for k in SPEC_COUNTS}
+            s = {k.removeprefix("server_"): v for k, v in spec_counts(
+                p.server for found in self.facts.searches().values() for p in found.points).items()}
         for src, counts in (("measured load", s), ("quality guard's greedy run",
                                                    self.facts.quality or {})):
             if counts.get("spec_drafts"):  # the figures as recorded, else from the counts
