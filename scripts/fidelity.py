@@ -70,7 +70,7 @@ def server_side(url: str, before: ServerStats) -> dict[str, float]:
 
 def vllm_bench(a: argparse.Namespace, url: str, load: dict[str, Any], out: Path) -> dict[str, Any]:
     argv = [*a.vllm, "bench", "serve", "--backend", "vllm", "--base-url", url, "--model",
-            a.served, "--tokenizer", a.tokenizer, "--ignore-eos", "--seed", str(a.seed),
+            a.served, "--tokenizer", a.tokenizer, "--ignore-eos", "--seed", str(seed_of(a, load)),
             "--num-warmups", str(a.warmup), "--disable-tqdm", "--percentile-metrics",
             "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99", "--save-result",
             "--result-dir", str(out.parent), "--result-filename", out.name, "--save-detailed"]
@@ -92,12 +92,20 @@ def vllm_bench(a: argparse.Namespace, url: str, load: dict[str, Any], out: Path)
             "failed": r.get("failed", load["n"] - r["completed"])}
 
 
+def seed_of(a: argparse.Namespace, load: dict[str, Any]) -> int:
+    """The run's seed, the same for every tool: with --fresh-seeds one per (load, run), so a
+    run does not find the prompts an earlier one left in the prefix cache."""
+    if not a.fresh_seeds:
+        return int(a.seed)
+    return int(a.seed + 7919 * load.get("run", 0) + round(load["load"] * 100))
+
+
 def profile_of(a: argparse.Namespace, load: dict[str, Any]) -> ProfileConfig:
     if load["mode"] == "rate":
-        return ProfileConfig(name="sharegpt", num_prompts=load["n"], seed=a.seed,
+        return ProfileConfig(name="sharegpt", num_prompts=load["n"], seed=seed_of(a, load),
                              warmup=a.warmup)
     return ProfileConfig(name="random", input_len=1024, output_len=128, num_prompts=load["n"],
-                         seed=a.seed, warmup=a.warmup)
+                         seed=seed_of(a, load), warmup=a.warmup)
 
 
 def ours(a: argparse.Namespace, url: str, load: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -128,7 +136,7 @@ def before(a: argparse.Namespace, url: str, load: dict[str, Any], out: Path) -> 
     argv = [sys.executable, "-m", "autotune", "bench", "--url", url, "--model", a.served,
             "--tokenizer", a.tokenizer, "--profile", prof.name,
             "--num-prompts", str(prof.num_prompts),
-            "--seed", str(a.seed), "--warmup", str(a.warmup), "--output", str(out),
+            "--seed", str(seed_of(a, load)), "--warmup", str(a.warmup), "--output", str(out),
             "--workdir", str(out.parent / "before-runs")]
     if load["mode"] == "rate":
         argv += ["--request-rate", str(load["load"])]
@@ -145,6 +153,20 @@ def before(a: argparse.Namespace, url: str, load: dict[str, Any], out: Path) -> 
     m = json.loads(out.read_text())["metrics"]
     return {"p50_ttft_ms": m["median_ttft_ms"], **{k: m[k] for k in KEYS if k in m},
             "completed": m["completed"], "failed": m["failed"]}
+
+
+def host() -> dict[str, Any]:
+    """The machine the runs ran on: capacity on one kind of GPU differs by host."""
+    cpu = next((x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text()
+                .splitlines() if x.startswith("model name")), None) \
+        if Path("/proc/cpuinfo").exists() else None
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,power.limit,clocks.max.sm",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=20).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        gpu = None
+    return {"cpu": cpu, "cpus": os.cpu_count(), "gpu": gpu}
 
 
 def verdict_of(values: dict[str, float], slos: list[SLOConfig], completed: int) -> str:
@@ -212,6 +234,10 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--order-seed", type=int, default=1)
+    ap.add_argument("--fresh-seeds", action="store_true",
+                    help="a seed per (load, run), the same for every tool (default: --seed)")
+    ap.add_argument("--warm-s", type=float, default=0.0,
+                    help="before the runs, seconds of arrivals at the top rate, unrecorded")
     ap.add_argument("--slo", action="append", default=[])
     ap.add_argument("--before", help="an older autotune checkout, run as the client `before`")
     ap.add_argument("--before-rates", default="", help="rates the older checkout runs at")
@@ -249,17 +275,27 @@ def main() -> None:
         jobs += [("before", "rate", float(r), k) for r in a.before_rates.split(",") if r
                  for k in range(a.before_runs)]
     random.Random(a.order_seed).shuffle(jobs)
-    (a.out / "plan.json").write_text(json.dumps({"argv": sys.argv, "jobs": jobs}) + "\n")
+    (a.out / "plan.json").write_text(json.dumps({"argv": sys.argv, "jobs": jobs,
+                                                 "host": host()}) + "\n")
 
     def run_all(url: str) -> None:
         rows = [json.loads(x) for x in (a.out / "runs.jsonl").read_text().splitlines()] \
             if (a.out / "runs.jsonl").exists() else []
         done = {(r["tool"], r["mode"], r["load"], r["run"]) for r in rows}
+        if a.warm_s and rates and not rows:  # unrecorded: JIT and first-load effects land here
+            top = max(rates)
+            t0 = time.time()
+            warm = {"mode": "rate", "load": top, "n": round(top * a.warm_s), "run": 99}
+            res = ours(a, url, warm, a.out / "warmup.csv")
+            with (a.out / "warmup.jsonl").open("a") as f:
+                f.write(json.dumps({"load": top, "seconds": round(time.time() - t0, 1),
+                                    **res}) + "\n")
+            print(f"warm-up at {top:g} req/s: p99 TPOT {res['p99_tpot_ms']:,.1f} ms", flush=True)
         for i, (tool, mode, load, k) in enumerate(jobs):
             if (tool, mode, load, k) in done:
                 continue
             n = round(load * a.span_s) if mode == "rate" else a.concurrency_prompts
-            spec = {"mode": mode, "load": load, "n": n}
+            spec = {"mode": mode, "load": load, "n": n, "run": k}
             t0 = time.time()
             stats = server_ttft(url)
             name = f"{tool}-{mode}-{load:g}-{k}"
@@ -275,6 +311,7 @@ def main() -> None:
                       flush=True)
                 continue
             row = {"tool": tool, "mode": mode, "load": load, "run": k, "n": n, "order": i,
+                   "seed": seed_of(a, spec),
                    "seconds": round(time.time() - t0, 1), **res, **server_side(url, stats)}
             with (a.out / "runs.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# On the GPU machine: scripts/fidelity.py (autotune's client against `vllm bench serve`, the same
+# prompts and arrival schedule, interleaved in a shuffled order, fresh seeds per run) on the
+# Qwen3-30B-A3B-shaped MoE with fp8 + fp8 KV, after the wheel calls (.gpu/x chunks copied to
+# /root/w). Run from the project root.
+#   bash scripts/gpu/fidelity_moe.sh start RATES [WAIT]
+#       installs the wheels into /root/site, copies the checkout to /root/fid/at, starts the run
+#       there detached (setsid), then waits as `wait`
+#   bash scripts/gpu/fidelity_moe.sh wait [WAIT]
+#       waits up to WAIT s (default 540) for it to end and packs what landed into $OUT
+set -uo pipefail
+cmd=$1; shift
+top=/root/fid
+export PYTHONUNBUFFERED=1
+case $cmd in
+  start)
+    rates=$1; wait_s=${2:-420}
+    t0=$(date +%s)
+    cd /root/w || exit 1
+    for first in *.part000; do
+      [ -e "$first" ] || continue
+      whl=${first%.part000}
+      cat "$whl".part* > "$whl" && rm "$whl".part*
+    done
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /root/site \
+      ./*.whl || exit 1
+    echo 'export PYTHONPATH=/root/site${PYTHONPATH:+:$PYTHONPATH} PATH=/root/site/bin:$PATH' \
+      > /root/site/activate
+    cd - > /dev/null || exit 1
+    source /root/site/activate
+    echo "installed in $(( $(date +%s) - t0 )) s"
+    rm -rf $top && mkdir -p $top/at $top/res
+    tar --exclude=./.gpu --exclude=./.git --exclude=./docs -cf - . | tar -C $top/at -xf -
+    cd $top/at || exit 1
+    setsid nohup python3 scripts/fidelity.py --out $top/res \
+      --model scripts/gpu/models/qwen3-30b-a3b-dummy --rates "$rates" --runs "${RUNS:-3}" \
+      --span-s 20 --fresh-seeds --warm-s 20 --server-arg=--quantization --server-arg=fp8 \
+      --server-arg=--kv-cache-dtype --server-arg=fp8 --server-arg=--jit-monitor-verbose \
+      > $top/res/orchestrator.log 2>&1 < /dev/null &
+    echo $! > $top/pid
+    cd - > /dev/null || exit 1
+    ;;
+  wait)
+    wait_s=${1:-540}
+    source /root/site/activate
+    ;;
+  *) echo "start or wait" >&2; exit 2 ;;
+esac
+pid=$(cat $top/pid)
+end=$((SECONDS + wait_s))
+while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 3; done
+kill -0 "$pid" 2>/dev/null && echo "STILL RUNNING" || echo "FINISHED"
+tar -C $top/res -czf "$OUT/fid.tgz" --exclude='*.csv' . 2>/dev/null
+tar -C $top/res -czf "$OUT/fid-csv.tgz" --wildcards '*.csv' 2>/dev/null
+cp $top/res/runs.jsonl $top/res/orchestrator.log "$OUT/" 2>/dev/null
+grep -v "POST\|GET " $top/res/orchestrator.log | tail -c 3000
