@@ -51,6 +51,6 @@ end=$((SECONDS + wait_s))
 while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 3; done
 kill -0 "$pid" 2>/dev/null && echo "STILL RUNNING" || echo "FINISHED"
 tar -C $top/res -czf "$OUT/fid.tgz" --exclude='*.csv' . 2>/dev/null
-tar -C $top/res -czf "$OUT/fid-csv.tgz" --wildcards '*.csv' 2>/dev/null
+(cd $top/res && find . -name '*.csv' -print0 | tar -czf "$OUT/fid-csv.tgz" --null -T -)
 cp $top/res/runs.jsonl $top/res/orchestrator.log "$OUT/" 2>/dev/null
 grep -v "POST\|GET " $top/res/orchestrator.log | tail -c 3000
