@@ -14,6 +14,7 @@ from autotune.config.study import StudyConfig
 from autotune.measure.stats import interval_name
 from autotune.outputs.console import params_text, short_cause, short_metric, speculation_text
 from autotune.outputs.tables import confirm_lines, gain_text, is_base
+from autotune.tuning.machines import machines_line
 from autotune.tuning.quality import QUALITY_OK
 from autotune.tuning.record import TrialRecord, curve_profiles, study_facts
 from autotune.tuning.summary import StudySummary, summarize
@@ -214,7 +215,8 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
              "- objectives: " + ", ".join(f"{o.direction} {o.metric}" for o in cfg.objectives)
              + (f"; SLOs: {', '.join(s.text() for s in cfg.slos)}" if cfg.slos else ""),
              f"- {len(recs)} trials, {sum(r.measured for r in recs)} measured; "
-             f"storage `{cfg.storage_url()}`", "", "## Trials", ""]
+             f"storage `{cfg.storage_url()}`", *filter(None, [machines_line(study)]), "",
+             "## Trials", ""]
     lines += trials_markdown(recs, summary)
     lines += quality_markdown(recs)
     lines += speculation_markdown(recs, summary)

@@ -16,8 +16,21 @@ from autotune.config.study import ServerConfig
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
 def hardware() -> dict[str, str]:
-    """GPU name and driver where nvidia-smi answers, else the CPU model."""
+    """GPU name, count and driver where nvidia-smi answers (else gpu "none"), and the CPU
+    model: on a GPU too, where the host's CPU feeds the engine (two H100 machines of one kind
+    served one config at 2.3-2.8x apart, docs/results/warm-server-h100)."""
     smi = shutil.which("nvidia-smi")
     if smi:
         p = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
@@ -25,16 +38,9 @@ def hardware() -> dict[str, str]:
         if p.returncode == 0 and p.stdout.strip():
             first = p.stdout.strip().splitlines()
             name, driver = (x.strip() for x in first[0].split(",", 1))
-            return {"gpu": name, "gpu_count": str(len(first)), "driver": driver}
-    cpu = platform.processor() or "cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"gpu": "none", "cpu": cpu}
+            return {"gpu": name, "gpu_count": str(len(first)), "driver": driver,
+                    "cpu": cpu_model()}
+    return {"gpu": "none", "cpu": cpu_model()}
 
 
 @functools.cache

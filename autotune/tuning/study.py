@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -17,10 +18,11 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.study import StudyConfig
-from autotune.errors import ConfigError, StudyError
+from autotune.errors import ConfigError, MeasurementWarning, StudyError
 from autotune.load.datasets import study_requests
 from autotune.server.vllm_help import check_flags
 from autotune.tuning.bill import bill, over_budget
+from autotune.tuning.machines import note_machine
 from autotune.tuning.objective import Objective, PhaseHook
 from autotune.tuning.preflight import Preflight, preflight
 from autotune.tuning.record import (
@@ -219,6 +221,10 @@ def run_trials(
     objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase, worker=worker)
     callbacks = [*([on_trial] if on_trial is not None else []), stop_if_fatal]
     deadline = time.monotonic() + cfg.timeout_s if cfg.timeout_s else None
+    if (elsewhere := note_machine(study)) is not None:
+        warnings.warn(elsewhere, MeasurementWarning, stacklevel=2)
+        if on_phase is not None:
+            on_phase(-1, elsewhere, {})
     durations: list[float] = []
     ran = 0
     while True:
