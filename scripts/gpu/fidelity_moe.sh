@@ -36,6 +36,7 @@ case $cmd in
       --model scripts/gpu/models/qwen3-30b-a3b-dummy --rates "$rates" --runs "${RUNS:-3}" \
       --span-s 20 --fresh-seeds --warm-s 20 --server-arg=--quantization --server-arg=fp8 \
       --server-arg=--kv-cache-dtype --server-arg=fp8 --server-arg=--jit-monitor-verbose \
+      ${EXTRA_SERVER_ARGS:-} \
       > $top/res/orchestrator.log 2>&1 < /dev/null &
     echo $! > $top/pid
     cd - > /dev/null || exit 1
