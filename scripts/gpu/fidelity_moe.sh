@@ -32,7 +32,7 @@ case $cmd in
     rm -rf $top && mkdir -p $top/at $top/res
     tar --exclude=./.gpu --exclude=./.git --exclude=./docs -cf - . | tar -C $top/at -xf -
     cd $top/at || exit 1
-    setsid nohup python3 scripts/fidelity.py --out $top/res \
+    PYTHONPATH=$top/at:$PYTHONPATH setsid nohup python3 scripts/fidelity.py --out $top/res \
       --model scripts/gpu/models/qwen3-30b-a3b-dummy --rates "$rates" --runs "${RUNS:-3}" \
       --span-s 20 --fresh-seeds --warm-s 20 --server-arg=--quantization --server-arg=fp8 \
       --server-arg=--kv-cache-dtype --server-arg=fp8 --server-arg=--jit-monitor-verbose \
