@@ -12,7 +12,10 @@ machines.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -20,19 +23,41 @@ import optuna
 from autotune.server.machine import hardware
 
 KEY = "machines"
-SAME = ("host", "gpu", "gpu_count", "driver", "cpu", "cpus")
+SAME = ("id", "host", "gpu", "gpu_count", "driver", "cpu", "cpus")
+
+
+def machine_id() -> str:
+    """What tells two machines apart where their host names do not (every GPU machine lent
+    here is called `vm`): the GPUs' UUIDs, else /etc/machine-id, else ""."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            p = subprocess.run([smi, "--query-gpu=uuid", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=20)
+            if p.returncode == 0 and p.stdout.strip():
+                return ",".join(x.strip() for x in p.stdout.strip().splitlines())
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    try:
+        return Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        return ""
 
 
 def identity() -> dict[str, str]:
-    """This machine as a study records it: host name, GPU, driver, CPU model and count."""
-    return {"host": socket.gethostname(), **hardware(), "cpus": str(os.cpu_count() or 0)}
+    """This machine as a study records it: its id, host name, GPU, driver, CPU model and
+    count."""
+    return {"id": machine_id(), "host": socket.gethostname(), **hardware(),
+            "cpus": str(os.cpu_count() or 0)}
 
 
 def label(m: dict[str, Any]) -> str:
     gpu = m.get("gpu", "none")
     chips = f"{m.get('gpu_count', '1')}x {gpu} (driver {m.get('driver', '?')}), " \
         if gpu != "none" else ""
-    return f"{m.get('host', '?')}: {chips}{m.get('cpu', '?')} x{m.get('cpus', '?')}"
+    short = str(m.get("id") or "")[:12]
+    return (f"{m.get('host', '?')}{f' ({short})' if short else ''}: {chips}"
+            f"{m.get('cpu', '?')} x{m.get('cpus', '?')}")
 
 
 def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
