@@ -5,7 +5,9 @@ Boots one vLLM server (or measures `--url`), then runs, in a random order, every
 run) of: Poisson rates on ShareGPT (`--rates`, n = rate x `--span-s` requests, the same seed,
 so the same prompts and, for autotune, the same arrival schedule vllm bench serve draws; a
 server with prefix caching then serves every run after the first from its cache, which on the
-H100 MoE read p99 TPOT 9.4-12.5 ms against 29-202 fresh: on a GPU pass --fresh-seeds) and
+H100 MoE read p99 TPOT 9.4-12.5 ms against 29-202 fresh. With --fresh-seeds every (tool,
+load, run) draws its own prompts and schedule instead: no run is cache-hot, and the clients
+are compared as distributions over runs, not in pairs) and
 one concurrency on random 1024/128 (`--concurrency`). Tools: `vllm` (vllm bench serve, the
 reference), `autotune` (this checkout) and, with `--before DIR`, an older autotune checkout
 run through its own `autotune bench --url` (`before`), at `--before-rates`. Each run's numbers
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -94,18 +97,16 @@ def vllm_bench(a: argparse.Namespace, url: str, load: dict[str, Any], out: Path)
             "failed": r.get("failed", load["n"] - r["completed"])}
 
 
-TOOLS = ("vllm", "autotune", "before")
-
-
 def seed_of(a: argparse.Namespace, load: dict[str, Any]) -> int:
-    """The run's seed: --seed for every run, or with --fresh-seeds one per (tool, load, run),
-    so no run finds its prompts in the prefix cache. A seed shared by the two clients was a
-    flaw: on the H100 MoE the second client to run a seed within about 4 runs read p99 TPOT
-    9.4-12.5 ms against 29-202 for fresh prompts (warm-server-h100 prefix_cache_confound)."""
-    if not a.fresh_seeds:
+    """The run's seed: --seed for every run, or with --fresh-seeds one per (tool, mode, load,
+    run), so no run finds its prompts in the prefix cache. A seed shared by the two clients was
+    a flaw: on the H100 MoE the second client to run a seed within about 4 runs read p99 TPOT
+    9.4-12.5 ms against 29-202 for fresh prompts (warm-server-h100 prefix_cache_confound).
+    The warm-up (tool "warmup") always gets its own."""
+    if not a.fresh_seeds and load.get("tool") != "warmup":
         return int(a.seed)
-    tool = TOOLS.index(load.get("tool", "vllm")) if load.get("tool", "vllm") in TOOLS else 0
-    return int(a.seed + 7919 * load.get("run", 0) + round(load["load"] * 100) + 104729 * tool)
+    what = f"{load.get('tool')}|{load['mode']}|{load['load']:g}|{load.get('run', 0)}"
+    return (int(a.seed) + zlib.crc32(what.encode())) % 2**31
 
 
 def profile_of(a: argparse.Namespace, load: dict[str, Any]) -> ProfileConfig:
@@ -164,17 +165,11 @@ def before(a: argparse.Namespace, url: str, load: dict[str, Any], out: Path) -> 
 
 
 def host() -> dict[str, Any]:
-    """The machine the runs ran on: capacity on one kind of GPU differs by host."""
-    cpu = next((x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text()
-                .splitlines() if x.startswith("model name")), None) \
-        if Path("/proc/cpuinfo").exists() else None
-    try:
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,power.limit,clocks.max.sm",
-                              "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=20).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        gpu = None
-    return {"cpu": cpu, "cpus": os.cpu_count(), "gpu": gpu}
+    """The machine the runs ran on, as a study records it (its GPUs' UUIDs tell apart the
+    machines lent here, all named `vm`): capacity on one kind of GPU differs by machine."""
+    from autotune.tuning.machines import identity
+
+    return dict(identity())
 
 
 def verdict_of(values: dict[str, float], slos: list[SLOConfig], completed: int) -> str:
@@ -257,6 +252,8 @@ def main() -> None:
     ap.add_argument("--summarize", nargs="+", type=Path, metavar="RUNS",
                     help="run nothing: summarize these runs.jsonl files into OUT/summary.json")
     a = ap.parse_args()
+    if a.warm_s < 0:
+        ap.error(f"--warm-s {a.warm_s:g}: seconds of warm-up arrivals, 0 or more")
     if a.summarize:
         slos = [parse_slo(s) for s in (a.slo or ["p99_ttft_ms<=2000", "p99_tpot_ms<=60"])]
         rows = [json.loads(x) for f in a.summarize for x in f.read_text().splitlines()]
@@ -294,7 +291,8 @@ def main() -> None:
         if a.warm_s and rates and not rows:  # unrecorded: JIT and first-load effects land here
             top = max(rates)
             t0 = time.time()
-            warm = {"mode": "rate", "load": top, "n": round(top * a.warm_s), "run": 99}
+            warm = {"mode": "rate", "load": top, "n": max(1, round(top * a.warm_s)), "run": 0,
+                    "tool": "warmup"}
             res = ours(a, url, warm, a.out / "warmup.csv")
             with (a.out / "warmup.jsonl").open("a") as f:
                 f.write(json.dumps({"load": top, "seconds": round(time.time() - t0, 1),

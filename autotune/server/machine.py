@@ -1,5 +1,5 @@
 """The machine a server runs on, as a study records it: GPU name, count and driver where
-nvidia-smi answers, else the CPU model; and what a server's launch takes from it (the
+nvidia-smi answers, and the CPU model; and what a server's launch takes from it (the
 environment a study's servers get, whether they are forked from a preloaded vLLM)."""
 
 from __future__ import annotations
@@ -33,9 +33,13 @@ def hardware() -> dict[str, str]:
     served one config at 2.3-2.8x apart, docs/results/warm-server-h100)."""
     smi = shutil.which("nvidia-smi")
     if smi:
-        p = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=20)
-        if p.returncode == 0 and p.stdout.strip():
+        try:
+            p = subprocess.run([smi, "--query-gpu=name,driver_version",
+                                "--format=csv,noheader"], capture_output=True, text=True,
+                               timeout=20)
+        except (OSError, subprocess.TimeoutExpired):  # a hung or broken nvidia-smi: no GPU
+            p = None
+        if p is not None and p.returncode == 0 and "," in p.stdout:
             first = p.stdout.strip().splitlines()
             name, driver = (x.strip() for x in first[0].split(",", 1))
             return {"gpu": name, "gpu_count": str(len(first)), "driver": driver,

@@ -1,16 +1,19 @@
-"""The machines a study's trials ran on, kept in the study (its `machines` attribute): each
-worker records its own once, with the number of trials the study held when it joined.
+"""The machines a study's trials ran on, kept in the study: one attribute per machine
+(`machine:<key>`, written once, so workers starting together on PostgreSQL do not overwrite
+each other's), each with the number of trials the study had started when that machine joined.
+These attributes are the one exception to autotune.tuning.record holding every user_attrs key.
 
 Capacities compare within one machine. Two H100 machines of one kind (same GPU, driver, vLLM
 and flags) found 43.7-53.1 and 18.8 req/s for the same MoE fp8 config under one p99 TPOT SLO
 (docs/results/warm-server-h100, `hosts_2026_11_26`): a study resumed on another machine, or
 run by workers on unlike ones, compares trials that the machine alone can set apart. So a
-worker that finds the study's earlier trials ran elsewhere says so, and the report lists the
-machines.
+worker about to run a trial, finding that earlier trials ran elsewhere, says so, and the
+report lists the machines.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
@@ -19,23 +22,28 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.trial import TrialState
 
 from autotune.server.machine import hardware
 
-KEY = "machines"
-SAME = ("id", "host", "gpu", "gpu_count", "driver", "cpu", "cpus")
+PREFIX = "machine:"
+# without an id (no GPU, no /etc/machine-id), what tells machines apart; not the host name,
+# which a container gets new on every start
+ALIKE = ("gpu", "gpu_count", "driver", "cpu", "cpus")
 
 
 def machine_id() -> str:
-    """What tells two machines apart where their host names do not (every GPU machine lent
-    here is called `vm`): the GPUs' UUIDs, else /etc/machine-id, else ""."""
+    """What tells two machines apart where their names do not (every GPU machine lent here is
+    called `vm`): the GPUs' UUIDs, else /etc/machine-id, else ""."""
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
             p = subprocess.run([smi, "--query-gpu=uuid", "--format=csv,noheader"],
                                capture_output=True, text=True, timeout=20)
-            if p.returncode == 0 and p.stdout.strip():
-                return ",".join(x.strip() for x in p.stdout.strip().splitlines())
+            uuids = [x.strip() for x in p.stdout.splitlines()
+                     if x.strip().startswith(("GPU-", "MIG-"))] if p.returncode == 0 else []
+            if uuids:
+                return ",".join(uuids)
         except (OSError, subprocess.TimeoutExpired):
             pass
     try:
@@ -51,6 +59,12 @@ def identity() -> dict[str, str]:
             "cpus": str(os.cpu_count() or 0)}
 
 
+def key(m: dict[str, Any]) -> str:
+    """The machine's attribute key: its id, or without one its hardware (host left out)."""
+    what = str(m.get("id") or "") or "|".join(str(m.get(k)) for k in ALIKE)
+    return PREFIX + hashlib.sha256(what.encode()).hexdigest()[:16]
+
+
 def label(m: dict[str, Any]) -> str:
     gpu = m.get("gpu", "none")
     chips = f"{m.get('gpu_count', '1')}x {gpu} (driver {m.get('driver', '?')}), " \
@@ -60,26 +74,32 @@ def label(m: dict[str, Any]) -> str:
             f"{m.get('cpu', '?')} x{m.get('cpus', '?')}")
 
 
-def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(str(a.get(k)) == str(b.get(k)) for k in SAME)
-
-
 def machines(study: optuna.Study) -> list[dict[str, Any]]:
-    return list(study.user_attrs.get(KEY, []))
+    """The machines recorded, in the order they joined (attributes of another shape are
+    left out)."""
+    found = [v for k, v in study.user_attrs.items() if k.startswith(PREFIX) and
+             isinstance(v, dict)]
+    return sorted(found, key=lambda m: (int(m.get("from_trial", 0))
+                                        if str(m.get("from_trial", 0)).isdigit() else 0))
+
+
+def started(study: optuna.Study) -> int:
+    """Trials started so far (enqueued ones waiting for a worker are not)."""
+    return sum(t.state != TrialState.WAITING for t in study.get_trials(deepcopy=False))
 
 
 def note_machine(study: optuna.Study, me: dict[str, str] | None = None) -> str | None:
-    """Record this machine in the study once; say so when earlier trials ran on others."""
+    """Record this machine in the study once (before it runs a trial); say so when trials
+    ran, or run, on others."""
     me = me or identity()
-    seen = machines(study)
-    if not any(same(m, me) for m in seen):
-        n = len(study.get_trials(deepcopy=False))
-        study.set_user_attr(KEY, [*seen, {**me, "from_trial": n}])
-    others = [m for m in seen if not same(m, me)]
+    mine = key(me)
+    if mine not in study.user_attrs:
+        study.set_user_attr(mine, {**me, "from_trial": started(study)})
+    others = [m for m in machines(study) if key(m) != mine]
     if not others:
         return None
     return (f"this study's trials ran on {len(others) + 1} machines (this one: {label(me)}; "
-            f"before: {'; '.join(label(m) for m in others)}): capacities compare within one "
+            f"others: {'; '.join(label(m) for m in others)}): capacities compare within one "
             "machine (two H100 machines of one kind served one config 2.3-2.8x apart), so "
             "compare its trials per machine or run it again on one")
 

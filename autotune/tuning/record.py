@@ -4,11 +4,11 @@ reader sees it.
 Optuna keeps a trial's facts as string-keyed user attributes, and a study's too. Only this module
 knows those keys (the field names of `TrialFacts` and `StudyFacts`; grep it for `user_attrs`):
 the objective writes a `TrialFacts` through `write_facts`, a trial is enqueued with its facts
-through `enqueue`, a study's own facts go through `write_study_facts`, and every reader (tables,
-MLflow, plots, export, report, scripts) reads a `TrialRecord` built by `TrialRecord.of`, a
-`TrialFacts` from `facts_of`, or a `StudyFacts` from `study_facts`. A trial that
-was not measured (infeasible, interrupted, crashed) has no values in its record: the worst-case
-numbers Optuna needs to learn from it never reach a user.
+through `enqueue`, a study's own through `write_study_facts` (its machines: tuning.machines),
+and every reader (tables, MLflow, plots, export, report, scripts) reads a `TrialRecord` built
+by `TrialRecord.of`, a `TrialFacts` from `facts_of`, or a `StudyFacts` from `study_facts`.
+A trial that was not measured (infeasible, interrupted, crashed) has no values in its record:
+the worst-case numbers Optuna needs to learn from it never reach a user.
 """
 
 from __future__ import annotations

@@ -221,10 +221,6 @@ def run_trials(
     objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase, worker=worker)
     callbacks = [*([on_trial] if on_trial is not None else []), stop_if_fatal]
     deadline = time.monotonic() + cfg.timeout_s if cfg.timeout_s else None
-    if (elsewhere := note_machine(study)) is not None:
-        warnings.warn(elsewhere, MeasurementWarning, stacklevel=2)
-        if on_phase is not None:
-            on_phase(-1, elsewhere, {})
     durations: list[float] = []
     ran = 0
     while True:
@@ -257,6 +253,8 @@ def run_trials(
                 on_phase(-1, f"waiting for {running} trial(s) of other workers", {})
             time.sleep(WAIT_POLL_S)
             continue
+        if not ran and (elsewhere := note_machine(study)) is not None:  # before its 1st trial
+            warnings.warn(elsewhere, MeasurementWarning, stacklevel=2)
         started = time.monotonic()
         study.optimize(objective, n_trials=1, callbacks=callbacks, catch=())
         durations.append(time.monotonic() - started)

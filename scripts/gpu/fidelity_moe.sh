@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On the GPU machine: scripts/fidelity.py (autotune's client against `vllm bench serve`, the same
-# prompts and arrival schedule, interleaved in a shuffled order, fresh seeds per run) on the
+# On the GPU machine: scripts/fidelity.py (autotune's client against `vllm bench serve`,
+# interleaved in a shuffled order, a seed per tool, rate and run: no run cache-hot) on the
 # Qwen3-30B-A3B-shaped MoE with fp8 + fp8 KV, after the wheel calls (.gpu/x chunks copied to
 # /root/w). Run from the project root.
 #   bash scripts/gpu/fidelity_moe.sh start RATES [WAIT]
@@ -29,6 +29,9 @@ case $cmd in
     cd - > /dev/null || exit 1
     source /root/site/activate
     echo "installed in $(( $(date +%s) - t0 )) s"
+    if [ -f $top/pid ] && kill -0 "$(cat $top/pid)" 2>/dev/null; then
+      echo "a run is still going (pid $(cat $top/pid)): wait for it" >&2; exit 1
+    fi
     rm -rf $top && mkdir -p $top/at $top/res
     tar --exclude=./.gpu --exclude=./.git --exclude=./docs -cf - . | tar -C $top/at -xf -
     cd $top/at || exit 1

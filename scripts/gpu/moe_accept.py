@@ -50,7 +50,8 @@ SLOS = ["p99_ttft_ms<=2000", "p99_tpot_ms<=60"]
 # where every boot's search starts (MOE_START; 24 in the first run of 2026-11-26; every boot there
 # met 42.5, so the two points below it only cost time)
 START = float(os.environ.get("MOE_START", "24"))
-# runs of the search's first point repeated on the stock server (MOE_REPEATS; 0 skips them)
+# runs of the search's first point repeated on the stock server (MOE_REPEATS; 0 skips them,
+# at most 2 run)
 REPEATS = int(os.environ.get("MOE_REPEATS", "2"))
 JIT = "JIT compilation during inference"
 REF_SAMPLES = int(os.environ.get("REF_SAMPLES", "4"))
