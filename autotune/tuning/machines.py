@@ -1,7 +1,7 @@
 """The machines a study's trials ran on, kept in the study: one attribute per machine
 (`machine:<key>`, written once, so workers starting together on PostgreSQL do not overwrite
-each other's), each with the number of trials the study had started when that machine joined.
-These attributes are the one exception to autotune.tuning.record holding every user_attrs key.
+each other's), each with the number of trials the study had started when that machine joined;
+autotune.tuning.record reads and writes them (`study_attrs`, `write_study_facts`).
 
 Capacities compare within one machine. Two H100 machines of one kind (same GPU, driver, vLLM
 and flags) found 43.7-53.1 and 18.8 req/s for the same MoE fp8 config under one p99 TPOT SLO
@@ -25,6 +25,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.server.machine import hardware
+from autotune.tuning.record import StudyFacts, study_attrs, write_study_facts
 
 PREFIX = "machine:"
 # without an id (no GPU, no /etc/machine-id), what tells machines apart; not the host name,
@@ -77,8 +78,7 @@ def label(m: dict[str, Any]) -> str:
 def machines(study: optuna.Study) -> list[dict[str, Any]]:
     """The machines recorded, in the order they joined (attributes of another shape are
     left out)."""
-    found = [v for k, v in study.user_attrs.items() if k.startswith(PREFIX) and
-             isinstance(v, dict)]
+    found = [v for v in study_attrs(study, PREFIX).values() if isinstance(v, dict)]
     return sorted(found, key=lambda m: (int(m.get("from_trial", 0))
                                         if str(m.get("from_trial", 0)).isdigit() else 0))
 
@@ -93,8 +93,8 @@ def note_machine(study: optuna.Study, me: dict[str, str] | None = None) -> str |
     ran, or run, on others."""
     me = me or identity()
     mine = key(me)
-    if mine not in study.user_attrs:
-        study.set_user_attr(mine, {**me, "from_trial": started(study)})
+    if mine not in study_attrs(study, PREFIX):
+        write_study_facts(study, StudyFacts(), {mine: {**me, "from_trial": started(study)}})
     others = [m for m in machines(study) if key(m) != mine]
     if not others:
         return None

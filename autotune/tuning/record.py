@@ -1,15 +1,8 @@
 """The typed trial and study records: what a trial or a study stores about itself, and how every
-reader sees it.
-
-Optuna keeps a trial's facts as string-keyed user attributes, and a study's too. Only this module
-knows those keys (the field names of `TrialFacts` and `StudyFacts`; grep it for `user_attrs`):
-the objective writes a `TrialFacts` through `write_facts`, a trial is enqueued with its facts
-through `enqueue`, a study's own through `write_study_facts` (its machines: tuning.machines),
-and every reader (tables, MLflow, plots, export, report, scripts) reads a `TrialRecord` built
-by `TrialRecord.of`, a `TrialFacts` from `facts_of`, or a `StudyFacts` from `study_facts`.
-A trial that was not measured (infeasible, interrupted, crashed) has no values in its record:
-the worst-case numbers Optuna needs to learn from it never reach a user.
-"""
+reader sees it. Optuna keeps a trial's and a study's facts as string-keyed user attributes; only
+this module knows those keys (`TrialFacts`' and `StudyFacts`' fields; a study's `machine:` ones,
+tuning.machines). A trial that was not measured (infeasible, interrupted, crashed) has no values
+in its record: the worst-case numbers Optuna needs to learn from it never reach a user."""
 
 from __future__ import annotations
 
@@ -137,10 +130,17 @@ def study_facts(study: optuna.Study) -> StudyFacts:
     return StudyFacts.from_attrs(study.user_attrs)
 
 
-def write_study_facts(study: optuna.Study, facts: StudyFacts) -> None:
-    for f in fields(facts):
-        if (v := getattr(facts, f.name)) is not None:
-            study.set_user_attr(f.name, v)
+def study_attrs(study: optuna.Study, prefix: str) -> dict[str, Any]:
+    return {k: v for k, v in study.user_attrs.items() if k.startswith(prefix)}
+
+
+def write_study_facts(study: optuna.Study, facts: StudyFacts,
+                      keyed: dict[str, Any] | None = None) -> None:
+    """Write the facts set, and `keyed` attributes as given (a `machine:` one)."""
+    for name, v in [*((f.name, getattr(facts, f.name)) for f in fields(facts)),
+                    *(keyed or {}).items()]:
+        if v is not None:
+            study.set_user_attr(name, v)
 
 
 def _status(t: FrozenTrial, facts: TrialFacts) -> Status:
