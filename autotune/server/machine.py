@@ -27,24 +27,42 @@ def cpu_model() -> str:
     return platform.processor() or "cpu"
 
 
+def nvidia_smi(query: str) -> list[str] | None:
+    """nvidia-smi's answer to `--query-gpu=QUERY`, a line a GPU; None where it is missing,
+    fails or hangs."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        p = subprocess.run([smi, f"--query-gpu={query}", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):  # a hung or broken nvidia-smi: no GPU
+        return None
+    return [x.strip() for x in p.stdout.strip().splitlines()] if p.returncode == 0 else None
+
+
 def hardware() -> dict[str, str]:
     """GPU name, count and driver where nvidia-smi answers (else gpu "none"), and the CPU
     model: on a GPU too, where the host's CPU feeds the engine (two H100 machines of one kind
     served one config at 2.3-2.8x apart, docs/results/warm-server-h100)."""
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            p = subprocess.run([smi, "--query-gpu=name,driver_version",
-                                "--format=csv,noheader"], capture_output=True, text=True,
-                               timeout=20)
-        except (OSError, subprocess.TimeoutExpired):  # a hung or broken nvidia-smi: no GPU
-            p = None
-        if p is not None and p.returncode == 0 and "," in p.stdout:
-            first = p.stdout.strip().splitlines()
-            name, driver = (x.strip() for x in first[0].split(",", 1))
-            return {"gpu": name, "gpu_count": str(len(first)), "driver": driver,
-                    "cpu": cpu_model()}
+    lines = nvidia_smi("name,driver_version")
+    if lines and "," in lines[0]:
+        name, driver = (x.strip() for x in lines[0].split(",", 1))
+        return {"gpu": name, "gpu_count": str(len(lines)), "driver": driver,
+                "cpu": cpu_model()}
     return {"gpu": "none", "cpu": cpu_model()}
+
+
+def machine_id() -> str:
+    """What tells two machines apart where their names do not (every GPU machine lent here is
+    called `vm`): the GPUs' UUIDs, else /etc/machine-id, else ""."""
+    uuids = [x for x in nvidia_smi("uuid") or [] if x.startswith(("GPU-", "MIG-"))]
+    if uuids:
+        return ",".join(uuids)
+    try:
+        return Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        return ""
 
 
 @functools.cache

@@ -15,42 +15,19 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import socket
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-from autotune.server.machine import hardware
+from autotune.server.machine import hardware, machine_id
 from autotune.tuning.record import StudyFacts, study_attrs, write_study_facts
 
 PREFIX = "machine:"
 # without an id (no GPU, no /etc/machine-id), what tells machines apart; not the host name,
 # which a container gets new on every start
 ALIKE = ("gpu", "gpu_count", "driver", "cpu", "cpus")
-
-
-def machine_id() -> str:
-    """What tells two machines apart where their names do not (every GPU machine lent here is
-    called `vm`): the GPUs' UUIDs, else /etc/machine-id, else ""."""
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            p = subprocess.run([smi, "--query-gpu=uuid", "--format=csv,noheader"],
-                               capture_output=True, text=True, timeout=20)
-            uuids = [x.strip() for x in p.stdout.splitlines()
-                     if x.strip().startswith(("GPU-", "MIG-"))] if p.returncode == 0 else []
-            if uuids:
-                return ",".join(uuids)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    try:
-        return Path("/etc/machine-id").read_text().strip()
-    except OSError:
-        return ""
 
 
 def identity() -> dict[str, str]:

@@ -83,7 +83,6 @@ def test_attributes_of_another_shape_are_left_out() -> None:
 
 def fake_smi(monkeypatch: pytest.MonkeyPatch, run: Any) -> None:
     monkeypatch.setattr(machine.shutil, "which", lambda _name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(mod.shutil, "which", lambda _name: "/usr/bin/nvidia-smi")
     monkeypatch.setattr(subprocess, "run", run)
 
 
