@@ -24,6 +24,23 @@ def choice(literal: Any) -> click.Choice[str]:
     return click.Choice([str(v) for v in get_args(literal)])
 
 
+class CountOrAuto(click.ParamType[int | str, Any]):
+    """A whole number, or auto (CapacityConfig's warm_windows, samples)."""
+
+    name = "INTEGER|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> int | str:
+        if value == "auto" or isinstance(value, int):
+            return value  # type: ignore[no-any-return]
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a whole number or auto", param, ctx)
+
+
+COUNT_OR_AUTO = CountOrAuto()
+
 PROFILE_FIELDS = ("input_len", "output_len", "num_prompts", "max_concurrency", "request_rate",
                   "warmup", "seed", "endpoint", "client_processes", "client_cpus",
                   "client_realtime", "path", "sample", "prefix_len", "num_prefixes",
@@ -92,6 +109,8 @@ def capacity_options(f: F) -> F:
         kind: Any = int if field.annotation is int else float
         if get_origin(field.annotation) is Literal:
             kind = choice(field.annotation)
+        elif set(get_args(field.annotation)) == {int, Literal["auto"]}:
+            kind = COUNT_OR_AUTO
         f = click.option(capacity_option_name(name), _RENAMED.get(name, name), type=kind,
                          help=help_text)(f)
     return f

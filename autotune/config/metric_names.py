@@ -3,6 +3,8 @@ fields, flattened as `BenchMetrics.flat` writes them (measure/metrics.py compute
 
 from __future__ import annotations
 
+import math
+
 SUMMARIZED = ("ttft", "tpot", "itl", "e2el", "send_lag")
 # the metric counting failed requests: what a load point's miss on failures is on
 FAILED = "failed"
@@ -17,3 +19,52 @@ METRIC_NAMES = tuple(
         for s in ("mean", "median", "p90", "p99", "std")
     ]
 )
+
+
+# what a capacity search adds to a trial's metrics (autotune.measure.capacity); every other
+# metric of a capacity trial is its value at the capacity point
+CAPACITY_METRICS = ("capacity", "capacity_req_s", "goodput_tok_s")
+# metrics that also exist per GPU the server uses (`<metric>_per_gpu`), so layouts that use
+# different numbers of GPUs compare fairly
+PER_GPU_BASES = ("request_throughput", "output_throughput", "total_token_throughput",
+                 *CAPACITY_METRICS)
+PER_GPU = "_per_gpu"
+
+
+def base_metric(metric: str) -> str:
+    """`capacity_per_gpu` -> `capacity`; any other metric is its own base."""
+    if metric.endswith(PER_GPU) and metric[:-len(PER_GPU)] in PER_GPU_BASES:
+        return metric[:-len(PER_GPU)]
+    return metric
+
+
+def per_gpu(metrics: dict[str, float], gpus: int) -> dict[str, float]:
+    """The per-GPU values of the metrics that have one: the value divided by the GPUs the
+    server used (a server that uses 1 GPU of a trial's 2 is scored on its 1: the other can run
+    another replica)."""
+    return {m + PER_GPU: metrics[m] / gpus for m in PER_GPU_BASES if m in metrics}
+
+
+def known_metric(v: str) -> str:
+    """A metric a single measurement produces (SLOs judge these)."""
+    if v not in METRIC_NAMES:
+        raise ValueError(f"unknown metric {v!r}; known: {', '.join(METRIC_NAMES)}")
+    return v
+
+
+def objective_metric(v: str) -> str:
+    """A metric a study can optimize: a measured one, or one of the capacity search's."""
+    base = base_metric(v)
+    if base not in METRIC_NAMES and base not in CAPACITY_METRICS:
+        raise ValueError(f"unknown metric {v!r}; known: {', '.join(CAPACITY_METRICS)} (with a "
+                         f"capacity: section), {', '.join(METRIC_NAMES)}; "
+                         f"{', '.join(PER_GPU_BASES)} also as <metric>{PER_GPU}")
+    return v
+
+
+def min_requests(metric: str) -> int:
+    """Successful requests a measurement needs before `metric` can be judged: 100 / (100 - q)
+    for a q-th percentile (p99: 100, p90: 10, median: 2), 1 for a mean or a throughput."""
+    stat = metric.split("_", 1)[0]
+    q = QUANTILES.get(stat)
+    return 1 if q is None else math.ceil(100.0 / (100.0 - q) - 1e-9)

@@ -14,15 +14,13 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from autotune.config.base import StrictModel, parse_model, read_yaml
+from autotune.config.metric_names import CAPACITY_METRICS, base_metric, objective_metric
 from autotune.config.quality import QualityConfig
 from autotune.config.workload import (
-    CAPACITY_METRICS,
     CapacityConfig,
     ProfileConfig,
     SLOConfig,
-    base_metric,
     builtin_suite,
-    objective_metric,
 )
 from autotune.errors import ConfigError
 

@@ -7,10 +7,10 @@ import math
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from autotune.config.base import StrictModel
-from autotune.config.metric_names import METRIC_NAMES, QUANTILES
+from autotune.config.metric_names import known_metric, min_requests
 
 ProfileName = Literal["sharegpt", "random", "throughput", "long-context", "generation-heavy",
                       "dataset"]
@@ -24,55 +24,6 @@ PRESETS: dict[str, tuple[int, int]] = {
 }
 # profiles whose prompts are token ids, which only the completions endpoint takes
 TOKEN_ID_PROFILES = ("random", *PRESETS)
-
-
-# what a capacity search adds to a trial's metrics (autotune.measure.capacity); every other
-# metric of a capacity trial is its value at the capacity point
-CAPACITY_METRICS = ("capacity", "capacity_req_s", "goodput_tok_s")
-# metrics that also exist per GPU the server uses (`<metric>_per_gpu`), so layouts that use
-# different numbers of GPUs compare fairly
-PER_GPU_BASES = ("request_throughput", "output_throughput", "total_token_throughput",
-                 *CAPACITY_METRICS)
-PER_GPU = "_per_gpu"
-
-
-def base_metric(metric: str) -> str:
-    """`capacity_per_gpu` -> `capacity`; any other metric is its own base."""
-    if metric.endswith(PER_GPU) and metric[:-len(PER_GPU)] in PER_GPU_BASES:
-        return metric[:-len(PER_GPU)]
-    return metric
-
-
-def per_gpu(metrics: dict[str, float], gpus: int) -> dict[str, float]:
-    """The per-GPU values of the metrics that have one: the value divided by the GPUs the
-    server used (a server that uses 1 GPU of a trial's 2 is scored on its 1: the other can run
-    another replica)."""
-    return {m + PER_GPU: metrics[m] / gpus for m in PER_GPU_BASES if m in metrics}
-
-
-def known_metric(v: str) -> str:
-    """A metric a single measurement produces (SLOs judge these)."""
-    if v not in METRIC_NAMES:
-        raise ValueError(f"unknown metric {v!r}; known: {', '.join(METRIC_NAMES)}")
-    return v
-
-
-def objective_metric(v: str) -> str:
-    """A metric a study can optimize: a measured one, or one of the capacity search's."""
-    base = base_metric(v)
-    if base not in METRIC_NAMES and base not in CAPACITY_METRICS:
-        raise ValueError(f"unknown metric {v!r}; known: {', '.join(CAPACITY_METRICS)} (with a "
-                         f"capacity: section), {', '.join(METRIC_NAMES)}; "
-                         f"{', '.join(PER_GPU_BASES)} also as <metric>{PER_GPU}")
-    return v
-
-
-def min_requests(metric: str) -> int:
-    """Successful requests a measurement needs before `metric` can be judged: 100 / (100 - q)
-    for a q-th percentile (p99: 100, p90: 10, median: 2), 1 for a mean or a throughput."""
-    stat = metric.split("_", 1)[0]
-    q = QUANTILES.get(stat)
-    return 1 if q is None else math.ceil(100.0 / (100.0 - q) - 1e-9)
 
 
 class ProfileConfig(StrictModel):
@@ -270,17 +221,25 @@ class CapacityConfig(StrictModel):
     close_runs: int = Field(4, ge=2, description="A close point (an SLO inside its interval) "
                             "runs again, fresh requests pooled, until the interval clears the "
                             "SLOs or it ran this often; the pooled value decides (2: old rule).")
+    samples: int | Literal["auto"] = Field(
+        "auto", description="Fresh request samples (new prompts and arrivals) a load point is "
+        "judged on: each SLO on the median of its value over them, a failed request in any is a "
+        "miss; a point stops once the rest cannot move the median across a target. One sample's "
+        "p99 TPOT on a GPU ranged over 30-66% of its rate's median (docs/capacity.md). auto: 3 "
+        "with a GPU, 1 without (one sample: close points pool up to close_runs runs).")
     settle: bool = Field(True, description="Stop a load point once its requests so far settle "
                          "a miss: more of them over an SLO than its percentile's interval allows, "
                          "whatever the rest do (the verdict is the same; docs/capacity.md).")
 
-    @field_validator("warm_windows", mode="before")
+    @field_validator("warm_windows", "samples", mode="before")
     @classmethod
-    def _windows(cls, v: Any) -> Any:
+    def _count_or_auto(cls, v: Any, info: ValidationInfo) -> Any:
+        what, least = {"warm_windows": ("windows", 0), "samples": ("samples", 1)}[
+            str(info.field_name)]
         if v == "auto":
             return v
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError("must be a number of windows (0 or more) or auto")
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise ValueError(f"must be a number of {what} ({least} or more) or auto")
         return v
 
     @model_validator(mode="after")

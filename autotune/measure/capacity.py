@@ -36,8 +36,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
-from autotune.config.metric_names import FAILED, QUANTILES
-from autotune.config.workload import SLOConfig, min_requests
+from autotune.config.metric_names import FAILED, QUANTILES, min_requests
+from autotune.config.workload import SLOConfig
 from autotune.measure.stats import percentile_interval
 
 # how a search stopped early below the incumbent begins its `stopped`: its capacity is a bound

@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -151,3 +153,37 @@ def steady_share(records: Sequence[RequestRecord], concurrency: int, duration_s:
     if ramped is None or drain is None:  # never every slot busy: all ramp and drain
         return 0.0
     return min(max(min(drain, duration_s) - max(ramped, 0.0), 0.0) / duration_s, 1.0)
+
+
+# "Too short to measure" (docs/noise.md says how these were set): a closed-loop benchmark that
+# gives each concurrency slot fewer than MIN_PER_SLOT requests is one wave of requests, and one
+# that spends less than MIN_STEADY of its time with every slot busy measures its ramp and drain
+MIN_PER_SLOT = 1.9
+MIN_STEADY = 0.5
+
+
+
+def too_short(records: list[RequestRecord], concurrency: int | None, duration_s: float
+              ) -> str | None:
+    """Why a closed-loop measurement is too short to trust, or None."""
+    if not concurrency or not records or duration_s <= 0:
+        return None
+    per_slot = len(records) / concurrency
+    steady = steady_share(records, concurrency, duration_s)
+    why, enough = [], math.ceil(MIN_PER_SLOT * concurrency)
+    if per_slot < MIN_PER_SLOT:
+        why.append(f"{per_slot:.2f} requests per concurrency slot (< {MIN_PER_SLOT:g})")
+    if steady < MIN_STEADY:
+        why.append(f"all {concurrency} slots busy for only {steady:.0%} of its "
+                   f"{duration_s:.1f} s (< {MIN_STEADY:.0%})")
+        # the ramp and drain take about as long with more requests, so the steady part must
+        # grow by `extra_s`; a closed loop's steady rate is its slots over a request's latency
+        extra_s = (MIN_STEADY - steady) * duration_s / (1 - MIN_STEADY)
+        took = [r.end_time - r.send_time for r in records if r.end_time is not None]
+        latency = statistics.median(took) if took else 0.0
+        rate = concurrency / latency if latency > 0 else len(records) / duration_s
+        enough = max(enough, math.ceil((len(records) + rate * extra_s) * 1.05))
+    if not why:
+        return None
+    return (f"benchmark too short to measure: {' and '.join(why)}; raise profile.num_prompts "
+            f"to at least {enough} (docs/noise.md)")

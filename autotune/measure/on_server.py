@@ -8,8 +8,6 @@ a server someone else started. Expected failures surface as `LoadError`s with th
 from __future__ import annotations
 
 import json
-import math
-import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -29,6 +27,7 @@ from autotune.load import (
 from autotune.load.datasets import load_tokenizer, sample_requests
 from autotune.load.placement import client_cpus
 from autotune.load.record import Request, RequestRecord
+from autotune.measure import sampled
 from autotune.measure.capacity import (
     CURVE_METRICS,
     LATE_READS,
@@ -43,7 +42,7 @@ from autotune.measure.capacity import (
     late_fix,
     point_seed,
 )
-from autotune.measure.metrics import BenchMetrics, compute_metrics, per_request, steady_share
+from autotune.measure.metrics import BenchMetrics, compute_metrics, per_request, too_short
 from autotune.measure.search import search
 from autotune.measure.settle import Settle
 from autotune.server.jit import LogSpan
@@ -60,42 +59,9 @@ CLIENT_BUSY = 0.9  # client CPU fraction over which a measurement is suspect
 # are a warm server; auto runs at most GPU_WARM_WINDOWS of them on a GPU
 WARM_AGREE = 0.15
 GPU_WARM_WINDOWS = 4
+GPU_SAMPLES = 3  # capacity.samples auto: fresh samples a point is judged on with a GPU
 CLOSE_SEED_STEP = 104_729  # a close point's later runs: seeds this far apart (fresh prompts)
 WARMUP_TOKENS = 16  # the output of a capacity point's warm-up requests, at most
-# "Too short to measure" (docs/noise.md says how these were set): a closed-loop benchmark that
-# gives each concurrency slot fewer than MIN_PER_SLOT requests is one wave of requests, and one
-# that spends less than MIN_STEADY of its time with every slot busy measures its ramp and drain
-MIN_PER_SLOT = 1.9
-MIN_STEADY = 0.5
-
-
-
-def too_short(records: list[RequestRecord], concurrency: int | None, duration_s: float
-              ) -> str | None:
-    """Why a closed-loop measurement is too short to trust, or None."""
-    if not concurrency or not records or duration_s <= 0:
-        return None
-    per_slot = len(records) / concurrency
-    steady = steady_share(records, concurrency, duration_s)
-    why, enough = [], math.ceil(MIN_PER_SLOT * concurrency)
-    if per_slot < MIN_PER_SLOT:
-        why.append(f"{per_slot:.2f} requests per concurrency slot (< {MIN_PER_SLOT:g})")
-    if steady < MIN_STEADY:
-        why.append(f"all {concurrency} slots busy for only {steady:.0%} of its "
-                   f"{duration_s:.1f} s (< {MIN_STEADY:.0%})")
-        # the ramp and drain take about as long with more requests, so the steady part must
-        # grow by `extra_s`; a closed loop's steady rate is its slots over a request's latency
-        extra_s = (MIN_STEADY - steady) * duration_s / (1 - MIN_STEADY)
-        took = [r.end_time - r.send_time for r in records if r.end_time is not None]
-        latency = statistics.median(took) if took else 0.0
-        rate = concurrency / latency if latency > 0 else len(records) / duration_s
-        enough = max(enough, math.ceil((len(records) + rate * extra_s) * 1.05))
-    if not why:
-        return None
-    return (f"benchmark too short to measure: {' and '.join(why)}; raise profile.num_prompts "
-            f"to at least {enough} (docs/noise.md)")
-
-
 def samples(records: list[RequestRecord]) -> Samples:
     """Per-request values in ms by metric stem, for the intervals of percentile SLOs."""
     return {k: [v * 1000 for v in vals] for k, vals in per_request(records).items()}
@@ -121,6 +87,24 @@ class Point:
     records: list[RequestRecord]
     server_stats: dict[str, float]
     settings: LoadSettings
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """One sample of a capacity point (`capacity_on`): its runs (one, or a close point's
+    pooled runs), their flat metrics and intervals, its misses and the client's limit."""
+
+    runs: list[Point]
+    flat: dict[str, float]
+    bounds: dict[str, tuple[float, float]]
+    misses: list[str]
+    missed: list[str]
+    flag: str | None
+    settled: Settle | None
+
+    @property
+    def sample(self) -> sampled.Sample:
+        return sampled.Sample(self.flat, tuple(self.missed))
 
 
 def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Request], *,
@@ -267,12 +251,10 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         return {"warm_windows": float(done), "warm_s": time.monotonic() - t0,
                 "warm_stable": float(stable), "warm_jit_events": seen}
 
-    def measure_at(load: float) -> LoadPoint:
-        carry = warm_up(load) if windows and not warmed else {}
-        warmed.append(carry)
-        phase(f"load {load:g}")
-        t0 = time.monotonic()
-        seed = point_seed(profile.seed, load)
+    def one_sample(load: float, seed: int, pool: bool) -> Sampled:
+        """One sample of a point: a run with the seed's requests (again with fresh ones where a
+        kernel compiled or the client read late during it); with `pool`, a close verdict runs
+        again, fresh requests pooled, up to close_runs."""
         first, settled = run_at(load, seed)
         if first.server_stats["jit_events"]:  # a kernel compiled inside it: not the server's pace
             seen = first.server_stats["jit_events"]
@@ -280,11 +262,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
             first, settled = run_at(load, point_seed(seed + 1, load))
             first.server_stats["jit_remeasured"] = 1.0
             first.server_stats["jit_events_discarded"] = seen
-        runs = [first]
-        flat = runs[0].metrics.flat()
-        bounds = intervals(slos, samples(runs[0].records))
-        state, misses, _close, missed = judge(flat, slos, bounds)
-        flag = client_limit(flat, cap.requests_at(load), load, cap.axis)
+        flag = client_limit(first.metrics.flat(), cap.requests_at(load), load, cap.axis)
         if flag is not None and flag.startswith(LATE_READS):  # the client's, not the server's
             raised.append(more_processes(first.settings.processes))
             phase(f"load {load:g} (read late: again" + (
@@ -292,11 +270,11 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                 else ")"))
             first, settled = run_at(load, point_seed(point_seed(seed, load), load))
             first.server_stats["late_reads_remeasured"] = 1.0
-            runs = [first]
-            flat = first.metrics.flat()
-            bounds = intervals(slos, samples(first.records))
-            state, misses, _close, missed = judge(flat, slos, bounds)
-            flag = client_limit(flat, cap.requests_at(load), load, cap.axis)
+            flag = client_limit(first.metrics.flat(), cap.requests_at(load), load, cap.axis)
+        runs = [first]
+        flat = first.metrics.flat()
+        bounds = intervals(slos, samples(first.records)) if pool else {}
+        state, misses, _close, missed = judge(flat, slos, bounds)
         if settled is not None:  # the requests sent already settle a miss: the rest would not
             state, misses, missed = "missed", [str(settled.reason)], [str(settled.metric)]
         # close: fresh runs, pooled, until the pooled interval clears the SLOs (or close_runs)
@@ -314,12 +292,34 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
             flag = client_limit(runs[-1].metrics.flat(), cap.requests_at(load), load, cap.axis)
         if state == "close":  # still close after close_runs: the pooled value decides
             _state, misses, _close, missed = judge(flat, slos, {})
-            state = "missed" if misses else "met"
+        return Sampled(runs, flat, bounds, misses, missed, flag, settled)
+
+    k = cap.samples if cap.samples != "auto" else (GPU_SAMPLES if has_gpu() else 1)
+
+    def measure_at(load: float) -> LoadPoint:
+        carry = warm_up(load) if windows and not warmed else {}
+        warmed.append(carry)
+        phase(f"load {load:g}")
+        t0 = time.monotonic()
+        got: list[Sampled] = []
+        while not got or (got[-1].flag is None and not sampled.decided(
+                [g.sample for g in got], slos, k)):
+            if got:
+                phase(f"load {load:g} (sample {len(got) + 1} of {k})")
+            got.append(one_sample(load, point_seed(
+                profile.seed + sampled.SAMPLE_SEED_STEP * len(got), load), pool=k == 1))
+        last, runs = got[-1], [pt for g in got for pt in g.runs]
+        flat, bounds, misses, missed = last.flat, last.bounds, last.misses, last.missed
+        if k > 1:
+            _met, misses, missed = sampled.verdict([g.sample for g in got], slos)
+            flat = sampled.medians([g.sample for g in got], CURVE_METRICS)
         # the last run's stats; the speculation counters over every run kept
         server = dict(runs[-1].server_stats) | carry | spec_counts(pt.server_stats for pt in runs)
-        point = LoadPoint(load, state == "met", tuple(misses),
+        server["samples"] = float(len(got))
+        settled = next((g.settled for g in got if g.settled is not None), None)
+        point = LoadPoint(load, not misses, tuple(misses),
                           {k: flat[k] for k in CURVE_METRICS}, time.monotonic() - t0, server,
-                          {k: list(v) for k, v in bounds.items()}, len(runs), flag,
+                          {k: list(v) for k, v in bounds.items()}, len(runs), last.flag,
                           settled.at_s if settled is not None else None, tuple(missed))
         write_records([r for pt in runs for r in pt.records],
                       workdir / "points" / f"load-{load:g}.csv")

@@ -23,8 +23,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.config.metric_names import PER_GPU, per_gpu
 from autotune.config.study import SUITE_PREFIX, StudyConfig, gpus_per_replica, layout_text
-from autotune.config.workload import PER_GPU, per_gpu
 from autotune.errors import (
     LoadError,
     MeasurementWarning,

@@ -112,8 +112,10 @@ class Run:
             time.sleep(2)
         return used
 
-    def boot(self, k: int, config: str) -> dict[str, Any] | None:
-        name = f"boot{k}-{config}"
+    def boot(self, k: int, config: str, url: str | None = None) -> dict[str, Any] | None:
+        """One capacity search by the product: on a server it boots, or (`url`) on a running
+        one (then the search is named url{k})."""
+        name = f"{'url' if url else 'boot'}{k}-{config}"
         self.record(kind="begin", step=name, left_s=round(self.left()))
         used = self.gpu_free()
         argv = [PY, "-m", "autotune", "bench", "--model", MOE, "--profile", "sharegpt",
@@ -122,14 +124,15 @@ class Run:
                 "--min-duration-s", "20", "--point-warmup", "8",
                 *(x for s in SLOS for x in ("--slo", s)), "--boot-timeout", "900",
                 "--workdir", str(self.work), "--output", str(self.res / f"{name}.json"),
-                "--", "--load-format", "dummy", *CONFIGS[config], *self.extra]
+                *(["--url", url] if url else
+                  ["--", "--load-format", "dummy", *CONFIGS[config], *self.extra])]
         rc, wall = self.call(argv, self.res / f"{name}.out", self.left() - 15)
         row: dict[str, Any] = {"kind": "boot", "step": name, "config": config, "rc": rc,
                                "wall_s": round(wall, 1), "gpu_used_mib_before": used}
         path = self.res / f"{name}.json"
         doc = json.loads(path.read_text()) if rc == 0 and path.exists() else None
         if doc is not None:
-            log = Path(doc["log_path"])
+            log = Path(doc.get("log_path") or "-")
             lines = log.read_text(errors="replace").splitlines() if log.exists() else []
             row |= {"capacity": doc.get("capacity"), "timings": doc.get("timings"),
                     "launch": doc.get("launch"), "argv": doc.get("argv"),
@@ -141,7 +144,7 @@ class Run:
                                     "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
                                     "p99_tpot_ms", "request_throughput", "completed")},
                                 **{k: v for k, v in p.get("server", {}).items()
-                                   if k.startswith(("jit", "warm"))}}
+                                   if k.startswith(("jit", "warm", "samples"))}}
                                for p in doc.get("points", [])]}
         self.record(**row)
         return doc
@@ -191,6 +194,10 @@ class Run:
                                  self.res / f"reference-{config}{tag}.out", self.left() - 45)
             self.record(kind="reference", config=config, rc=rc, wall_s=round(wall, 1),
                         doc=json.loads(ref.read_text()) if ref.exists() else None)
+            # the product's search on this stock server too (MOE_URL_SEARCH=1): a second
+            # capacity on the machine without a boot's cost
+            if os.environ.get("MOE_URL_SEARCH") == "1" and self.left() > 300:
+                self.boot(2, config, url=url)
             if first is None or REPEATS == 0 or self.left() < 75:
                 return
             load = float(first["load"])

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from autotune.load.record import RequestRecord
-from autotune.measure.metrics import steady_share
-from autotune.measure.on_server import MIN_PER_SLOT, too_short
+from autotune.measure.metrics import MIN_PER_SLOT, steady_share, too_short
 from autotune.outputs.tables import gain_text
 from autotune.tuning.confirm import config_gains, wanted
 from autotune.tuning.record import Status, TrialFacts, TrialRecord

@@ -7,8 +7,8 @@ from typing import Any
 import optuna
 import pytest
 
+from autotune.config.metric_names import base_metric, objective_metric, per_gpu
 from autotune.config.study import StudyConfig, gpus_per_replica, layout_text
-from autotune.config.workload import base_metric, objective_metric, per_gpu
 from autotune.errors import ConfigError
 from autotune.tuning import objective as objective_mod
 from autotune.tuning.objective import BOOT_OK, Objective, incumbent

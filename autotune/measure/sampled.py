@@ -1,0 +1,89 @@
+"""A load point judged on several fresh request samples (capacity.samples).
+
+On one warm H100 MoE server, one sample's p99 TPOT at a fixed Poisson rate ranged over 30-66%
+of that rate's median, more than a 10% step in rate moved the median
+(docs/results/warm-server-h100, `verdict_wellposed`): a point judged on one sample is judged on
+its prompts as much as on its load. So a point runs up to k samples, each with its own prompts
+and arrivals, and each SLO is judged on the median of its value over them, the rule
+scripts/reference_check.py judges `vllm bench serve`'s samples by:
+
+- a sample's value of an SLO's metric counts as above the target when the sample missed that
+  SLO without a value above it (its miss was settled early, or it had too few requests);
+- a failed request in any sample is a miss;
+- the point stops once the samples still to run cannot move any median across its target:
+  k // 2 + 1 samples above one target settle a miss, k // 2 + 1 within every target a meet.
+
+Pure: fed each sample's flat metrics and the metrics its own verdict missed.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autotune.config.metric_names import FAILED
+from autotune.config.workload import SLOConfig
+
+# a point's later samples: seeds this far apart from its first (warm-up windows use seed + 1..4)
+SAMPLE_SEED_STEP = 1_000_003
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample of a point: its flat metrics and the metrics its own verdict missed
+    (an SLO's metric, or FAILED)."""
+
+    metrics: dict[str, float]
+    missed: tuple[str, ...]
+
+
+def value(sample: Sample, slo: SLOConfig) -> float:
+    """The sample's value of the SLO's metric; inf where it missed the SLO without a value
+    beyond the target (settled early, too few requests)."""
+    v = sample.metrics.get(slo.metric, math.nan)
+    if slo.metric in sample.missed and not (slo.violation(v) > 0):
+        return math.inf
+    return v
+
+
+def above(sample: Sample, slo: SLOConfig) -> bool:
+    v = value(sample, slo)
+    return math.isnan(v) or slo.violation(v) > 0
+
+
+def decided(samples: Sequence[Sample], slos: Sequence[SLOConfig], k: int) -> bool:
+    """Whether the point's verdict over k samples is known from these (see the module)."""
+    if len(samples) >= k or any(FAILED in s.missed for s in samples):
+        return True
+    need = k // 2 + 1
+    over = [sum(above(s, slo) for s in samples) for slo in slos]
+    return any(n >= need for n in over) or all(len(samples) - n >= need for n in over)
+
+
+def verdict(samples: Sequence[Sample], slos: Sequence[SLOConfig]
+            ) -> tuple[bool, list[str], list[str]]:
+    """(met, misses in words, the metric of each miss) on the samples' medians."""
+    misses, missed = [], []
+    failed = sum(int(s.metrics.get("failed", 0)) for s in samples)
+    if failed:
+        total = failed + sum(int(s.metrics.get("completed", 0)) for s in samples)
+        misses.append(f"{failed} of {total} requests failed over {len(samples)} samples")
+        missed.append(FAILED)
+    for slo in slos:
+        vals = [value(s, slo) for s in samples]
+        med = statistics.median(vals)
+        if math.isnan(med) or slo.violation(med) > 0:
+            over = sum(above(s, slo) for s in samples)
+            shown = "over it" if math.isinf(med) else f"{med:,.1f}"
+            misses.append(f"{slo.text()} (median of {len(samples)} samples {shown}; "
+                          f"{over} over: " + ", ".join(
+                              "settled" if math.isinf(v) else f"{v:,.1f}" for v in vals) + ")")
+            missed.append(slo.metric)
+    return not misses, misses, missed
+
+
+def medians(samples: Sequence[Sample], keys: Sequence[str]) -> dict[str, float]:
+    """Each metric's median over the samples (the point's curve values)."""
+    return {k: statistics.median(s.metrics.get(k, math.nan) for s in samples) for k in keys}
