@@ -112,7 +112,8 @@ class Run:
             time.sleep(2)
         return used
 
-    def boot(self, k: int, config: str, url: str | None = None) -> dict[str, Any] | None:
+    def boot(self, k: int, config: str, url: str | None = None, start: float | None = None
+             ) -> dict[str, Any] | None:
         """One capacity search by the product: on a server it boots, or (`url`) on a running
         one (then the search is named url{k})."""
         name = f"{'url' if url else 'boot'}{k}-{config}"
@@ -120,7 +121,7 @@ class Run:
         used = self.gpu_free()
         argv = [PY, "-m", "autotune", "bench", "--model", MOE, "--profile", "sharegpt",
                 "--client-processes", "auto", "--capacity-axis", "rate", "--low", "4",
-                "--start", f"{START:g}", "--high", "512", "--tolerance", "0.1",
+                "--start", f"{start or START:g}", "--high", "512", "--tolerance", "0.1",
                 "--min-duration-s", "20", "--point-warmup", "8",
                 *(x for s in SLOS for x in ("--slo", s)), "--boot-timeout", "900",
                 "--workdir", str(self.work), "--output", str(self.res / f"{name}.json"),
@@ -197,7 +198,7 @@ class Run:
             # the product's search on this stock server too (MOE_URL_SEARCH=1): a second
             # capacity on the machine without a boot's cost
             if os.environ.get("MOE_URL_SEARCH") == "1" and self.left() > 300:
-                self.boot(2, config, url=url)
+                self.boot(2, config, url=url, start=capacity)  # as a later trial starts
             if first is None or REPEATS == 0 or self.left() < 75:
                 return
             load = float(first["load"])
