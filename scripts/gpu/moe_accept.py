@@ -266,6 +266,12 @@ class Run:
                 firsts.append({"load": p0["load"], **p0["metrics"]})
 
         one(1)
+        if os.environ.get("MOE_BOOTS_ONLY") == "1":  # the spread over boots alone: no stock step
+            for k in (2, 3):
+                if self.left() > min(walls[-1], 600) + 20:
+                    one(k)
+            self.record(kind="end", capacities=caps, left_s=round(self.left()))
+            return
         # a warm boot: boot 1 compiled everything cold (torch.compile, Triton, FlashInfer)
         if self.left() > max(walls[-1] - 180, 250) + STOCK_NEED_S:
             one(2)

@@ -34,6 +34,12 @@ A
     tar --exclude=./.gpu --exclude=./.git --exclude=./.venv --exclude=./venv --exclude=./docs \
       --exclude=./mlruns -cf - . | tar -C $acc/at -xf -
     cd $acc/at || exit 1
+    # the machine while it runs: GPU clocks, power, temperature and the host's CPU (steal)
+    setsid nohup nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu \
+      --format=csv -l 5 > $acc/res/gpu-telemetry.csv 2>&1 < /dev/null &
+    setsid nohup nvidia-smi --query-gpu=timestamp,clocks_event_reasons.active --format=csv -l 5 \
+      > $acc/res/gpu-reasons.csv 2>&1 < /dev/null &
+    setsid nohup vmstat -t 5 > $acc/res/vmstat.log 2>&1 < /dev/null &
     setsid nohup python3 scripts/gpu/moe_accept.py run --res $acc/res \
       --deadline $(( t0 + deadline_in )) > $acc/res/orchestrator.log 2>&1 < /dev/null &
     echo $! > $acc/pid
