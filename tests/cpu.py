@@ -11,6 +11,9 @@ CPU_MEMORY_FRACTION = 0.3
 CPU_BASE = {"load_format": "dummy", "enforce_eager": True,
             "gpu_memory_utilization": CPU_MEMORY_FRACTION}
 CPU_ARGS = {**CPU_BASE, "max_model_len": 4096}
+# vLLM's switch for its worker process (tests/integration/conftest.py: off for every server the
+# tests start but those whose processes a fault test strikes)
+V1_MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
 # the same as `vllm serve` flags, for the CLI tests
 CPU_ARGV = ["--load-format", "dummy", "--enforce-eager",
             "--gpu-memory-utilization", str(CPU_MEMORY_FRACTION)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -34,3 +35,17 @@ def wait_for(path: Path, timeout: float = 120) -> None:
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} did not appear in {timeout} s"
         time.sleep(0.1)
+
+
+def side_by_side(*argvs: list[str], env: dict[str, str] | None = None, timeout: float = 900
+                 ) -> list[subprocess.CompletedProcess[str]]:
+    """Commands that only read (as `autotune trials`, `export`, `report` do a study) run at
+    once, as `subprocess.run` runs one: most of each is its imports, and two cores import two
+    at a time."""
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for argv in argvs]
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done

@@ -11,7 +11,7 @@ import pytest
 
 from autotune.config.study import ServerConfig, default_executable
 from autotune.server.lifecycle import ServerProcess
-from tests.cpu import CPU_ARGS
+from tests.cpu import CPU_ARGS, V1_MULTIPROCESSING
 from tests.servers import serving
 
 
@@ -39,8 +39,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # boot of the test model took 25 and 31 s instead of 39 to 48 here, and the suite boots some
 # 50 servers. The server, scheduler and model runner are vLLM's; what differs is that vLLM no
 # longer binds the model's one torch thread to a core. Studies and the README's demo keep
-# vLLM's default, and so do the fault tests, which strike vLLM's default process tree.
-V1_MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
+# vLLM's default, and so do the boots the fault tests strike (vLLM's default process tree).
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -67,7 +67,11 @@ def test_search_agrees_with_a_dense_sweep(three_seq_server: ServerProcess, tiny_
     url, model = three_seq_server.base_url, str(tiny_model)
     sweep, e2el, server = {}, {}, {}
     for load in loads:
-        one = base.model_copy(update={"low": load, "high": load})
+        # below the slot count no request waits for a slot: 8 requests read the unqueued start
+        # and the service time as 16 do (the SLO is a tenth of it), at half the time (a point
+        # at 1 runs its requests one after another: 34 s of 16 here)
+        one = base.model_copy(update={"low": load, "high": load,
+                                      **({"requests_per_point": 8} if load < SLOTS else {})})
         res = capacity_on(url, model, model, PROFILE, one, [probe], tmp_path / f"sweep-{load}")
         sweep[load] = res.points[0].metrics["median_ttft_ms"]
         e2el[load] = res.points[0].metrics["mean_e2el_ms"]

@@ -19,6 +19,7 @@ import yaml
 
 from autotune.config.study import load_study_config
 from tests.cpu import CPU_MEMORY_FRACTION
+from tests.procs import side_by_side
 
 pytestmark = pytest.mark.integration
 
@@ -29,6 +30,10 @@ NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
 # 100,000 changes less on short prompts (exact match 25-38%), and `rope_theta` alone is not
 # read from this config at all (it holds rope_parameters): both unfit to test a failure on
 NORM = {"rms_norm_eps": 1.0}
+# the guard's greedy tokens per prompt: 16 (24 before, cut for CI time; about 1 s a prompt on 2
+# cores in float32). A changed norm differs from the first token on; the n-gram trial's greedy
+# completions drafted 48 tokens and accepted 30 at 24 tokens a prompt
+GUARD_TOKENS = 16
 PROMPTS = [  # rewrites and lists: text the prompt already holds, for n-gram lookup
     "Rewrite this sentence in the same words: the quick brown fox jumps over the lazy dog. "
     "The quick brown fox jumps over the lazy dog.",
@@ -65,7 +70,7 @@ def test_the_guard_passes_the_defaults_and_ngram_and_fails_a_changed_model(
                     "max_concurrency": 3, "warmup": 1},
         "search_space": str(tmp_path / "space.yaml"),
         "sampler": {"name": "random", "seed": 1}, "n_trials": 4,
-        "quality": {"when": "always", "prompts": len(PROMPTS), "max_tokens": 24},
+        "quality": {"when": "always", "prompts": len(PROMPTS), "max_tokens": GUARD_TOKENS},
         "confirm": {"when": "never"}, "workdir": str(tmp_path / "mlruns")}))
     cfg = load_study_config(study)
     from autotune.tuning.study import open_study
@@ -107,12 +112,12 @@ def test_the_guard_passes_the_defaults_and_ngram_and_fails_a_changed_model(
     assert "trial 3" not in next(line for line in p.stdout.splitlines()
                                  if line.startswith("deploy: "))
     # export and the report show the acceptance of a config that speculates (build 3)
+    # (both at once: each only reads the study, and most of either is its imports)
     env = {**os.environ, "COLUMNS": "200"}
-    e = subprocess.run([sys.executable, "-m", "autotune", "export", "--config", str(study),
-                        "--trial", "2"], capture_output=True, text=True, timeout=120, env=env)
+    e, r = side_by_side(
+        [sys.executable, "-m", "autotune", "export", "--config", str(study), "--trial", "2"],
+        [sys.executable, "-m", "autotune", "report", "--config", str(study), "--out",
+         str(tmp_path / "report")], env=env, timeout=120)
     assert e.returncode == 0 and "speculative decoding: " in e.stderr, e.stderr[-2000:]
-    r = subprocess.run([sys.executable, "-m", "autotune", "report", "--config", str(study),
-                        "--out", str(tmp_path / "report")], capture_output=True, text=True,
-                       timeout=120, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "## Speculative decoding" in (tmp_path / "report" / "report.md").read_text()

@@ -18,6 +18,7 @@ from autotune.config.study import default_executable, load_study_config
 from autotune.server.lifecycle import ServerProcess
 from autotune.server.process import free_port
 from tests.cpu import CPU_BASE, INFEASIBLE_CAUSE
+from tests.procs import side_by_side
 
 pytestmark = pytest.mark.integration
 
@@ -446,6 +447,15 @@ def test_mlflow_ui_first_screen_in_a_browser(study_file: Path,
         ui.wait(60)
 
 
+def readers(study_file: Path, *commands: str) -> list[subprocess.CompletedProcess[str]]:
+    """`autotune <command> --config <study_file>` for each command, side by side."""
+    done = side_by_side(*([sys.executable, "-m", "autotune", c, "--config", str(study_file)]
+                          for c in commands), env={**os.environ, "COLUMNS": "200"})
+    for c, p in zip(commands, done, strict=True):
+        assert p.returncode == 0, (c, p.stderr[-2000:])
+    return done
+
+
 def _named(text: str, marker: str) -> int | None:
     """The trial number a surface's line names after `marker` ("deploy: trial 3: ...",
     "recommended: vLLM's defaults (trial 0) ...")."""
@@ -474,12 +484,9 @@ def one_answer(study_file: Path, mlflow_first_row: int, mlflow_tag: int) -> None
     c = load_study_config(study_file)
     end = autotune("study", "--config", str(study_file), "--no-confirm")
     assert end.returncode == 0, end.stderr[-2000:]
-    trials = autotune("trials", "--config", str(study_file))
-    pareto = autotune("pareto", "--config", str(study_file))
-    exp = autotune("export", "--config", str(study_file))
-    rep = autotune("report", "--config", str(study_file))
-    for p in (trials, pareto, exp, rep):
-        assert p.returncode == 0, p.stderr[-2000:]
+    # then the four readers at once: each only reads the study (export and report write their
+    # own folders), and most of each is its imports
+    trials, pareto, exp, rep = readers(study_file, "trials", "pareto", "export", "report")
     report = (c.study_dir() / "report" / "report.md").read_text()
     first_row = re.search(r"│\s*(\d+)★", pareto.stdout)
     summary = summarize(load(study_file), c)

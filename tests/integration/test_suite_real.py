@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tests.cpu import CPU_BASE
+from tests.procs import side_by_side
 
 pytestmark = pytest.mark.integration
 
@@ -60,9 +61,10 @@ def test_two_profile_suite_study(tiny_model: Path, tmp_path: Path) -> None:
     assert other["suite_total_token_throughput"] == pytest.approx(min(ratios), abs=6e-3)
     # the shared prefixes are reused (prefix caching is vLLM's default)
     assert base["prefixed/server_prefix_cache_hit_rate"] > 0.3
-    t = subprocess.run([sys.executable, "-m", "autotune", "trials", "--config", str(path)],
-                       capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "COLUMNS": "400"})
+    # `trials` and `export` at once: each only reads the study, and most of either is imports
+    t, e = side_by_side([sys.executable, "-m", "autotune", "trials", "--config", str(path)],
+                        [sys.executable, "-m", "autotune", "export", "--config", str(path),
+                         "--trial", "1"], env={**os.environ, "COLUMNS": "400"}, timeout=120)
     assert t.returncode == 0, t.stderr
     # (the recommended config's number carries a ★)
     def row(n: int) -> list[str]:
@@ -75,8 +77,6 @@ def test_two_profile_suite_study(tiny_model: Path, tmp_path: Path) -> None:
     assert rows and rows[0].count(" 1.00 │") == 2 and "%" not in rows[0]
     one = row(1)
     assert one and one[0].count("%, one") >= 2  # "..., one measurement" (cells wrap)
-    e = subprocess.run([sys.executable, "-m", "autotune", "export", "--config", str(path),
-                        "--trial", "1"], capture_output=True, text=True, timeout=120)
     assert e.returncode == 0, e.stderr
     shown = e.stdout + e.stderr  # the serve line on stdout, the rest on stderr
     assert "prefixed/total_token_throughput" in shown and "vs defaults" in shown
