@@ -140,8 +140,8 @@ def summary(cap_path: Path, low_path: Path, meta: dict[str, Any]) -> None:
         trials.append({
             "number": r["number"], "flags": r["flags"], "status": r["status"],
             "cause": r["cause"],
-            "capacity": (None if r["status"] == "waiting" or (r["facts"].get("capacity") or {})
-                         .get("stopped", "").startswith("not a server verdict at")
+            "capacity": (None if r["status"] == "waiting" or ((r["facts"].get("capacity") or {})
+                         .get("stopped") or "").startswith("not a server verdict at")
                          and not m.get("capacity") else m.get("capacity")),
             "capacity_search": (r["facts"].get("capacity") or {}).get("stopped") or (
                 "not run: the deadline" if r["status"] == "waiting" else None),
