@@ -45,6 +45,12 @@ def test_the_verdict_against_the_thresholds_and_on_dummy_weights(tmp_path: Path)
     assert violation == pytest.approx(0.25 + 0.5) and cause is not None
     assert cause.startswith("quality: exact match 25% of 16 prompts (min 50%), log-prob drop "
                             "0.600 nats/token (max 0.1)")
+    assert "one prompt short" not in cause  # 4 of 16 against 8, and the drop is over too
+    near = {**ok, "exact_match": 7 / 16, "logprob_drop": 0.008}  # fp8 weights on an H100
+    found, violation, cause = g.verdict(flags, False, near)
+    assert violation == pytest.approx(0.5 - 7 / 16) and cause is not None
+    assert cause.endswith("; one prompt short, a verdict that can flip between runs: raise "
+                          "quality.prompts (now 16) for a firmer one")
     dummy = Guard(study_cfg(tmp_path, server={"model": "/m", "executable": ["vllm"],
                                               "args": {"load_format": "dummy"}}), tmp_path,
                   [Request(prompt="hi", prompt_len=1, output_len=4)])
