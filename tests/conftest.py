@@ -26,3 +26,15 @@ def real_model() -> Path:
     root = Path(__file__).resolve().parents[1] / "mlruns" / "models"
     out = Path(os.environ.get("AUTOTUNE_REAL_MODEL_DIR") or root / "smollm2-135m")
     return make_real_model(out, cache=root / "wheels")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups into node ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`--dist loadgroup`): the tests of a module that share a module-scoped
+    fixture (a booted server, a finished study) run on one worker, so it is built once; other
+    tests spread over the workers one by one."""
+    for item in items:
+        defs = getattr(item, "_fixtureinfo", None)
+        scopes = {d.scope for ds in (defs.name2fixturedefs.values() if defs else ()) for d in ds}
+        if "module" in scopes or "class" in scopes:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

@@ -89,7 +89,10 @@ def get_vllm_info(executable: list[str], env: dict[str, str] | None = None) -> V
     version = (version_text.strip().splitlines() or ["unknown"])[-1]
     info = parse_help(help_text, version)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(info.to_json()))
+    # another process (a local worker, a parallel test) may read it meanwhile: never half a file
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(info.to_json()))
+    tmp.replace(path)
     return info
 
 

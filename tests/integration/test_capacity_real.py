@@ -45,6 +45,7 @@ def three_seq_server(server_config: ServerConfig, work_root: Path) -> Iterator[S
         yield proc
 
 
+@pytest.mark.serial  # a search against a sweep: both timed, nothing beside them
 def test_search_agrees_with_a_dense_sweep(three_seq_server: ServerProcess, tiny_model: Path,
                                           tmp_path: Path) -> None:
     """The dense sweep measures every concurrency 1..6; the SLO holds the median TTFT to a tenth

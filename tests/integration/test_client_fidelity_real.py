@@ -27,7 +27,7 @@ from autotune.measure.reference import run_reference
 from tests.cpu import CPU_BASE
 from tests.servers import serving
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # timing: nothing beside it
 
 # The server (less --kv-cache-dtype fp8, which CPUs without AVX-512 refuse), where the
 # late reads were found. The CPU demo's server (vLLM's defaults, 128 prompts at concurrency 16)
