@@ -51,9 +51,11 @@ def test_two_profile_suite_study(tiny_model: Path, tmp_path: Path) -> None:
     for label in ("short", "prefixed"):
         for m in ("total_token_throughput", "mean_tpot_ms"):
             assert base[f"{label}/{m}"] > 0 and other[f"{label}/{m}"] > 0
-            # MLflow holds values rounded as the terminal prints them (two decimals)
+            # MLflow holds values rounded as the terminal prints them: two decimals from 1 up
+            # (a change of +100% or more, as when the baseline ran beside another test's
+            # vLLM), four significant digits below
             assert other[f"delta_{label}/{m}"] == pytest.approx(
-                other[f"{label}/{m}"] / base[f"{label}/{m}"] - 1, abs=2e-3)
+                other[f"{label}/{m}"] / base[f"{label}/{m}"] - 1, abs=5.1e-3)
     # the baseline scores 1.0; the other trial its worst profile's ratio
     assert base["suite_total_token_throughput"] == 1.0
     ratios = [other[f"{k}/total_token_throughput"] / base[f"{k}/total_token_throughput"]

@@ -276,7 +276,8 @@ def test_an_early_stopped_capacity_reads_as_a_lower_bound_in_the_tables(tmp_path
                 "slos": [{"metric": "p99_ttft_ms", "max": 2000}]}
     summary = summary_of(recs, tmp_path, [("capacity", "maximize")], **capacity)
     out = Console(width=200, record=True)
-    out.print(trials_table(summary, study_cfg(tmp_path, [("capacity", "maximize")], **capacity)))
+    out.print(trials_table(summary, study_cfg(tmp_path, [("capacity", "maximize")], **capacity),
+                           width=200))  # not the output console's: COLUMNS differs by runner
     text = out.export_text()
     assert "≥40.00, stopped early" in text and "-20.0%" not in text
     assert "60.00 (+20.0%, one measurement)" in text
