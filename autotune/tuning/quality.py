@@ -9,7 +9,6 @@ cause. On dummy weights the guard says it cannot judge, and why, instead of pass
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -137,7 +136,7 @@ class Guard:
         cause = (f"quality: exact match {em:.0%} of {n} prompts (min "
                  f"{self.q.min_exact_match:.0%}), log-prob drop {drop:.3f} nats/token (max "
                  f"{self.q.max_logprob_drop:g}) against vLLM's defaults' outputs")
-        if not over and math.ceil(self.q.min_exact_match * n - 1e-9) - round(em * n) == 1:
+        if not over and short <= 1 / n + 1e-9:  # one more prompt alike would meet it
             # one prompt from the line: on an H100, fp8 weights read 8 then 7 of 16 on two runs
             cause += (f"; one prompt short, a verdict that can flip between runs: raise "
                       f"quality.prompts (now {n}) for a firmer one")
