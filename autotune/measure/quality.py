@@ -100,6 +100,10 @@ class Drift:
     exact_match: float  # share of prompts whose greedy completion equals the reference's
     logprob_drop: float  # mean over the reference's tokens of (its log-prob - this server's)
     first_diff: str  # the first prompt that differs: what each said (empty: none)
+    # this server's two readings of its own log-probs of the same tokens (its greedy run's and
+    # its prompt_logprobs pass), over the tokens its completions share with the reference's
+    # from the start: mean |difference| in nats/token (None: no shared token to read)
+    logprob_self_gap: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,5 +118,18 @@ def compare(reference: list[Completion], candidate: list[Completion],
              for a, b in zip(r.logprobs, s, strict=True)]
     diff = next((f"{r.text!r} became {c.text!r}" for r, c, ok in
                  zip(reference, candidate, same, strict=True) if not ok), "")
+    gaps = [abs(lp - sc) for r, c, s in zip(reference, candidate, scored, strict=True)
+            for lp, sc in zip(c.logprobs, s[:_shared(r.ids, c.ids)], strict=False)]
     return Drift(len(reference), sum(same) / len(same) if same else 1.0,
-                 statistics.fmean(drops) if drops else 0.0, diff[:300])
+                 statistics.fmean(drops) if drops else 0.0, diff[:300],
+                 statistics.fmean(gaps) if gaps else None)
+
+
+def _shared(a: list[int], b: list[int]) -> int:
+    """How many tokens two completions share from the start."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

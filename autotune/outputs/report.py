@@ -157,6 +157,8 @@ def quality_markdown(recs: list[TrialRecord]) -> list[str]:
             if failed else ("passes" if judged else q.get("why", ""))
         lines.append(f"| {r.number} | {'yes' if judged else 'no'} | "
                      + (f"{q['exact_match']:.0%} | {q['logprob_drop']:.3f}" if judged else "- | -")
+                     + (" (not judged: " + q.get("logprob_why", "") + ")"
+                        if q.get("logprob_judged") is False else "")
                      + f" | {verdict.replace('|', '/')} |")
     return lines
 

@@ -115,7 +115,8 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
         q = r.facts.quality or {}
         if q.get("judged") and "quality:" not in shown:
             text += (f"\nquality: {q['exact_match']:.0%} exact, log-prob drop "
-                     f"{q['logprob_drop']:.3f}")
+                     f"{q['logprob_drop']:.3f}"
+                     + (" (not judged)" if q.get("logprob_judged") is False else ""))
         cells.append(text)
         t.add_row(*cells)
     return t
@@ -160,7 +161,7 @@ class StudyView:
                      for m, v in rec.values.items()]
             msg = ", ".join(parts)
             if rec.status == Status.SLO_MISS:
-                msg = "[yellow]SLO miss[/yellow]: " + msg
+                msg = f"[yellow]{rec.label()}[/yellow]: " + msg
         elif rec.cause:
             msg = f"[red]{rec.label()}[/red]: {escape(short_cause(rec.cause, 150))}"
         else:

@@ -57,13 +57,11 @@ class TrialFacts:
     start: int | None = None  # enqueued as this start config
     warm_start: str | None = None  # enqueued from another study's front: "<study>#<trial>"
     quality: dict[str, Any] | None = None  # the quality guard's figures (tuning/quality.py)
-    process: str | None = None  # the command run that measured it ("host:pid"): a gap
-    # between two trials of different runs is a user's pause, not the tuner's time
+    process: str | None = None  # "host:pid" of the run that measured it (between runs: a pause)
 
     @property
     def bound_only(self) -> bool:
-        """A capacity search stopped early below the incumbent: its capacity is a lower bound,
-        not a measurement to pool with full ones."""
+        """A capacity search stopped early below the incumbent: a lower bound, not to pool."""
         return any(stopped_early(s.stopped) for s in self.searches().values())
 
     def searches(self) -> dict[str | None, CapacityResult]:
@@ -262,8 +260,10 @@ class TrialRecord:
         return self.metrics.get(metric)
 
     def label(self) -> str:
-        """The status as a table shows it."""
-        return {Status.OK: "ok", Status.SLO_MISS: "SLO miss"}.get(self.status, self.status.value)
+        """The status as a table shows it ("quality miss": the quality guard alone failed it)."""
+        missed = {k for k, v in self.constraints.items() if v > 0}
+        miss = "quality miss" if missed == {"quality_ok"} else "SLO miss"
+        return {Status.OK: "ok", Status.SLO_MISS: miss}.get(self.status, self.status.value)
 
 
 def objective_names(study: optuna.Study) -> list[str]:

@@ -31,6 +31,39 @@ def test_drift_counts_exact_matches_and_the_log_prob_drop() -> None:
     d = compare(ref, other, [[-0.1, -0.2, -0.3], [-0.5, -1.5]])
     assert d.exact_match == 0.5 and d.logprob_drop == pytest.approx(1.0 / 5)
     assert d.first_diff == "'8 9' became 'eight four'"
+    # its own greedy log-probs against its prompt_logprobs, over the shared tokens only: 5 6 7
+    # (0 gap) and 8 (0.0 gap); 4 is not the reference's 9, so its reading is not compared
+    assert d.logprob_self_gap == pytest.approx(0.0)
+
+
+def test_a_server_whose_two_log_prob_readings_disagree_is_judged_on_exact_match() -> None:
+    """The shape of the H200 run (vLLM 0.26.0, a 0.5B drafting for a 1.5B): every greedy
+    completion equals the defaults', its greedy log-probs agree with theirs, and its
+    prompt_logprobs read about 9.6 nats/token lower."""
+    ref = [c([5, 6, 7], [-0.1, -0.2, -0.3]), c([8, 9], [-0.5, -0.5])]
+    mine = [c([5, 6, 7], [-0.1, -0.2, -0.3]), c([8, 9], [-0.5, -0.5])]
+    d = compare(ref, mine, [[-9.7, -9.8, -9.9], [-10.1, -10.1]])
+    assert d.exact_match == 1.0 and d.logprob_drop == pytest.approx(9.6)
+    assert d.logprob_self_gap == pytest.approx(9.6)
+    assert compare(ref, [c([1], [])] * 2, [[-1.0] * 3, [-1.0] * 2]).logprob_self_gap is None
+
+
+def test_the_verdict_leaves_out_a_log_prob_drop_the_server_contradicts(tmp_path: Path) -> None:
+    cfg = study_cfg(tmp_path, server={"model": "/m", "executable": ["vllm"]})
+    g = Guard(cfg, tmp_path, [Request(prompt="hi", prompt_len=1, output_len=4)])
+    spec = {"speculative_config": {"method": "draft_model", "model": "/d"}}
+    found = {"judged": True, "prompts": 16, "exact_match": 1.0, "logprob_drop": 9.57,
+             "logprob_self_gap": 9.5}
+    facts, violation, cause = g.verdict(spec, False, found)
+    assert violation == 0.0 and cause is None  # 16 of 16 alike: the guard passes it
+    assert facts is not None and facts["logprob_judged"] is False
+    assert "differ by 9.50 nats/token" in facts["logprob_why"]
+    facts, violation, cause = g.verdict(spec, False, {**found, "exact_match": 0.25})
+    assert violation == pytest.approx(0.25) and cause is not None
+    assert "log-prob drop 9.570 nats/token (not judged: its two log-prob readings " in cause
+    # a gap within the limit: the drop is judged as before
+    facts, violation, cause = g.verdict(spec, False, {**found, "logprob_self_gap": 0.02})
+    assert violation == pytest.approx(9.47) and "logprob_judged" not in (facts or {})
 
 
 def test_the_verdict_against_the_thresholds_and_on_dummy_weights(tmp_path: Path) -> None:
@@ -65,3 +98,15 @@ def test_the_prompt_set_is_the_studys_first_requests() -> None:
             Request(prompt=[{"role": "user", "content": "hello"}], prompt_len=2, output_len=2),
             Request(prompt="text", prompt_len=1, output_len=2)]
     assert prompts_of(reqs, 2) == [[3, 4, 5], "hello"]
+
+
+def test_a_trial_that_only_the_guard_failed_reads_as_a_quality_miss() -> None:
+    from autotune.tuning.record import Status, TrialFacts, TrialRecord
+
+    def rec(**constraints: float) -> TrialRecord:
+        return TrialRecord(1, Status.SLO_MISS, TrialFacts(), {}, {"mean_tpot_ms": 9.9},
+                           constraints)
+
+    assert rec(quality_ok=0.25, requests_ok=0.0).label() == "quality miss"
+    assert rec(quality_ok=0.25, slo_p99_tpot_ms=3.0).label() == "SLO miss"
+    assert rec(slo_p99_tpot_ms=3.0).label() == "SLO miss"
