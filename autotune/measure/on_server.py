@@ -169,9 +169,19 @@ def measure_profile(proc: ServerProcess, model: str, profile: ProfileConfig,
                     on_request: OnRequest | None = None) -> Point:
     """The profile's requests, after its warm-up (the requests past `num_prompts`), on a running
     server. A server that died raises its cause; a run in which every request failed raises
-    with the first error."""
+    with the first error. Kernels vLLM compiled meanwhile (warm-up included) are counted
+    (`jit_events`) and warned of: the run's latencies may hold them."""
+    span = LogSpan(proc.log_path)
+    span.mark()
     pt = measure(proc.base_url, model, profile, reqs[:profile.num_prompts],
                  on_request=on_request, alive=proc.alive, warm=reqs[profile.num_prompts:])
+    jit = span.events()
+    pt.server_stats["jit_events"] = float(len(jit))
+    if jit:
+        warnings.warn(f"vLLM compiled {len(jit)} kernel(s) during this load or its warm-up "
+                      f"({', '.join(sorted({e.kernel for e in jit}))}): its latencies may "
+                      "hold the compile time; a larger profile.warmup covers them",
+                      MeasurementWarning, stacklevel=2)
     proc.check_alive()
     if pt.metrics.completed == 0:
         first = pt.metrics.root_error or "no request succeeded"

@@ -183,3 +183,38 @@ def test_a_point_read_late_is_measured_again_with_more_client_processes(
     first = res.points[0]
     assert first.server["late_reads_remeasured"] == 1.0 and first.flag is None and first.passed
     assert all(p.flag is None for p in res.points) and res.capacity == 8
+
+
+def test_a_fixed_load_that_overlapped_a_compile_counts_it_and_warns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fixed-load trial (no capacity search, so no point to measure again with fresh
+    requests): the compiles logged during its run are counted and warned of, by kernel; a run
+    without one counts 0 and says nothing."""
+    from types import SimpleNamespace
+
+    from autotune.errors import MeasurementWarning
+
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(BOOT_LINES) + "\n")
+    proc = SimpleNamespace(base_url="http://x", log_path=log, alive=lambda: True,
+                           check_alive=lambda: None)
+    compiles = [True, False]
+
+    def fake_measure(*a: Any, **kw: Any) -> Point:
+        if compiles.pop(0):
+            with log.open("a") as f:
+                f.write(JIT_LINE + "\n")
+        return _point(0.01)
+
+    monkeypatch.setattr(on_server, "measure", fake_measure)
+    profile = ProfileConfig(name="random", input_len=1, output_len=4, num_prompts=2)
+    reqs = [Request([1], 1, 4)] * 3
+    with pytest.warns(MeasurementWarning, match=r"compiled 1 kernel\(s\) .* \(fused_moe_kernel\)"):
+        pt = on_server.measure_profile(proc, "m", profile, reqs)  # type: ignore[arg-type]
+    assert pt.server_stats["jit_events"] == 1.0
+    import warnings as w
+
+    with w.catch_warnings():
+        w.simplefilter("error")
+        assert on_server.measure_profile(proc, "m", profile, reqs  # type: ignore[arg-type]
+                                         ).server_stats["jit_events"] == 0.0
