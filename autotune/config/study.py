@@ -78,6 +78,10 @@ class ServerConfig(StrictModel):
         description="Fixed `vllm serve` flags for every trial, snake_case names "
         "(e.g. {load_format: dummy, enforce_eager: true}).")
     extra_args: list[str] = Field(default_factory=list, description="Raw argv appended as is.")
+    draft_models: list[str] = Field(
+        default_factory=list, description="Draft models for speculative decoding (paths or "
+        "names; each must share the model's tokenizer): a space with `speculative_method` then "
+        "also searches method draft_model over them (docs/quality.md).")
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Environment for the server, carried into the deploy line. Unset, on a "

@@ -22,7 +22,13 @@ from autotune.config.study import (
 from autotune.config.workload import ProfileConfig
 from autotune.errors import ConfigError
 from autotune.server.vllm_help import VllmInfo, check_flags, get_vllm_info
-from autotune.tuning.search_space import CategoricalParam, IntParam, SearchSpace, load_search_space
+from autotune.tuning.search_space import (
+    CategoricalParam,
+    IntParam,
+    SearchSpace,
+    load_search_space,
+    with_draft_models,
+)
 from autotune.tuning.storage import check_url
 
 
@@ -57,7 +63,8 @@ def request_limit(cfg: StudyConfig, space: SearchSpace) -> tuple[int | None, str
 def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
     """Every check that can fail without booting a server. A worker passes the space stored
     in the study, so hosts need not hold the same search-space file."""
-    space = space or load_search_space(cfg.search_space)
+    space = space or with_draft_models(load_search_space(cfg.search_space),
+                                       cfg.server.draft_models)
     check_workdir(cfg.workdir)
     check_url(cfg.storage_url())
     cfg.server.check_executable()

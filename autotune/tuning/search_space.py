@@ -268,5 +268,31 @@ def load_search_space(path: str | Path) -> SearchSpace:
     return parse_model(SearchSpace, read_yaml(p), str(p))
 
 
+def with_draft_models(space: SearchSpace, models: list[str]) -> SearchSpace:
+    """`space` with speculative method draft_model over `models` beside its other methods:
+    `speculative_model` (each of them) right after `speculative_method`, and the method's other
+    keys that apply to every drafter (`num_speculative_tokens`) sampled for it too. ConfigError
+    when the space has no `speculative_method` to extend."""
+    if not models:
+        return space
+    method = space.parameters.get("speculative_method")
+    if not isinstance(method, CategoricalParam) or not method.into:
+        raise ConfigError(f"server.draft_models: the search space {space.name!r} has no "
+                          "speculative_method parameter to add draft_model to (see "
+                          "search_spaces/latency.yaml, or leave draft_models out)")
+    params: dict[str, Any] = {}
+    for name, p in space.parameters.items():
+        if name == "num_speculative_tokens" and "speculative_method" in p.when:
+            p = p.model_copy(update={"when": {**p.when, "speculative_method": [
+                *p.when["speculative_method"], "draft_model"]}})
+        params[name] = p
+        if name == "speculative_method":
+            params[name] = p.model_copy(update={"choices": [*method.choices, "draft_model"]})
+            params["speculative_model"] = CategoricalParam(
+                type="categorical", choices=list(models), into=method.into, key="model",
+                when={"speculative_method": ["draft_model"]})
+    return space.model_copy(update={"parameters": params})
+
+
 def builtin_spaces() -> list[str]:
     return sorted(f.stem for f in _spaces_dir().glob("*.yaml"))

@@ -4,7 +4,7 @@ import optuna
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.tuning.search_space import builtin_spaces, load_search_space
+from autotune.tuning.search_space import CategoricalParam, builtin_spaces, load_search_space
 
 SPEC = """
 name: t
@@ -107,3 +107,31 @@ def test_stepped_floats_read_as_stepped() -> None:
 
     assert params_text({"gpu_memory_utilization": 0.8500000000000001, "max_num_seqs": 256}) == \
         "gpu_memory_utilization=0.85 max_num_seqs=256"
+
+
+def test_draft_models_join_a_shipped_space_as_a_speculative_method() -> None:
+    """server.draft_models: the shipped latency space searches draft_model over them beside
+    n-gram, with num_speculative_tokens for both; prompt lookup stays n-gram's."""
+    from autotune.tuning.search_space import with_draft_models
+
+    base = load_search_space("latency")
+    assert with_draft_models(base, []) is base
+    space = with_draft_models(base, ["/m/qwen2.5-coder-0.5b"])
+    names = list(space.parameters)
+    assert names.index("speculative_model") == names.index("speculative_method") + 1
+    method = space.parameters["speculative_method"]
+    assert isinstance(method, CategoricalParam) and method.choices == [None, "ngram",
+                                                                       "draft_model"]
+    assert space.parameters["num_speculative_tokens"].when == {
+        "speculative_method": ["ngram", "draft_model"]}
+    assert space.parameters["prompt_lookup_max"].when == {"speculative_method": ["ngram"]}
+    flags = space.to_flags({"speculative_method": "draft_model",
+                            "speculative_model": "/m/qwen2.5-coder-0.5b",
+                            "num_speculative_tokens": 3})
+    assert flags == {"speculative_config": {"method": "draft_model",
+                                            "model": "/m/qwen2.5-coder-0.5b",
+                                            "num_speculative_tokens": 3}}
+    assert not space.active("speculative_model", {"speculative_method": "ngram"})
+    with pytest.raises(ConfigError, match="server.draft_models: the search space "
+                                          "'cpu-demo' has no speculative_method"):
+        with_draft_models(load_search_space("cpu-demo"), ["/m/d"])
