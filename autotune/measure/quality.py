@@ -6,6 +6,7 @@ in nats per token, of the log-probability of the reference's tokens (docs/qualit
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -102,8 +103,11 @@ class Drift:
     first_diff: str  # the first prompt that differs: what each said (empty: none)
     # this server's two readings of its own log-probs of the same tokens (its greedy run's and
     # its prompt_logprobs pass), over the tokens its completions share with the reference's
-    # from the start: mean |difference| in nats/token (None: no shared token to read)
+    # from the start, same prompt tokens: mean |difference| in nats/token (None: none to read)
     logprob_self_gap: float | None = None
+    # the drop read from the two servers' greedy log-probs over those shared tokens (no
+    # prompt_logprobs): what the guard judges where the self gap says prompt_logprobs are wrong
+    logprob_drop_greedy: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -118,11 +122,19 @@ def compare(reference: list[Completion], candidate: list[Completion],
              for a, b in zip(r.logprobs, s, strict=True)]
     diff = next((f"{r.text!r} became {c.text!r}" for r, c, ok in
                  zip(reference, candidate, same, strict=True) if not ok), "")
-    gaps = [abs(lp - sc) for r, c, s in zip(reference, candidate, scored, strict=True)
-            for lp, sc in zip(c.logprobs, s[:_shared(r.ids, c.ids)], strict=False)]
+    gaps, greedy_drops = [], []
+    for r, c, sc in zip(reference, candidate, scored, strict=True):
+        if r.prompt_ids != c.prompt_ids:  # tokenized otherwise: not the same context
+            continue
+        n = _shared(r.ids, c.ids)
+        gaps += [abs(a - b) for a, b in zip(c.logprobs[:n], sc[:n], strict=False)
+                 if math.isfinite(a) and math.isfinite(b)]
+        greedy_drops += [a - b for a, b in zip(r.logprobs[:n], c.logprobs[:n], strict=False)
+                         if math.isfinite(a) and math.isfinite(b)]
     return Drift(len(reference), sum(same) / len(same) if same else 1.0,
                  statistics.fmean(drops) if drops else 0.0, diff[:300],
-                 statistics.fmean(gaps) if gaps else None)
+                 statistics.fmean(gaps) if gaps else None,
+                 statistics.fmean(greedy_drops) if greedy_drops else None)
 
 
 def _shared(a: list[int], b: list[int]) -> int:

@@ -15,7 +15,7 @@ from autotune.measure.stats import interval_name
 from autotune.outputs.console import params_text, short_cause, short_metric, speculation_text
 from autotune.outputs.tables import confirm_lines, gain_text, is_base
 from autotune.tuning.machines import machines_line
-from autotune.tuning.quality import QUALITY_OK
+from autotune.tuning.quality import QUALITY_OK, drop_text
 from autotune.tuning.record import TrialRecord, curve_profiles, study_facts
 from autotune.tuning.summary import StudySummary, summarize
 
@@ -156,9 +156,7 @@ def quality_markdown(recs: list[TrialRecord]) -> list[str]:
         verdict = (("fails: " + (r.cause or "")[at:]) if at >= 0 else "fails the guard") \
             if failed else ("passes" if judged else q.get("why", ""))
         lines.append(f"| {r.number} | {'yes' if judged else 'no'} | "
-                     + (f"{q['exact_match']:.0%} | {q['logprob_drop']:.3f}" if judged else "- | -")
-                     + (" (not judged: " + q.get("logprob_why", "") + ")"
-                        if q.get("logprob_judged") is False else "")
+                     + (f"{q['exact_match']:.0%} | {drop_text(q)}" if judged else "- | -")
                      + f" | {verdict.replace('|', '/')} |")
     return lines
 

@@ -21,6 +21,7 @@ from autotune.outputs.console import (
     short_metric,
 )
 from autotune.tuning.confirm import ConfirmResult
+from autotune.tuning.quality import drop_text
 from autotune.tuning.record import Status, TrialRecord
 from autotune.tuning.summary import StudySummary
 
@@ -114,9 +115,7 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
             text += f"\n[red]{escape(summary.artefacts[r.number])}[/red]"
         q = r.facts.quality or {}
         if q.get("judged") and "quality:" not in shown:
-            text += (f"\nquality: {q['exact_match']:.0%} exact, log-prob drop "
-                     f"{q['logprob_drop']:.3f}"
-                     + (" (not judged)" if q.get("logprob_judged") is False else ""))
+            text += f"\nquality: {q['exact_match']:.0%} exact, log-prob drop {drop_text(q)}"
         cells.append(text)
         t.add_row(*cells)
     return t

@@ -26,8 +26,7 @@ from autotune.tuning.search_space import (
     CategoricalParam,
     IntParam,
     SearchSpace,
-    load_search_space,
-    with_draft_models,
+    study_space,
 )
 from autotune.tuning.storage import check_url
 
@@ -63,8 +62,7 @@ def request_limit(cfg: StudyConfig, space: SearchSpace) -> tuple[int | None, str
 def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
     """Every check that can fail without booting a server. A worker passes the space stored
     in the study, so hosts need not hold the same search-space file."""
-    space = space or with_draft_models(load_search_space(cfg.search_space),
-                                       cfg.server.draft_models)
+    space = space or study_space(cfg.search_space, cfg.server.draft_models)
     check_workdir(cfg.workdir)
     check_url(cfg.storage_url())
     cfg.server.check_executable()

@@ -270,19 +270,26 @@ def load_search_space(path: str | Path) -> SearchSpace:
 
 def with_draft_models(space: SearchSpace, models: list[str]) -> SearchSpace:
     """`space` with speculative method draft_model over `models` beside its other methods:
-    `speculative_model` (each of them) right after `speculative_method`, and the method's other
-    keys that apply to every drafter (`num_speculative_tokens`) sampled for it too. ConfigError
-    when the space has no `speculative_method` to extend."""
+    `speculative_model` (each of them) right after `speculative_method`, and the method's
+    `num_speculative_tokens` sampled for it too. ConfigError when the space has no
+    `speculative_method` and `num_speculative_tokens` to extend, or names draft models itself."""
+    models = list(dict.fromkeys(models))
     if not models:
         return space
     method = space.parameters.get("speculative_method")
-    if not isinstance(method, CategoricalParam) or not method.into:
-        raise ConfigError(f"server.draft_models: the search space {space.name!r} has no "
-                          "speculative_method parameter to add draft_model to (see "
-                          "search_spaces/latency.yaml, or leave draft_models out)")
+    k = space.parameters.get("num_speculative_tokens")
+    where = f"server.draft_models: the search space {space.name!r}"
+    if not isinstance(method, CategoricalParam) or not method.into or k is None \
+            or "speculative_method" not in k.when:
+        raise ConfigError(f"{where} has no speculative_method (with num_speculative_tokens) "
+                          "to add draft_model to (see search_spaces/latency.yaml, or leave "
+                          "draft_models out)")
+    if "draft_model" in method.choices or "speculative_model" in space.parameters:
+        raise ConfigError(f"{where} searches draft_model itself: list the draft models in "
+                          "one place (its speculative_model choices, or server.draft_models)")
     params: dict[str, Any] = {}
     for name, p in space.parameters.items():
-        if name == "num_speculative_tokens" and "speculative_method" in p.when:
+        if name == "num_speculative_tokens":
             p = p.model_copy(update={"when": {**p.when, "speculative_method": [
                 *p.when["speculative_method"], "draft_model"]}})
         params[name] = p
@@ -292,6 +299,17 @@ def with_draft_models(space: SearchSpace, models: list[str]) -> SearchSpace:
                 type="categorical", choices=list(models), into=method.into, key="model",
                 when={"speculative_method": ["draft_model"]})
     return space.model_copy(update={"parameters": params})
+
+
+def study_space(search_space: str, draft_models: list[str]) -> SearchSpace:
+    """The space a study searches: its file (or built-in) with server.draft_models added."""
+    return with_draft_models(load_search_space(search_space), draft_models)
+
+
+def flags_in_order(space: SearchSpace) -> list[str]:
+    """The `vllm serve` flags the space's parameters set, in the parameters' order (a JSON
+    flag once: MLflow logs a trial's flags by these names)."""
+    return list(dict.fromkeys(p.into or n for n, p in space.parameters.items()))
 
 
 def builtin_spaces() -> list[str]:

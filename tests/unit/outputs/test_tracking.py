@@ -100,3 +100,22 @@ def test_the_printed_page_keeps_the_model_training_mode_and_opens_the_runs_view(
     target = unquote(url.split("to=", 1)[1])
     assert f'location.replace("/{target}")' in html
     assert client.get("/autotune/open?to=https://elsewhere.example/").status_code == 400
+
+
+def test_a_json_flag_is_a_column_and_in_the_flags_tag_once(tmp_path: Path) -> None:
+    """MLflow logs a trial's flags by name (speculative_config, not the speculative_method
+    parameter that goes into it): the view's columns and the flags tag use those names."""
+    cfg = _cfg(tmp_path).model_copy(update={"search_space": "latency"})
+    cfg = cfg.model_copy(update={"server": cfg.server.model_copy(
+        update={"draft_models": ["/d"]})})
+    cols = runs_view(cfg, "p1")["selectedColumns"]
+    assert cols.count("params.`speculative_config`") == 1
+    assert "params.`speculative_method`" not in cols
+    st = optuna.create_study(directions=["maximize", "minimize"])
+    st.set_metric_names(["total_token_throughput", "mean_tpot_ms"])
+    spec = {"method": "draft_model", "model": "/d", "num_speculative_tokens": 3}
+    facts = TrialFacts(flags={"speculative_config": spec}, metrics={
+        "total_token_throughput": 1.0, "mean_tpot_ms": 1.0})
+    st.add_trial(optuna.trial.create_trial(values=[1.0, 1.0], user_attrs=facts.to_attrs()))
+    tag = flags_tag(records(st)[0], cfg)
+    assert tag.startswith("--speculative-config ") and '"draft_model"' in tag

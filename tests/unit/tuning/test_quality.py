@@ -9,7 +9,7 @@ import pytest
 
 from autotune.load.record import Request
 from autotune.measure.quality import Completion, compare
-from autotune.tuning.quality import DUMMY, Guard, changes_outputs, prompts_of
+from autotune.tuning.quality import Guard, changes_outputs, drop_text
 from tests.fakes import study_cfg
 
 
@@ -33,71 +33,48 @@ def test_drift_counts_exact_matches_and_the_log_prob_drop() -> None:
     assert d.first_diff == "'8 9' became 'eight four'"
     # its own greedy log-probs against its prompt_logprobs, over the shared tokens only: 5 6 7
     # (0 gap) and 8 (0.0 gap); 4 is not the reference's 9, so its reading is not compared
-    assert d.logprob_self_gap == pytest.approx(0.0)
+    assert d.logprob_self_gap == pytest.approx(0.0) and d.logprob_drop_greedy == 0.0
 
 
-def test_a_server_whose_two_log_prob_readings_disagree_is_judged_on_exact_match() -> None:
+def test_a_server_whose_prompt_logprobs_contradict_its_greedy_ones_is_read_greedy() -> None:
     """The shape of the H200 run (vLLM 0.26.0, a 0.5B drafting for a 1.5B): every greedy
     completion equals the defaults', its greedy log-probs agree with theirs, and its
     prompt_logprobs read about 9.6 nats/token lower."""
     ref = [c([5, 6, 7], [-0.1, -0.2, -0.3]), c([8, 9], [-0.5, -0.5])]
-    mine = [c([5, 6, 7], [-0.1, -0.2, -0.3]), c([8, 9], [-0.5, -0.5])]
+    mine = [c([5, 6, 7], [-0.1, -0.2, -0.4]), c([8, 9], [-0.5, -0.5])]
     d = compare(ref, mine, [[-9.7, -9.8, -9.9], [-10.1, -10.1]])
     assert d.exact_match == 1.0 and d.logprob_drop == pytest.approx(9.6)
-    assert d.logprob_self_gap == pytest.approx(9.6)
-    assert compare(ref, [c([1], [])] * 2, [[-1.0] * 3, [-1.0] * 2]).logprob_self_gap is None
+    assert d.logprob_self_gap == pytest.approx((9.6 * 4 + 9.5) / 5)
+    assert d.logprob_drop_greedy == pytest.approx(0.1 / 5)
+    # nothing shared, a missing score (-inf), another tokenization: no reading, not infinity
+    assert compare(ref, [c([1], [-0.1])] * 2, [[-1.0] * 3, [-1.0] * 2]).logprob_self_gap is None
+    missing = compare(ref, mine, [[float("-inf"), -9.8, -9.9], [-10.1, -10.1]])
+    assert missing.logprob_self_gap == pytest.approx((9.6 * 3 + 9.5) / 4)
+    other = [Completion([1, 3], m.ids, m.logprobs, m.text) for m in mine]
+    assert compare(ref, other, [[-9.7] * 3, [-10.1] * 2]).logprob_self_gap is None
 
 
-def test_the_verdict_leaves_out_a_log_prob_drop_the_server_contradicts(tmp_path: Path) -> None:
+def test_the_verdict_reads_the_greedy_drop_where_prompt_logprobs_are_wrong(
+        tmp_path: Path) -> None:
     cfg = study_cfg(tmp_path, server={"model": "/m", "executable": ["vllm"]})
     g = Guard(cfg, tmp_path, [Request(prompt="hi", prompt_len=1, output_len=4)])
     spec = {"speculative_config": {"method": "draft_model", "model": "/d"}}
     found = {"judged": True, "prompts": 16, "exact_match": 1.0, "logprob_drop": 9.57,
-             "logprob_self_gap": 9.5}
+             "logprob_self_gap": 9.5, "logprob_drop_greedy": 0.004}
     facts, violation, cause = g.verdict(spec, False, found)
-    assert violation == 0.0 and cause is None  # 16 of 16 alike: the guard passes it
+    assert violation == 0.0 and cause is None  # alike, and the greedy drop is small
     assert facts is not None and facts["logprob_judged"] is False
-    assert "differ by 9.50 nats/token" in facts["logprob_why"]
-    facts, violation, cause = g.verdict(spec, False, {**found, "exact_match": 0.25})
-    assert violation == pytest.approx(0.25) and cause is not None
-    assert "log-prob drop 9.570 nats/token (not judged: its two log-prob readings " in cause
-    # a gap within the limit: the drop is judged as before
+    assert facts["logprob_why"].startswith("prompt_logprobs 9.50 nats/token from its own")
+    assert drop_text(facts) == "0.004 (greedy; its prompt_logprobs 9.5 off)"
+    # a config that also changed the model (fp8 + a draft model) still fails on the greedy drop
+    facts, violation, cause = g.verdict(spec, False, {**found, "exact_match": 0.5,
+                                                      "logprob_drop_greedy": 0.3})
+    assert violation == pytest.approx(0.2) and cause is not None
+    assert "log-prob drop (greedy, over the shared tokens) 0.300 nats/token (max 0.1)" in cause
+    # a gap within the limit: the prompt_logprobs drop is judged as before
     facts, violation, cause = g.verdict(spec, False, {**found, "logprob_self_gap": 0.02})
     assert violation == pytest.approx(9.47) and "logprob_judged" not in (facts or {})
-
-
-def test_the_verdict_against_the_thresholds_and_on_dummy_weights(tmp_path: Path) -> None:
-    cfg = study_cfg(tmp_path, server={"model": "/m", "executable": ["vllm"]})
-    g = Guard(cfg, tmp_path, [Request(prompt="hi", prompt_len=1, output_len=4)])
-    flags = {"kv_cache_dtype": "fp8"}
-    assert g.wanted({}, True) == "reference" and g.wanted({"max_num_seqs": 4}, False) is None
-    ok = {"judged": True, "prompts": 16, "exact_match": 0.9, "logprob_drop": 0.01}
-    assert g.verdict(flags, False, ok) == (ok, 0.0, None)
-    bad = {**ok, "exact_match": 0.25, "logprob_drop": 0.6}
-    found, violation, cause = g.verdict(flags, False, bad)
-    assert violation == pytest.approx(0.25 + 0.5) and cause is not None
-    assert cause.startswith("quality: exact match 25% of 16 prompts (min 50%), log-prob drop "
-                            "0.600 nats/token (max 0.1)")
-    assert "one prompt short" not in cause  # 4 of 16 against 8, and the drop is over too
-    near = {**ok, "exact_match": 7 / 16, "logprob_drop": 0.008}  # fp8 weights on an H100
-    found, violation, cause = g.verdict(flags, False, near)
-    assert violation == pytest.approx(0.5 - 7 / 16) and cause is not None
-    assert cause.endswith("; one prompt short, a verdict that can flip between runs: raise "
-                          "quality.prompts (now 16) for a firmer one")
-    dummy = Guard(study_cfg(tmp_path, server={"model": "/m", "executable": ["vllm"],
-                                              "args": {"load_format": "dummy"}}), tmp_path,
-                  [Request(prompt="hi", prompt_len=1, output_len=4)])
-    assert dummy.after(flags, False) is None
-    assert dummy.verdict(flags, False, None) == ({"judged": False, "why": DUMMY}, 0.0, None)
-    never = Guard(study_cfg(tmp_path, quality={"when": "never"}), tmp_path, [])
-    assert never.wanted(flags, False) is None
-
-
-def test_the_prompt_set_is_the_studys_first_requests() -> None:
-    reqs = [Request(prompt=[3, 4, 5], prompt_len=3, output_len=2),
-            Request(prompt=[{"role": "user", "content": "hello"}], prompt_len=2, output_len=2),
-            Request(prompt="text", prompt_len=1, output_len=2)]
-    assert prompts_of(reqs, 2) == [[3, 4, 5], "hello"]
+    assert drop_text(facts or {}) == "9.570"
 
 
 def test_a_trial_that_only_the_guard_failed_reads_as_a_quality_miss() -> None:

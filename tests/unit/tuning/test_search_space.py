@@ -132,6 +132,9 @@ def test_draft_models_join_a_shipped_space_as_a_speculative_method() -> None:
                                             "model": "/m/qwen2.5-coder-0.5b",
                                             "num_speculative_tokens": 3}}
     assert not space.active("speculative_model", {"speculative_method": "ngram"})
+    assert with_draft_models(base, ["/a", "/a"]).parameters["speculative_model"].choices == ["/a"]
     with pytest.raises(ConfigError, match="server.draft_models: the search space "
                                           "'cpu-demo' has no speculative_method"):
         with_draft_models(load_search_space("cpu-demo"), ["/m/d"])
+    with pytest.raises(ConfigError, match="searches draft_model itself"):
+        with_draft_models(space, ["/m/other"])
