@@ -105,6 +105,9 @@ def test_search_agrees_with_a_dense_sweep(three_seq_server: ServerProcess, tiny_
                for p in res.points)
 
 
+# alone: beside the real-model quality test (xdist, 2026-11-27) `export --prefer capacity` found
+# no trial on the front to size from (both trials measured capacity 8); alone it passed in 53 s
+@pytest.mark.serial
 def test_capacity_study_carries_curves_to_mlflow(tiny_model: Path, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -159,7 +162,7 @@ def test_capacity_study_carries_curves_to_mlflow(tiny_model: Path, tmp_path: Pat
                         "--prefer", "capacity", "--target-load", "100", "--k8s",
                         str(tmp_path / "deploy.yaml")], capture_output=True, text=True,
                        timeout=120)
-    assert e.returncode == 0, e.stderr
+    assert e.returncode == 0, e.stderr + p.stdout[-3000:]  # the study's table says why
     assert "req/s per replica within the SLOs (median_ttft_ms <= 60000)" in \
         " ".join(e.stdout.split())
     deploy = yaml.safe_load((tmp_path / "deploy.yaml").read_text())

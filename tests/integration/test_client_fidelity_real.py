@@ -24,6 +24,7 @@ from autotune.load.placement import client_cpus
 from autotune.measure.capacity import MAX_LATE_READS
 from autotune.measure.on_server import measure
 from autotune.measure.reference import run_reference
+from autotune.server.scrape import parse
 from tests.cpu import CPU_BASE
 from tests.servers import serving
 
@@ -40,8 +41,8 @@ CONFIGS = {
                 {"num_prompts": 48, "max_concurrency": 8}),
 }
 ROUNDS = 5
-# autotune's mean TPOT and mean TTFT against the reference's median on the same server: within
-# BAND_RUN in every run, and its median within BAND_MEDIAN. docs/results/client-bursts, 16
+# autotune's mean TTFT against the reference's median on the same server: within BAND_RUN in
+# every run, and its median within BAND_MEDIAN (TPOT: against the server's own, BAND_SERVER). docs/results/client-bursts, 16
 # rounds: the reference's own runs spread +-31% around their median on 2 busy cores; autotune's
 # runs were within 18.4% (TPOT) and 21.6% (TTFT) of the reference's 8-run median, the medians
 # within 7.6%; over windows of 3 rounds, up to 38.7% and 30.9%. A late-read run reads its TPOT
@@ -49,6 +50,12 @@ ROUNDS = 5
 # autotune's own late-read count does, in every run.
 BAND_RUN = 0.5
 BAND_MEDIAN = 0.3
+# autotune's mean TPOT against the server's own mean TPOT over the same run (vLLM's
+# request_time_per_output_token histogram). On a faster 2-core machine (2026-11-27) the
+# reference read 12-34% below the server in 3 of 5 runs (0.99 ms against 1.51: its own late
+# reads) while autotune read within 2.3% of it in all 5, so the reference's median, which this
+# test compared TPOT with before, failed autotune in 2 of 3 suite runs that day.
+BAND_SERVER = 0.15
 
 
 @pytest.mark.usefixtures("vllm_default_processes")
@@ -65,12 +72,14 @@ def test_autotune_reads_on_time_and_agrees_with_vllm_bench_serve(
         for rnd in range(ROUNDS):
             p = profile.model_copy(update={"seed": rnd})
             for tool in rng.sample(["autotune", "vllm"], 2):
+                before = _server_tpot(srv.base_url)
                 if tool == "vllm":
                     ref = run_reference(server_config.executable, srv.base_url,
                                         server_config.model, server_config.model, p,
                                         tmp_path / f"ref-{rnd}.json", cpus)
                     rows.append({"tool": tool, **{k: ref.metrics[k] for k in (
-                        "mean_tpot_ms", "mean_ttft_ms")}})
+                        "mean_tpot_ms", "mean_ttft_ms")},
+                        "server_tpot_ms": _delta_ms(before, _server_tpot(srv.base_url))})
                     continue
                 reqs = build_requests(p, server_config.model)
                 pt = measure(srv.base_url, server_config.model, p, reqs[:p.num_prompts],
@@ -80,14 +89,39 @@ def test_autotune_reads_on_time_and_agrees_with_vllm_bench_serve(
                 rows.append({"tool": tool, "mean_tpot_ms": m["mean_tpot_ms"],
                              "mean_ttft_ms": m["mean_ttft_ms"],
                              "late": m["late_read_share"], "bursts": m["burst_requests"],
-                             "completed": m["completed"]})
+                             "completed": m["completed"],
+                             "server_tpot_ms": _delta_ms(before, _server_tpot(srv.base_url))})
     ours = [r for r in rows if r["tool"] == "autotune"]
     refs = [r for r in rows if r["tool"] == "vllm"]
     assert all(r["completed"] == profile.num_prompts for r in ours)
     assert all(r["late"] <= MAX_LATE_READS for r in ours), rows  # no run rests on late reads
     assert all(r["bursts"] == 0 for r in ours), rows
-    for key in ("mean_tpot_ms", "mean_ttft_ms"):
-        ref = statistics.median(r[key] for r in refs)
-        assert all(abs(r[key] - ref) <= BAND_RUN * ref for r in ours), (key, ref, rows)
-        assert abs(statistics.median(r[key] for r in ours) - ref) <= BAND_MEDIAN * ref, \
-            (key, ref, rows)
+    # TPOT against the server's own (its per-request TPOT histogram over the same run): the
+    # server's pace moves between runs, and so does the reference's reading of it
+    for r in ours:
+        assert abs(r["mean_tpot_ms"] - r["server_tpot_ms"]) <= BAND_SERVER * r["server_tpot_ms"], \
+            rows
+    off = [abs(r["mean_tpot_ms"] / r["server_tpot_ms"] - 1) for r in rows if r["server_tpot_ms"]]
+    ours_off = statistics.median(off[i] for i, r in enumerate(rows) if r["tool"] == "autotune")
+    refs_off = statistics.median(off[i] for i, r in enumerate(rows) if r["tool"] == "vllm")
+    assert ours_off <= refs_off + BAND_SERVER, rows  # at least as close to it as the reference
+    ref = statistics.median(r["mean_ttft_ms"] for r in refs)
+    assert all(abs(r["mean_ttft_ms"] - ref) <= BAND_RUN * ref for r in ours), rows
+    assert abs(statistics.median(r["mean_ttft_ms"] for r in ours) - ref) <= BAND_MEDIAN * ref, \
+        rows
+
+TPOT = "vllm:request_time_per_output_token_seconds"  # the server's own per-request TPOT
+
+
+def _server_tpot(url: str) -> tuple[float, float]:
+    """The server's TPOT histogram now: (sum in seconds, count of requests)."""
+    import httpx
+
+    got = parse(httpx.get(f"{url}/metrics", timeout=10).text)
+    return got.get(TPOT + "_sum", 0.0), got.get(TPOT + "_count", 0.0)
+
+
+def _delta_ms(before: tuple[float, float], after: tuple[float, float]) -> float | None:
+    """The server's mean TPOT over one run (its warm-up included), in ms."""
+    n = after[1] - before[1]
+    return 1000 * (after[0] - before[0]) / n if n > 0 else None
