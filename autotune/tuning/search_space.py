@@ -227,7 +227,12 @@ class SearchSpace(StrictModel):
 
     def flag_names(self) -> set[str]:
         """Every `vllm serve` flag (snake_case) this space can set."""
-        return {p.into or n for n, p in self.parameters.items()} | set(self.fixed)
+        return set(self.searched_flags()) | set(self.fixed)
+
+    def searched_flags(self) -> list[str]:
+        """The flags its parameters set, in the parameters' order (a JSON flag once: MLflow
+        logs a trial's flags by these names)."""
+        return list(dict.fromkeys(p.into or n for n, p in self.parameters.items()))
 
     def choices_by_flag(self) -> dict[str, list[Scalar]]:
         return {
@@ -304,12 +309,6 @@ def with_draft_models(space: SearchSpace, models: list[str]) -> SearchSpace:
 def study_space(search_space: str, draft_models: list[str]) -> SearchSpace:
     """The space a study searches: its file (or built-in) with server.draft_models added."""
     return with_draft_models(load_search_space(search_space), draft_models)
-
-
-def flags_in_order(space: SearchSpace) -> list[str]:
-    """The `vllm serve` flags the space's parameters set, in the parameters' order (a JSON
-    flag once: MLflow logs a trial's flags by these names)."""
-    return list(dict.fromkeys(p.into or n for n, p in space.parameters.items()))
 
 
 def builtin_spaces() -> list[str]:
