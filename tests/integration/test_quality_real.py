@@ -21,7 +21,10 @@ from autotune.config.study import load_study_config
 from tests.cpu import CPU_MEMORY_FRACTION
 from tests.procs import side_by_side
 
-pytestmark = pytest.mark.integration
+# alone, after the parallel part: the real model in float32 fills a core for minutes, and the
+# studies beside it (2026-11-27: the capacity-curves study, then the study module's first run)
+# read their clients late, so every trial was an artefact and `export --prefer` found nothing
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
          "prompt_lookup_min": 2}
