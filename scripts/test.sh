@@ -2,9 +2,7 @@
 # The test suite, as CI runs it (README command 2, .ci/run), in two parts:
 #   1. everything but the `serial` tests on pytest-xdist workers (default 2, one per core of the
 #      2-core CI machine; AUTOTUNE_TEST_WORKERS=N changes it). The tests of a module that share a
-#      module-scoped server or study stay on one worker, and the longest modules start first
-#      (tests/conftest.py; --no-loadscope-reorder keeps that order instead of xdist's own, which
-#      puts the groups with the most tests first).
+#      module-scoped server or study stay on one worker (tests/conftest.py).
 #   2. the `serial` tests alone: they time vLLM against a reference (the client reading on time,
 #      a search against a dense sweep), and a second vLLM beside them breaks that.
 # Extra arguments go to both pytest runs (CI: -v --durations=20). Exit status: non-zero if
@@ -12,8 +10,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=.venv/bin/python
-"$py" -m pytest -n "${AUTOTUNE_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder \
-  -m "not gpu and not serial" "$@"
+"$py" -m pytest -n "${AUTOTUNE_TEST_WORKERS:-2}" --dist loadgroup -m "not gpu and not serial" "$@"
 first=$?
 "$py" -m pytest -m "serial and not gpu" "$@"
 second=$?
