@@ -44,8 +44,14 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parents[2]  # the checkout copy it runs from
 sys.path.insert(0, str(HERE))
-MOE = str(HERE / "scripts" / "gpu" / "models" / "qwen3-30b-a3b-dummy")
+# the model (ACC_MODEL: "moe", the default, or "dense", the Qwen3-8B-shaped dummy that
+# ../shared/gpu's install lays in /root/w, or a path) and the config every boot serves
+# (ACC_CONFIG: fp8, the default, or defaults)
+MODELS = {"moe": str(HERE / "scripts" / "gpu" / "models" / "qwen3-30b-a3b-dummy"),
+          "dense": "/root/w/qwen3-8b-dummy"}
+MOE = MODELS.get(os.environ.get("ACC_MODEL", "moe"), os.environ.get("ACC_MODEL", ""))
 CONFIGS = {"fp8": ["--quantization", "fp8", "--kv-cache-dtype", "fp8"], "defaults": []}
+CONFIG = os.environ.get("ACC_CONFIG", "fp8")
 SLOS = ["p99_ttft_ms<=2000", "p99_tpot_ms<=60"]
 # where every boot's search starts (MOE_START; 24 in the first run of 2026-11-26; every boot there
 # met 42.5, so the two points below it only cost time)
@@ -255,7 +261,7 @@ class Run:
         def one(k: int) -> None:
             t0 = now()
             try:
-                doc = self.boot(k, "fp8")
+                doc = self.boot(k, CONFIG)
             except Exception as e:  # noqa: BLE001 - recorded; the next step may still run
                 self.record(kind="error", step=f"boot{k}", error=repr(e))
                 doc = None
@@ -277,12 +283,12 @@ class Run:
             one(2)
         if caps and self.left() > STOCK_NEED_S - 60:
             try:
-                self.stock("fp8", caps[-1], firsts[-1] if firsts else None)
+                self.stock(CONFIG, caps[-1], firsts[-1] if firsts else None)
             except Exception as e:  # noqa: BLE001 - recorded; boot 3 may still run
                 self.record(kind="error", step="stock", error=repr(e))
         if self.left() > (walls[-1] if len(walls) > 1 else 300) + 20:
             one(3)
-        if self.left() > 700:
+        if self.left() > 700 and CONFIG != "defaults":
             self.boot(4, "defaults")
         self.record(kind="end", capacities=caps, left_s=round(self.left()))
 
