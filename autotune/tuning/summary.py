@@ -12,7 +12,8 @@ and MLflow. The recommendation rule (`recommend`, docs/noise.md):
   throughput/latency study's knee;
 - never a config whose per-token time is a measurement artefact (`artefact`: tokens read late by
   the client, or a TPOT/ITL below what any searched flag can give), nor one that gives up most of
-  the first objective against the defaults (`MAX_LOSS`); with nothing left, the defaults;
+  the first objective against the defaults (`MAX_LOSS`); with nothing left, the defaults. The
+  front holds the trials that only an artefact dominates too, so a preference picks from it;
 - with no measured feasible config at all, nothing, and one line per failed trial saying why.
 """
 
@@ -101,7 +102,9 @@ class StudySummary:
     pooled: dict[int, TrialRecord]  # measured trials, values as their config's pooled medians
     boots: dict[int, dict[str, list[float]]]  # configs booted more than once: every boot
     gains: dict[int, dict[str, Gain]]  # each measured trial's config against the defaults'
-    front: list[int]  # first-pass trials on the feasible front of pooled values
+    # first-pass trials on the feasible front of pooled values, with those only an artefact
+    # dominates (the front once artefacts are left out)
+    front: list[int]
     artefacts: dict[int, str]  # trials whose per-token figures are an artefact, and why
     recommendation: Recommendation
     confirm: ConfirmResult | None = None
@@ -294,7 +297,10 @@ def summarize_records(name: str, recs: list[TrialRecord], cfg: StudyConfig,
             and (why := artefact(r, base)) is not None}
     cands = [pooled[r.number] for r in recs if r.feasible and r.measured
              and r.facts.repeat_of is None and not r.bound_only]
+    # with the trials that only an artefact dominates (the module's docstring)
     front = pooled_front(cands, metrics, directions)
+    front += [r for r in pooled_front([c for c in cands if c.number not in arts], metrics,
+                                      directions) if r not in front]
     failures = [failure_line(r) for r in recs if not r.measured and r.status.value not in
                 ("running", "waiting")]
     rec = recommend(cfg, base, front, arts, gains, res, failures)
@@ -315,6 +321,11 @@ def choose(summary: StudySummary, cfg: StudyConfig, prefer: Preference | None = 
                                           *summary.failures]))
         return summary.picked
     front_ = [summary.pooled[n] for n in summary.front if n not in summary.artefacts]
+    if not front_ and summary.front:
+        raise StudyError(f"study {summary.name!r}: every feasible trial's per-token figures are "
+                         "a measurement artefact, so none can be picked by preference: "
+                         + "; ".join(f"trial {n}: {summary.artefacts[n]}" for n in summary.front)
+                         + ". Measure again on a quieter machine (or with more client processes)")
     if not front_:
         raise StudyError(f"study {summary.name!r} has no feasible complete trial yet")
     value: Callable[[TrialRecord, str], float] = metric_of

@@ -48,6 +48,26 @@ def test_late_reads_blame_the_client_before_the_server(tmp_path: Path) -> None:
     assert s.recommendation.number == 0
 
 
+def test_a_trial_only_an_artefact_dominates_stays_pickable(tmp_path: Path) -> None:
+    """Trial 1's late reads make it an artefact; it dominated the defaults, which are then on
+    the front a preference picks from (before: `export --prefer throughput` found nothing). When
+    every feasible trial is an artefact, the error names the front's and why."""
+    from autotune.errors import StudyError
+    from autotune.tuning.summary import choose
+
+    recs = [rec(0, 5000.0, 2.0, base=True), rec(1, 6000.0, 1.5, late_read_share=0.4)]
+    s = summary_of(recs, tmp_path)
+    assert sorted(s.front) == [0, 1] and list(s.artefacts) == [1]
+    assert choose(s, study_cfg(tmp_path), "throughput").number == 0
+    assert s.recommendation.number == 0 and "trial 1: artefact" in s.recommendation.reason
+    recs[0] = rec(0, 5000.0, 2.0, base=True, late_read_share=0.3)
+    s = summary_of(recs, tmp_path)
+    with pytest.raises(StudyError) as e:
+        choose(s, study_cfg(tmp_path), "throughput")
+    assert "every feasible trial's per-token figures are a measurement artefact" in str(e.value)
+    assert "trial 1: the client read 40%" in str(e.value)  # the front's; 1 dominates 0
+
+
 def test_speculation_raises_the_floor_by_its_draft_tokens(tmp_path: Path) -> None:
     """5 speculative tokens may decode up to 6 tokens a step: 0.15 ms against the defaults'
     2.0 is under 2.0/10 but over 2.0/60, so it is not called a burst."""
