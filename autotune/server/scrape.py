@@ -37,10 +37,11 @@ def spec_counts(stats: Iterable[dict[str, float]]) -> dict[str, float]:
 # TTFT and queue time, from the moment its API server handed the request to the engine. Against
 # the client's TTFT they say where the time went: a client TTFT far above the server's was spent
 # before the engine saw the request (an API server or a client that cannot keep up), not in the
-# engine's queue.
+# engine's queue. Its per-request TPOT is the arbiter of the client's (docs/load-generator.md).
 MEANS_MS = {
     "mean_ttft_ms": "vllm:time_to_first_token_seconds",
     "mean_queue_ms": "vllm:request_queue_time_seconds",
+    "mean_tpot_ms": "vllm:request_time_per_output_token_seconds",
 }
 GAUGES = {
     "kv_cache_usage": "vllm:kv_cache_usage_perc",

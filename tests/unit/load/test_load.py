@@ -136,7 +136,10 @@ def test_server_stats_from_prometheus_text() -> None:
                 f'vllm:time_to_first_token_seconds_bucket{{le="1.0"}} {n}\n'
                 f'vllm:time_to_first_token_seconds_bucket{{le="+Inf"}} {n}\n'
                 f"vllm:time_to_first_token_seconds_count {n}\n"
-                f"vllm:time_to_first_token_seconds_sum {ttft_s}\n")
+                f"vllm:time_to_first_token_seconds_sum {ttft_s}\n"
+                "# TYPE vllm:request_time_per_output_token_seconds histogram\n"
+                f"vllm:request_time_per_output_token_seconds_count {n}\n"
+                f"vllm:request_time_per_output_token_seconds_sum {ttft_s / 10}\n")
 
     s = ServerStats()
     # 10 requests before the run; 40 more during it, whose TTFTs sum to 2 s: 50 ms each
@@ -145,6 +148,7 @@ def test_server_stats_from_prometheus_text() -> None:
         s.add(parse(sample))
     out = s.summary()
     assert out["server_mean_ttft_ms"] == pytest.approx(50.0)
+    assert out["server_mean_tpot_ms"] == pytest.approx(5.0)  # vLLM's per-request TPOT
     assert "server_mean_queue_ms" not in out  # not exported: no mean, rather than 0
     assert not any(k.endswith(("_sum", "_count")) for k in out)
     assert out["server_prefix_cache_queries"] == 400 and out["server_prefix_cache_hits"] == 100
