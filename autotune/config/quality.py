@@ -8,6 +8,7 @@ from pydantic import Field
 
 from autotune.config.base import StrictModel
 
+QUALITY_OK = "quality_ok"  # the guard's Optuna constraint: > 0 when a trial fails it
 # the flags whose value can change what the model says (greedy outputs): weights' and KV
 # cache's precision, speculative decoding (lossless in exact arithmetic, not in bf16), the
 # compute dtype, and overrides of the model's own config

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config.quality import OUTPUT_FLAGS
+from autotune.config.quality import QUALITY_OK as QUALITY_OK
 from autotune.config.study import StudyConfig
 from autotune.load.record import Request
 from autotune.measure.quality import Completion, compare, greedy, score
 from autotune.server.scrape import spec_rates
 
 REFERENCE = "quality-reference.json"  # in the study's folder: the defaults' completions
-QUALITY_OK = "quality_ok"
 DUMMY = ("dummy weights (--load-format dummy): their outputs are noise, so no config's "
          "outputs can be judged against the defaults'")
 

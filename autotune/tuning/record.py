@@ -14,6 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.config.quality import QUALITY_OK
 from autotune.measure.capacity import CapacityResult, LoadPoint, stopped_early
 from autotune.server.scrape import spec_counts, spec_rates
 
@@ -65,8 +66,7 @@ class TrialFacts:
         return any(stopped_early(s.stopped) for s in self.searches().values())
 
     def searches(self) -> dict[str | None, CapacityResult]:
-        """The capacity searches the trial ran, by profile label (None: the study's one
-        profile); empty without one."""
+        """The capacity searches it ran, by profile label (None: the study's one); or none."""
         cap = self.capacity or {}
         if "profiles" in cap:
             return {k: CapacityResult.from_json(v) for k, v in cap["profiles"].items()}
@@ -261,8 +261,8 @@ class TrialRecord:
 
     def label(self) -> str:
         """The status as a table shows it ("quality miss": the quality guard alone failed it)."""
-        missed = {k for k, v in self.constraints.items() if v > 0}
-        miss = "quality miss" if missed == {"quality_ok"} else "SLO miss"
+        miss = "quality miss" if {k for k, v in self.constraints.items() if v > 0} == {
+            QUALITY_OK} else "SLO miss"
         return {Status.OK: "ok", Status.SLO_MISS: miss}.get(self.status, self.status.value)
 
 
