@@ -34,109 +34,22 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import shlex
 import shutil
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autotune.cli.bench import parse_slo
 from autotune.config.base import parse_model
-from autotune.config.workload import ProfileConfig, SLOConfig
+from autotune.config.workload import ProfileConfig
 from autotune.errors import AutotuneError, ConfigError
-from autotune.measure.reference import run_reference
+from autotune.measure.verify import Reference, Target, lines, verify
 from autotune.server.command import serve_argv
-from autotune.server.jit import LogSpan
 from autotune.server.lifecycle import ServerProcess
 from autotune.server.process import free_port
-
-REPORTED = ("p99_ttft_ms", "mean_ttft_ms", "p99_tpot_ms", "mean_tpot_ms",
-            "request_throughput", "completed", "failed", "duration")
-
-
-@dataclass
-class RateCheck:
-    """One rate as the reference measured it, and its verdict against the SLOs."""
-
-    label: str  # "C" or "C x 1.1"
-    rate: float
-    num_prompts: int
-    seed: int
-    metrics: dict[str, float] = field(default_factory=dict)
-    misses: list[str] = field(default_factory=list)
-    verdict: str = ""  # meets / misses
-    jit_events: int | None = None  # None: no server log to read
-    jit_remeasured: bool = False
-    result_file: str = ""
-
-
-def judge(metrics: dict[str, float], slos: Sequence[SLOConfig], sent: int) -> list[str]:
-    """What missed: each SLO whose value breaks it, and failed requests."""
-    misses = []
-    for s in slos:
-        if s.metric not in metrics:
-            raise ConfigError(f"--slo {s.text()}: vllm bench serve reported no {s.metric} "
-                              f"(it reports {', '.join(sorted(k for k in metrics if '_' in k))})")
-        if s.violation(metrics[s.metric]) > 0:
-            misses.append(f"{s.metric} {metrics[s.metric]:.1f} (target {s.text()})")
-    done = int(metrics.get("completed", sent))
-    if done < sent:
-        misses.append(f"{sent - done} of {sent} requests failed")
-    return misses
-
-
-def requests_at(rate: float, min_duration_s: float, at_least: int) -> int:
-    """As a capacity point sizes itself: arrivals over at least `min_duration_s`."""
-    return max(at_least, math.ceil(min_duration_s * rate))
-
-
-def check_rate(a: argparse.Namespace, url: str, log: Path | None, label: str, rate: float,
-               seed: int, slos: Sequence[SLOConfig], out_dir: Path) -> RateCheck:
-    n = requests_at(rate, a.min_duration_s, a.requests_per_point)
-    rc = RateCheck(label, rate, n, seed)
-    profile = parse_model(ProfileConfig, {"name": a.profile, "num_prompts": n,
-                                          "request_rate": rate, "seed": seed,
-                                          "warmup": a.point_warmup}, "profile")
-    span = LogSpan(log)
-    for attempt in range(2):
-        span.mark()
-        out = out_dir / f"reference-r{rate:g}-s{seed}-{attempt}.json"
-        res = run_reference(a.vllm, url, a.model, a.tokenizer or a.model, profile, out)
-        events = len(span.events()) if log is not None else None
-        rc.metrics = {k: res.metrics[k] for k in REPORTED if k in res.metrics}
-        rc.misses = judge(res.metrics, slos, n)
-        rc.jit_events, rc.result_file = events, str(out)
-        if not events or not label:  # no kernel compiled inside it (or a warm-up: kept)
-            break
-        rc.jit_remeasured = True
-    rc.verdict = "misses" if rc.misses else "meets"
-    return rc
-
-
-def pooled(label: str, rate: float, samples: list[RateCheck], slos: Sequence[SLOConfig]
-           ) -> dict[str, Any]:
-    """One rate judged on its samples: the median of each figure over them, checked against
-    the SLOs; a request that failed in any sample is a miss."""
-    keys = sorted(set.intersection(*(set(c.metrics) for c in samples)))
-    med = {k: statistics.median(c.metrics[k] for c in samples) for k in keys}
-    misses = judge({k: v for k, v in med.items() if k != "completed"}, slos, 0)
-    failed = sum(c.num_prompts - int(c.metrics.get("completed", c.num_prompts))
-                 for c in samples)
-    if failed:
-        misses.append(f"{failed} of {sum(c.num_prompts for c in samples)} requests failed "
-                      f"over {len(samples)} samples")
-    return {"label": label, "rate": rate, "samples_n": len(samples), "metrics": med,
-            "misses": misses, "verdict": "misses" if misses else "meets",
-            "meets_share": sum(c.verdict == "meets" for c in samples) / len(samples),
-            "jit_events": None if any(c.jit_events is None for c in samples) else
-            sum(c.jit_events or 0 for c in samples),
-            "samples": [asdict(c) for c in samples]}
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
@@ -159,16 +72,17 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                           "only with --serve")
     a.out.parent.mkdir(parents=True, exist_ok=True)
     out_dir = a.out.parent / (a.out.stem + "-runs")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    doc: dict[str, Any] = {"model": a.model, "capacity": a.capacity, "tolerance": a.tolerance,
-                           "slos": [s.text() for s in slos], "profile": a.profile,
-                           "min_duration_s": a.min_duration_s, "seed": a.seed,
-                           "samples": a.samples}
+    target = Target(a.capacity, "rate", a.tolerance, a.requests_per_point, a.min_duration_s)
+    profile = parse_model(ProfileConfig, {"name": a.profile, "warmup": a.point_warmup},
+                          "profile")
+    doc: dict[str, Any] = {"model": a.model, "profile": a.profile,
+                           "min_duration_s": a.min_duration_s}
     proc: ServerProcess | None = None
     log: Path | None = a.server_log
     try:
         if a.serve:
             argv = serve_argv(a.vllm, a.model, {}, a.flags)
+            out_dir.mkdir(parents=True, exist_ok=True)
             log = out_dir / "server.log"
             proc = ServerProcess(argv, log_path=log, port=free_port())
             proc.start()
@@ -177,29 +91,13 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             url = proc.base_url
         else:
             url = a.url
-        doc["url"] = url
-        t0 = time.monotonic()
-        if a.warmup_s > 0:  # not judged: it runs the first load after a boot
-            warm = argparse.Namespace(**{**vars(a), "min_duration_s": a.warmup_s,
-                                         "requests_per_point": 1})
-            w = check_rate(warm, url, log, "", a.capacity, a.seed + 1, slos, out_dir)
-            doc["warmup"] = asdict(w) | {"s": round(time.monotonic() - t0, 1)}
-        rates = [("C", a.capacity), (f"C x {1 + a.tolerance:g}", a.capacity * (1 + a.tolerance))]
-        runs: dict[str, list[RateCheck]] = {lab: [] for lab, _ in rates}
-        order = random.Random(a.seed)
-        for i in range(a.samples):  # fresh seeds each sample; the rates' order shuffled
-            for j in order.sample(range(len(rates)), len(rates)):
-                lab, r = rates[j]
-                runs[lab].append(check_rate(a, url, log, lab, r, a.seed + 2 + 2 * i + j, slos,
-                                            out_dir))
+        ref = Reference(a.vllm, url, a.model, a.tokenizer or a.model, profile, log)
+        # the unjudged warm-up: --warmup-s of arrivals at C
+        warm = max(1, math.ceil(a.warmup_s * a.capacity)) if a.warmup_s > 0 else 0
+        doc |= verify(ref, target, slos, a.samples, out_dir, a.seed, warm)
     finally:
         if proc is not None:
             proc.stop()
-    doc["rates"] = [pooled(lab, r, runs[lab], slos) for lab, r in rates]
-    doc["verdicts_agree"] = (doc["rates"][0]["verdict"] == "meets"
-                             and doc["rates"][1]["verdict"] == "misses")
-    doc["jit_events_in_measured"] = (None if log is None else
-                                     sum(c["jit_events"] or 0 for c in doc["rates"]))
     return doc
 
 
@@ -253,14 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"reference_check: {e}", file=sys.stderr)
         return 1
     a.out.write_text(json.dumps(doc, indent=2) + "\n")
-    for c in doc["rates"]:
-        m = c["metrics"]
-        print(f"{c['label']:>9} {c['rate']:7.2f} req/s: {c['verdict']:6} "
-              f"({c['meets_share']:.0%} of {c['samples_n']} samples meet) p99 TTFT "
-              f"{m.get('p99_ttft_ms', float('nan')):8.1f} p99 TPOT "
-              f"{m.get('p99_tpot_ms', float('nan')):6.1f} ms"
-              + (f"; {'; '.join(c['misses'])}" if c["misses"] else ""))
-    print(f"verdicts agree: {doc['verdicts_agree']}; written to {a.out}")
+    for line in lines(doc):
+        print(line)
+    print(f"written to {a.out}")
     return 0
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.config.workload import ProfileConfig
+from autotune.config.workload import PRESETS, ProfileConfig
 from autotune.errors import LoadError
 from autotune.load.datasets import sharegpt_json_for_vllm
 from autotune.load.placement import pinned, realtime
@@ -49,9 +49,10 @@ def reference_argv(vllm: Sequence[str], url: str, model: str, tokenizer: str,
         argv += ["--max-concurrency", str(profile.max_concurrency)]
     if not math.isinf(profile.request_rate):
         argv += ["--request-rate", f"{profile.request_rate:g}"]
-    if profile.name == "random":
-        argv += ["--dataset-name", "random", "--random-input-len", str(profile.input_len),
-                 "--random-output-len", str(profile.output_len),
+    if profile.name == "random" or profile.name in PRESETS:  # a preset is random lengths
+        i, o = profile.lengths()
+        argv += ["--dataset-name", "random", "--random-input-len", str(i),
+                 "--random-output-len", str(o),
                  "--random-range-ratio", f"{profile.range_ratio:g}"]
         if profile.prefix_len:
             argv += ["--random-prefix-len", str(profile.prefix_len)]
@@ -60,8 +61,8 @@ def reference_argv(vllm: Sequence[str], url: str, model: str, tokenizer: str,
         if profile.output_len:
             argv += ["--sharegpt-output-len", str(profile.output_len)]
     else:
-        raise LoadError(f"the reference client runs the random and sharegpt profiles, not "
-                        f"{profile.name!r}")
+        raise LoadError(f"the reference client runs the random, preset and sharegpt "
+                        f"profiles, not {profile.name!r}")
     return argv
 
 

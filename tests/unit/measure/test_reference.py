@@ -25,8 +25,13 @@ def test_argv_carries_the_profiles_load(tmp_path: Path) -> None:
     rate = reference_argv(["vllm"], "u", "m", "t", p.model_copy(update={
         "request_rate": 2.5, "max_concurrency": None, "endpoint": "chat"}), tmp_path / "r")
     assert "--request-rate 2.5" in " ".join(rate) and "openai-chat" in rate
-    with pytest.raises(LoadError, match="random and sharegpt"):
-        reference_argv(["vllm"], "u", "m", "t", ProfileConfig(name="throughput"), tmp_path)
+    # a preset is random lengths (export --verify runs the study's own profile)
+    preset = " ".join(reference_argv(["vllm"], "u", "m", "t", ProfileConfig(name="throughput"),
+                                     tmp_path / "r"))
+    assert "--random-input-len 1024 --random-output-len 128" in preset
+    with pytest.raises(LoadError, match="random, preset and sharegpt"):
+        reference_argv(["vllm"], "u", "m", "t", ProfileConfig(name="dataset", path=str(
+            tmp_path / "d.jsonl")), tmp_path)
 
 
 def test_gaps_read_at_once_by_the_time_rule() -> None:

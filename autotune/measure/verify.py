@@ -1,0 +1,196 @@
+"""Whether the reference client agrees with a found capacity: `vllm bench serve`, on a running
+server, at the capacity C and at C x (1 + tolerance), each judged against the SLOs. A capacity it
+agrees with meets at C and misses above (issue 46, docs/capacity.md).
+
+One run a rate is no verdict for a p99 SLO: on one warm H100 MoE server one sample's p99 TPOT at
+a fixed rate ranged over 30-66% of that rate's median (docs/results/warm-server-h100,
+`verdict_wellposed`). So each rate runs `samples` fresh request samples (new seeds), the two
+rates alternating in a shuffled order, and is judged on the median over its samples of each
+figure, as a capacity point is (`capacity.samples`); a failed request in any sample is a miss.
+Before them, one run at C is not judged: the first load after a boot compiles kernels. Given
+the server's log, a measured run whose span of it holds vLLM's "JIT compilation during
+inference" warning is run once more. `autotune export --verify` and scripts/reference_check.py
+run it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.config.workload import ProfileConfig, SLOConfig
+from autotune.errors import ConfigError
+from autotune.measure.reference import run_reference
+from autotune.server.jit import LogSpan
+
+REPORTED = ("p99_ttft_ms", "mean_ttft_ms", "p99_tpot_ms", "mean_tpot_ms",
+            "request_throughput", "completed", "failed", "duration")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What is checked and how each run is sized: the capacity on its axis ("rate": requests/s,
+    "concurrency": requests in flight), the search's tolerance, and a run's requests at a load
+    (as the capacity search sizes a point)."""
+
+    capacity: float
+    axis: str
+    tolerance: float
+    requests: int  # at least this many a run
+    per_unit: float  # and load x this many (seconds of arrivals, or requests a slot)
+
+    def above(self) -> float:
+        """C x (1 + tolerance), a whole number of slots above C on the concurrency axis."""
+        up = self.capacity * (1 + self.tolerance)
+        return up if self.axis == "rate" else float(max(math.ceil(up), int(self.capacity) + 1))
+
+    def requests_at(self, load: float) -> int:
+        return max(self.requests, math.ceil(self.per_unit * load))
+
+
+@dataclass
+class RateCheck:
+    """One run as the reference measured it, and its verdict against the SLOs."""
+
+    label: str  # "C" or "C x 1.1" ("": the unjudged warm-up)
+    rate: float  # the load: requests/s, or requests in flight
+    num_prompts: int
+    seed: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    misses: list[str] = field(default_factory=list)
+    verdict: str = ""  # meets / misses
+    jit_events: int | None = None  # None: no server log to read
+    jit_remeasured: bool = False
+    result_file: str = ""
+
+
+def judge(metrics: dict[str, float], slos: Sequence[SLOConfig], sent: int) -> list[str]:
+    """What missed: each SLO whose value breaks it, and failed requests."""
+    misses = []
+    for s in slos:
+        if s.metric not in metrics:
+            raise ConfigError(f"slo {s.text()}: vllm bench serve reports no {s.metric} (it "
+                              f"reports {', '.join(sorted(k for k in metrics if '_' in k))})")
+        if s.violation(metrics[s.metric]) > 0:
+            misses.append(f"{s.metric} {metrics[s.metric]:.1f} (target {s.text()})")
+    done = int(metrics.get("completed", sent))
+    if done < sent:
+        misses.append(f"{sent - done} of {sent} requests failed")
+    return misses
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The reference client's command and the server it measures."""
+
+    vllm: Sequence[str]
+    url: str
+    model: str
+    tokenizer: str
+    profile: ProfileConfig  # the workload; its load and size are set per run
+    log: Path | None = None  # the server's log, to find kernels compiling during a run
+
+
+def check_rate(ref: Reference, target: Target, slos: Sequence[SLOConfig], label: str,
+               load: float, seed: int, out_dir: Path, n: int | None = None) -> RateCheck:
+    n = n or target.requests_at(load)
+    rc = RateCheck(label, load, n, seed)
+    at = {"request_rate": load} if target.axis == "rate" else {"max_concurrency": int(load)}
+    profile = ref.profile.model_copy(update={"num_prompts": n, "seed": seed, **at})
+    span = LogSpan(ref.log)
+    for attempt in range(2):
+        span.mark()
+        out = out_dir / f"reference-r{load:g}-s{seed}-{attempt}.json"
+        res = run_reference(ref.vllm, ref.url, ref.model, ref.tokenizer, profile, out)
+        events = len(span.events()) if ref.log is not None else None
+        rc.metrics = {k: res.metrics[k] for k in REPORTED if k in res.metrics}
+        rc.misses = judge(res.metrics, slos, n)
+        rc.jit_events, rc.result_file = events, str(out)
+        if not events or not label:  # no kernel compiled inside it (or a warm-up: kept)
+            break
+        rc.jit_remeasured = True
+    rc.verdict = "misses" if rc.misses else "meets"
+    return rc
+
+
+def pooled(label: str, load: float, samples: list[RateCheck], slos: Sequence[SLOConfig]
+           ) -> dict[str, Any]:
+    """One rate judged on its samples: the median of each figure over them, checked against
+    the SLOs; a request that failed in any sample is a miss."""
+    keys = sorted(set.intersection(*(set(c.metrics) for c in samples)))
+    med = {k: statistics.median(c.metrics[k] for c in samples) for k in keys}
+    misses = judge({k: v for k, v in med.items() if k != "completed"}, slos, 0)
+    failed = sum(c.num_prompts - int(c.metrics.get("completed", c.num_prompts))
+                 for c in samples)
+    if failed:
+        misses.append(f"{failed} of {sum(c.num_prompts for c in samples)} requests failed "
+                      f"over {len(samples)} samples")
+    return {"label": label, "rate": load, "samples_n": len(samples), "metrics": med,
+            "misses": misses, "verdict": "misses" if misses else "meets",
+            "meets_share": sum(c.verdict == "meets" for c in samples) / len(samples),
+            "jit_events": None if any(c.jit_events is None for c in samples) else
+            sum(c.jit_events or 0 for c in samples),
+            "samples": [asdict(c) for c in samples]}
+
+
+def verify(ref: Reference, target: Target, slos: Sequence[SLOConfig], samples: int,
+           out_dir: Path, seed: int = 0, warmup: int | None = None) -> dict[str, Any]:
+    """The check, as a JSON document: the unjudged warm-up run at C (`warmup` requests; None:
+    a run's size, 0: none), then per rate the samples' medians, what missed and the verdict;
+    `verdicts_agree`: meets at C and misses at C x (1 + tolerance)."""
+    if target.capacity <= 0:
+        raise ConfigError(f"capacity {target.capacity:g}: nothing to check (the search found "
+                          "no load that met the SLOs)")
+    if samples < 1:
+        raise ConfigError(f"samples {samples}: at least 1 (3 or more to judge a p99)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc: dict[str, Any] = {"capacity": target.capacity, "axis": target.axis,
+                           "tolerance": target.tolerance, "slos": [s.text() for s in slos],
+                           "samples": samples, "url": ref.url, "seed": seed}
+    if warmup != 0:
+        w = check_rate(ref, target, slos, "", target.capacity, seed + 1, out_dir, warmup)
+        doc["warmup"] = asdict(w)
+    rates = [("C", target.capacity), (f"C x {1 + target.tolerance:g}", target.above())]
+    runs: dict[str, list[RateCheck]] = {lab: [] for lab, _ in rates}
+    order = random.Random(seed)
+    for i in range(samples):  # fresh seeds each sample; the rates' order shuffled
+        for j in order.sample(range(len(rates)), len(rates)):
+            lab, load = rates[j]
+            runs[lab].append(check_rate(ref, target, slos, lab, load, seed + 2 + 2 * i + j,
+                                        out_dir))
+    doc["rates"] = [pooled(lab, load, runs[lab], slos) for lab, load in rates]
+    doc["verdicts_agree"] = (doc["rates"][0]["verdict"] == "meets"
+                             and doc["rates"][1]["verdict"] == "misses")
+    doc["jit_events_in_measured"] = (None if ref.log is None else
+                                     sum(c["jit_events"] or 0 for c in doc["rates"]))
+    return doc
+
+
+def lines(doc: dict[str, Any]) -> list[str]:
+    """The check in a few lines: each rate's verdict and figures, then whether it agrees."""
+    unit = "req/s" if doc["axis"] == "rate" else "in flight"
+    out = []
+    for c in doc["rates"]:
+        m = c["metrics"]
+        out.append(f"{c['label']:>9} {c['rate']:8.2f} {unit}: {c['verdict']:6} "
+                   f"({c['meets_share']:.0%} of {c['samples_n']} samples meet) p99 TTFT "
+                   f"{m.get('p99_ttft_ms', float('nan')):,.1f} ms, p99 TPOT "
+                   f"{m.get('p99_tpot_ms', float('nan')):,.1f} ms"
+                   + (f"; {'; '.join(c['misses'])}" if c["misses"] else ""))
+    c, up = doc["rates"]
+    if doc["verdicts_agree"]:
+        out.append("the reference agrees: it meets the SLOs at the capacity and misses "
+                   f"{doc['tolerance']:.0%} above")
+    else:
+        said = [f"it {'meets' if c['verdict'] == 'meets' else 'MISSES'} at the capacity",
+                f"{'MEETS' if up['verdict'] == 'meets' else 'misses'} {doc['tolerance']:.0%} "
+                "above"]
+        out.append("the reference DISAGREES: " + ", ".join(said) + (
+            " (the capacity is high)" if c["verdict"] == "misses" else
+            " (the capacity is low)"))
+    return out
