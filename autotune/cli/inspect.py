@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from autotune.cli._options import choice, load_cfg, study_options
@@ -67,6 +68,12 @@ def _summary(config_path: Path, study_name: str | None, storage: str | None
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="With --validate: boots of each, interleaved; from 2 the gain gets an "
                    "interval and the study's figure is checked against it.")
+@click.option("--verify", is_flag=True, help="Boot the config as a stock `vllm serve` and "
+              "check its capacity with `vllm bench serve`: it should meet the SLOs at the "
+              "capacity and miss them tolerance above (capacity studies; exit 1 if not).")
+@click.option("--verify-samples", type=click.IntRange(min=1), help="With --verify: fresh "
+              "request samples at each load, judged on their median (default: the study's "
+              "capacity.samples).")
 @click.option("--target-load", type=click.FloatRange(min=0, min_open=True),
               help="Requests/s to serve in all: prints the replicas and GPUs it takes "
                    "(capacity studies).")
@@ -78,7 +85,8 @@ def _summary(config_path: Path, study_name: str | None, storage: str | None
 def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
                prefer: str | None,
                max_tpot_ms: float | None, trial_number: int | None, out_dir: Path | None,
-               validate: bool, repeats: int, target_load: float | None,
+               validate: bool, repeats: int, verify: bool, verify_samples: int | None,
+               target_load: float | None,
                k8s_path: Path | None, image: str) -> None:
     """Print the chosen configuration's `vllm serve` command, config file and bench command;
     for a capacity study, what one replica sustains and what a target load takes."""
@@ -157,6 +165,25 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
         console.print(f"Kubernetes Deployment: {k8s_path}", highlight=False)
     if validate:
         print_validation(cfg, st, trial, repeats)
+    if verify:
+        print_verification(cfg, trial, verify_samples)
+
+
+def print_verification(cfg: StudyConfig, trial: TrialRecord, samples: int | None) -> None:
+    """`export --verify`: the reference client's verdicts at the capacity and above it."""
+    from autotune.measure.verify import lines
+    from autotune.outputs.export import verify_capacity
+
+    console.print(f"verify: trial {trial.number} as a stock `vllm serve`, checked by `vllm "
+                  "bench serve`", highlight=False, markup=False)
+    with console.status("booting") as status:
+        doc = verify_capacity(cfg, trial, samples, lambda p: status.update(escape(p)))
+    for line in lines(doc):
+        out.print(line, highlight=False, soft_wrap=True, markup=False)
+    console.print(f"written to {doc['path']}", highlight=False)
+    if not doc["verdicts_agree"]:
+        raise StudyError("--verify: the reference client does not agree with the study's "
+                         f"capacity {doc['capacity']:g} (above); see {doc['path']}")
 
 
 def print_validation(cfg: StudyConfig, st: optuna.Study, trial: TrialRecord,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,3 +174,42 @@ def validate(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: li
     gain = gain_ci([r.values[m0] for r in mine], [r.values[m0] for r in theirs])
     return Validation(trial.number, base.number, m0, rows, gain, before[m0],
                       [r.number for r in new])
+
+
+def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
+                    on_phase: Callable[[str], None]) -> dict[str, Any]:
+    """`export --verify`: boot the trial's config as a stock `vllm serve` (the deploy line's
+    flags and environment, the study's caches) and check its capacity with `vllm bench serve`
+    (measure/verify.py): it should meet the SLOs at the capacity and miss them tolerance above.
+    The JSON lands in the study's folder, verify-trial-NNNN/verify.json."""
+    from autotune.measure.on_server import GPU_SAMPLES
+    from autotune.measure.runner import booted
+    from autotune.measure.verify import Reference, Target, verify
+    from autotune.server.machine import has_gpu
+
+    cap, c = cfg.capacity, trial.value("capacity")
+    if cap is None or c is None:
+        raise StudyError("--verify checks a capacity: this study measured none (its config has "
+                         "no capacity: section); use --validate")
+    if cfg.profiles:
+        raise StudyError("--verify: a suite's trial has one capacity per profile; check each "
+                         "profile with scripts/reference_check.py")
+    k = samples or (cap.samples if cap.samples != "auto" else
+                    (GPU_SAMPLES if has_gpu() else 1))
+    workdir = cfg.study_dir() / f"verify-trial-{trial.number:04d}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    # stock, as a user deploys it: no fork server (server.preload), whatever the study used
+    server = cfg.server.model_copy(update={"preload": False})
+    per = cap.min_duration_s if cap.axis == "rate" else cap.requests_per_slot
+    with booted(server, trial.flags, workdir, on_phase) as proc:
+        on_phase(f"vllm bench serve at {c:g} and {c * (1 + cap.tolerance):g} ({k} sample"
+                 f"{'s' if k > 1 else ''} each)")
+        ref = Reference(cfg.server.executable, proc.base_url, cfg.server.model,
+                        cfg.server.tokenizer_dir, cfg.profile.model_copy(
+                            update={"warmup": cap.warmup}), proc.log_path)
+        doc = verify(ref, Target(c, cap.axis, cap.tolerance, cap.requests_per_point, per),
+                     cfg.slos, k, workdir / "runs", cfg.profile.seed, ceiling=c >= cap.high)
+    doc = {"trial": trial.number, "serve_command": serve_line(cfg, trial)} | doc
+    (workdir / "verify.json").write_text(json.dumps(doc, indent=2) + "\n")
+    doc["path"] = str(workdir / "verify.json")
+    return doc

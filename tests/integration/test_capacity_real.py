@@ -3,6 +3,7 @@ of the same loads; and a capacity study whose trials carry their curves into MLf
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -169,3 +170,16 @@ def test_capacity_study_carries_curves_to_mlflow(tiny_model: Path, tmp_path: Pat
     assert deploy["kind"] == "Deployment" and deploy["spec"]["replicas"] >= 1
     args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:2] == ["--model", str(tiny_model)] and "--load-format" in args
+    # --verify: the config booted stock and checked by `vllm bench serve` at its capacity; the
+    # search's high end passed (8), so C is a lower bound and only C is checked
+    v = subprocess.run([sys.executable, "-m", "autotune", "export", "--config", str(path),
+                        "--prefer", "capacity", "--verify", "--verify-samples", "1"],
+                       capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "COLUMNS": "200"})
+    assert v.returncode == 0, v.stdout[-2000:] + v.stderr[-2000:]
+    assert "the reference agrees: it meets the SLOs at the capacity; above it not checked" in \
+        v.stdout and "Traceback" not in v.stderr
+    doc = json.loads(next((tmp_path / "w").rglob("verify.json")).read_text())
+    (c,) = doc["rates"]
+    assert c["rate"] == 8 and c["verdict"] == "meets" and c["metrics"]["median_ttft_ms"] > 0
+    assert c["server"]["server_mean_tpot_ms"] > 0  # vLLM's own TPOT over the same runs

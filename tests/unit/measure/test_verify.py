@@ -105,3 +105,33 @@ def test_a_capacity_the_reference_meets_above_is_called_low(
 def test_nothing_to_check_says_so(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="capacity 0: nothing to check"):
         v.verify(REF, v.Target(0.0, "rate", 0.1, 10, 20.0), SLOS, 1, tmp_path)
+
+
+def test_a_capacity_at_the_searchs_high_end_is_checked_at_c_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search never measured above `high`: C is a lower bound, and meeting at C is all
+    the reference can confirm."""
+    seen: list[tuple[str, float, int, int]] = []
+    monkeypatch.setattr(v, "check_rate", _fake(seen, 55.0))
+    doc = v.verify(REF, v.Target(8.0, "concurrency", 0.1, 10, 2.0), SLOS, 2, tmp_path,
+                   warmup=0, ceiling=True)
+    assert doc["verdicts_agree"] and [r["rate"] for r in doc["rates"]] == [8.0]
+    assert {lab for lab, *_ in seen} == {"C"} and "lower bound" in doc["above"]
+    assert v.lines(doc)[-1].startswith("the reference agrees: it meets the SLOs")
+
+
+def test_a_reference_reading_off_the_servers_own_tpot_is_said() -> None:
+    """vLLM's per-request TPOT histogram over the run is the arbiter of a client's TPOT: the
+    reference reading 30% under it is named (its late reads on 2 busy cores)."""
+    def doc(own: float) -> dict[str, object]:
+        rate = {"label": "C", "rate": 32.0, "samples_n": 1, "meets_share": 1.0, "misses": [],
+                "verdict": "meets", "metrics": {"mean_tpot_ms": 6.9, "p99_tpot_ms": 8.3},
+                "server": {"server_mean_tpot_ms": own}}
+        return {"axis": "concurrency", "tolerance": 0.1, "slo_metrics": ["mean_tpot_ms"],
+                "verdicts_agree": True, "rates": [rate, rate | {"label": "C x 1.1",
+                                                                  "verdict": "misses"}]}
+
+    out = v.lines(doc(9.9))
+    assert "mean_tpot_ms 6.9, p99_tpot_ms 8.3" in out[0]
+    assert "the server's own (/metrics) 9.9: -30%" in out[1]
+    assert len(v.lines(doc(7.2))) == 3  # within 15%: nothing said
