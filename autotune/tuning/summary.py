@@ -12,8 +12,8 @@ and MLflow. The recommendation rule (`recommend`, docs/noise.md):
   throughput/latency study's knee;
 - never a config whose per-token time is a measurement artefact (`artefact`: tokens read late by
   the client, or a TPOT/ITL below what any searched flag can give), nor one that gives up most of
-  the first objective against the defaults (`MAX_LOSS`); with nothing left, the defaults. The
-  front holds the trials that only an artefact dominates too, so a preference picks from it;
+  the first objective against the defaults (`MAX_LOSS`); with nothing left, the defaults. It
+  and a preference pick from the front once artefacts are left out (`fit`);
 - with no measured feasible config at all, nothing, and one line per failed trial saying why.
 """
 
@@ -102,15 +102,14 @@ class StudySummary:
     pooled: dict[int, TrialRecord]  # measured trials, values as their config's pooled medians
     boots: dict[int, dict[str, list[float]]]  # configs booted more than once: every boot
     gains: dict[int, dict[str, Gain]]  # each measured trial's config against the defaults'
-    # first-pass trials on the feasible front of pooled values, with those only an artefact
-    # dominates (the front once artefacts are left out)
-    front: list[int]
+    front: list[int]  # first-pass trials on the feasible front of pooled values
     artefacts: dict[int, str]  # trials whose per-token figures are an artefact, and why
     recommendation: Recommendation
     confirm: ConfirmResult | None = None
     failures: list[str] = field(default_factory=list)  # one line per trial not measured
     profile_metrics: list[str] = field(default_factory=list)  # a suite's per-profile metrics
     profile_gains: dict[int, dict[str, Gain]] = field(default_factory=dict)  # and their gains
+    fit: list[int] = field(default_factory=list)  # the front once artefacts are left out
     # the front's rows, the recommended config first; the recommended config's record
     front_rows: list[TrialRecord] = field(init=False)
     picked: TrialRecord | None = field(init=False)
@@ -278,8 +277,7 @@ def failure_line(r: TrialRecord) -> str:
 
 def summarize(study: optuna.Study, cfg: StudyConfig,
               confirm: ConfirmResult | None | bool = True) -> StudySummary:
-    """The study's summary (`confirm`: a confirm result, True to read `confirm.json`, or
-    False/None for none)."""
+    """The study's summary (`confirm`: a result, True to read `confirm.json`, False: none)."""
     return summarize_records(study.study_name, records(study), cfg, confirm)
 
 
@@ -297,17 +295,18 @@ def summarize_records(name: str, recs: list[TrialRecord], cfg: StudyConfig,
             and (why := artefact(r, base)) is not None}
     cands = [pooled[r.number] for r in recs if r.feasible and r.measured
              and r.facts.repeat_of is None and not r.bound_only]
-    # with the trials that only an artefact dominates (the module's docstring)
     front = pooled_front(cands, metrics, directions)
-    front += [r for r in pooled_front([c for c in cands if c.number not in arts], metrics,
-                                      directions) if r not in front]
+    fit = pooled_front([c for c in cands if c.number not in arts], metrics, directions)
     failures = [failure_line(r) for r in recs if not r.measured and r.status.value not in
                 ("running", "waiting")]
-    rec = recommend(cfg, base, front, arts, gains, res, failures)
+    on = {r.number for r in front}  # the front's artefacts are named as left out
+    rec = recommend(cfg, base, front + [r for r in fit if r.number not in on], arts, gains,
+                    res, failures)
     extra = cfg.profile_metrics()
     return StudySummary(name, metrics, directions, recs, base, pooled, boots, gains,
                         [r.number for r in front], arts, rec, res, failures, extra,
-                        config_gains(recs, metrics + extra) if extra else {})
+                        config_gains(recs, metrics + extra) if extra else {},
+                        [r.number for r in fit])
 
 
 def choose(summary: StudySummary, cfg: StudyConfig, prefer: Preference | None = None,
@@ -320,12 +319,13 @@ def choose(summary: StudySummary, cfg: StudyConfig, prefer: Preference | None = 
                              + "; ".join([summary.recommendation.reason.split(" (")[0],
                                           *summary.failures]))
         return summary.picked
-    front_ = [summary.pooled[n] for n in summary.front if n not in summary.artefacts]
+    front_ = [summary.pooled[n] for n in summary.fit]
     if not front_ and summary.front:
+        arts = "; ".join(f"trial {n}: {summary.artefacts[n]}" for n in summary.front)
         raise StudyError(f"study {summary.name!r}: every feasible trial's per-token figures are "
-                         "a measurement artefact, so none can be picked by preference: "
-                         + "; ".join(f"trial {n}: {summary.artefacts[n]}" for n in summary.front)
-                         + ". Measure again on a quieter machine (or with more client processes)")
+                         f"a measurement artefact (on the front: {arts}), so none can be picked"
+                         " by preference. Measure again on a quieter machine or raise "
+                         "profile.client_processes")
     if not front_:
         raise StudyError(f"study {summary.name!r} has no feasible complete trial yet")
     value: Callable[[TrialRecord, str], float] = metric_of
