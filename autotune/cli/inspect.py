@@ -95,6 +95,8 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
     from autotune.tuning.study import open_study
     from autotune.tuning.summary import choose
 
+    if verify_samples is not None and not verify:
+        raise click.UsageError("--verify-samples applies only with --verify")
     cfg, summary = _summary(config_path, study_name, storage)
     st = open_study(cfg, create=False)
     trial = find_trial(summary, trial_number) if trial_number is not None \

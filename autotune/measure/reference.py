@@ -91,8 +91,12 @@ def run_reference(vllm: Sequence[str], url: str, model: str, tokenizer: str,
     argv = reference_argv(vllm, url, model, tokenizer, profile, out)
     log = out.with_suffix(".log")
     with log.open("w") as f, pinned(cpus):
-        rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s,
-                            check=False, preexec_fn=realtime if rt else None).returncode
+        try:
+            rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s,
+                                check=False, preexec_fn=realtime if rt else None).returncode
+        except subprocess.TimeoutExpired:
+            raise LoadError(f"vllm bench serve ran past {timeout_s:g} s (its log: {log})") \
+                from None
     if rc != 0 or not out.exists():
         tail = log.read_text(errors="replace").strip().splitlines()[-3:]
         raise LoadError(f"vllm bench serve exited with {rc}: {' | '.join(tail)}")

@@ -17,22 +17,29 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.config.workload import ProfileConfig, SLOConfig
+import httpx
+
+from autotune.config.workload import PRESETS, ProfileConfig, SLOConfig
 from autotune.errors import ConfigError
 from autotune.measure.reference import run_reference
 from autotune.server.jit import LogSpan
-from autotune.server.scrape import ServerStats
+from autotune.server.scrape import ServerStats, parse
 
 # the reference's mean TPOT this far from the server's own (vLLM's per-request TPOT histogram)
 # is its client's reading, not the server's: on 2 busy cores it read 12-34% low in 3 of 5 runs
 # (docs/load-generator.md)
 OFF_SERVER = 0.15
+# the SLO metrics `vllm bench serve` reports (run_reference asks for these percentiles)
+JUDGED = re.compile(r"(mean|median|std|p50|p90|p99)_(ttft|tpot|itl|e2el)_ms|"
+                    r"(request|output|total_token)_throughput")
 REPORTED = ("p99_ttft_ms", "mean_ttft_ms", "p99_tpot_ms", "mean_tpot_ms",
             "request_throughput", "completed", "failed", "duration")
 
@@ -50,9 +57,11 @@ class Target:
     per_unit: float  # and load x this many (seconds of arrivals, or requests a slot)
 
     def above(self) -> float:
-        """C x (1 + tolerance), a whole number of slots above C on the concurrency axis."""
+        """C x (1 + tolerance); on the concurrency axis the whole slots under it (the search's
+        failing load was at most that), one slot above C at least."""
         up = self.capacity * (1 + self.tolerance)
-        return up if self.axis == "rate" else float(max(math.ceil(up), int(self.capacity) + 1))
+        return up if self.axis == "rate" else float(max(math.floor(up + 1e-9),
+                                                        int(self.capacity) + 1))
 
     def requests_at(self, load: float) -> int:
         return max(self.requests, math.ceil(self.per_unit * load))
@@ -77,15 +86,26 @@ class RateCheck:
 
 def server_stats(url: str) -> dict[str, float]:
     """One scrape of the server's /metrics (empty when it gives none)."""
-    import httpx
-
-    from autotune.server.scrape import parse
-
     try:
-        r = httpx.get(url.rstrip("/") + "/metrics", timeout=10.0)
+        r = httpx.get(url.rstrip("/") + "/metrics", timeout=httpx.Timeout(10.0))
         return parse(r.text) if r.status_code == 200 else {}
     except (httpx.HTTPError, ValueError):
         return {}
+
+
+def can_judge(profile: ProfileConfig, slos: Sequence[SLOConfig]) -> None:
+    """Whether the reference can run this workload and judge these SLOs (ConfigError naming the
+    field if not): checked before a server boots."""
+    if profile.name not in ("random", "sharegpt", *PRESETS):
+        raise ConfigError(f"profile.name: {profile.name}: the reference check runs `vllm bench "
+                          "serve` on the random, preset and sharegpt profiles only; check this "
+                          "config with `export --validate`")
+    for i, s in enumerate(slos):
+        if not JUDGED.fullmatch(s.metric):
+            raise ConfigError(f"slos[{i}].metric: {s.metric} is not a figure `vllm bench serve` "
+                              "reports (it reports the mean, median and p50/p90/p99 of "
+                              "ttft/tpot/itl/e2el in ms, and request/output/total_token "
+                              "throughput), so the reference check cannot judge it")
 
 
 def judge(metrics: dict[str, float], slos: Sequence[SLOConfig], sent: int) -> list[str]:
@@ -125,11 +145,16 @@ def check_rate(ref: Reference, target: Target, slos: Sequence[SLOConfig], label:
     for attempt in range(2):
         span.mark()
         out = out_dir / f"reference-r{load:g}-s{seed}-{attempt}.json"
-        stats = ServerStats()
-        stats.add(server_stats(ref.url))
+        # vLLM's own histograms over the run (its --num-warmups requests too: a few short ones)
+        before = server_stats(ref.url)
         res = run_reference(ref.vllm, ref.url, ref.model, ref.tokenizer, profile, out)
-        stats.add(server_stats(ref.url))
-        rc.server = {k: v for k, v in stats.summary().items() if k.startswith("server_mean")}
+        after = server_stats(ref.url)
+        rc.server = {}
+        if before and after:  # a failed scrape would read the server's whole life as the run's
+            stats = ServerStats()
+            stats.add(before)
+            stats.add(after)
+            rc.server = {k: v for k, v in stats.summary().items() if k.startswith("server_mean")}
         events = len(span.events()) if ref.log is not None else None
         keep = (*REPORTED, *(s.metric for s in slos))  # the SLOs' own figures too
         rc.metrics = {k: res.metrics[k] for k in keep if k in res.metrics}
@@ -177,19 +202,21 @@ def verify(ref: Reference, target: Target, slos: Sequence[SLOConfig], samples: i
                           "no load that met the SLOs)")
     if samples < 1:
         raise ConfigError(f"samples {samples}: at least 1 (3 or more to judge a p99)")
+    can_judge(ref.profile, slos)
     out_dir.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {"capacity": target.capacity, "axis": target.axis,
                            "tolerance": target.tolerance, "slos": [s.text() for s in slos],
                            "slo_metrics": [s.metric for s in slos], "samples": samples,
                            "url": ref.url, "seed": seed}
     if warmup != 0:
+        t0 = time.monotonic()
         w = check_rate(ref, target, slos, "", target.capacity, seed + 1, out_dir, warmup)
-        doc["warmup"] = asdict(w)
+        doc["warmup"] = asdict(w) | {"s": round(time.monotonic() - t0, 1)}
     rates = [("C", target.capacity), (f"C x {1 + target.tolerance:g}", target.above())]
     if ceiling:
         rates = rates[:1]
-        doc["above"] = ("not checked: the search's high end passed, so the capacity is a "
-                        "lower bound (raise capacity.high to find where it ends)")
+        doc["above"] = ("not checked: the search measured no failing load above it (its high "
+                        "end passed, or it stopped early), so the capacity is a lower bound")
     runs: dict[str, list[RateCheck]] = {lab: [] for lab, _ in rates}
     order = random.Random(seed)
     for i in range(samples):  # fresh seeds each sample; the rates' order shuffled

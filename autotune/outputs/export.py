@@ -182,18 +182,25 @@ def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
     flags and environment, the study's caches) and check its capacity with `vllm bench serve`
     (measure/verify.py): it should meet the SLOs at the capacity and miss them tolerance above.
     The JSON lands in the study's folder, verify-trial-NNNN/verify.json."""
+    from autotune.measure.capacity import stopped_early
     from autotune.measure.on_server import GPU_SAMPLES
     from autotune.measure.runner import booted
-    from autotune.measure.verify import Reference, Target, verify
+    from autotune.measure.verify import Reference, Target, can_judge, verify
     from autotune.server.machine import has_gpu
 
     cap, c = cfg.capacity, trial.value("capacity")
+    if cfg.profiles:
+        raise StudyError("--verify: a suite's trial has one capacity per profile; check each "
+                         "with scripts/reference_check.py")
     if cap is None or c is None:
         raise StudyError("--verify checks a capacity: this study measured none (its config has "
                          "no capacity: section); use --validate")
-    if cfg.profiles:
-        raise StudyError("--verify: a suite's trial has one capacity per profile; check each "
-                         "profile with scripts/reference_check.py")
+    if cap.axis == "concurrency":
+        c = float(math.floor(c))  # a pooled median may fall between whole slots
+    if c < (1 if cap.axis == "concurrency" else 1e-9):
+        raise StudyError(f"--verify: trial {trial.number} met the SLOs at no load (capacity "
+                         f"{c:g}): pick another with --prefer capacity or --trial")
+    can_judge(cfg.profile, cfg.slos)
     k = samples or (cap.samples if cap.samples != "auto" else
                     (GPU_SAMPLES if has_gpu() else 1))
     workdir = cfg.study_dir() / f"verify-trial-{trial.number:04d}"
@@ -201,14 +208,18 @@ def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
     # stock, as a user deploys it: no fork server (server.preload), whatever the study used
     server = cfg.server.model_copy(update={"preload": False})
     per = cap.min_duration_s if cap.axis == "rate" else cap.requests_per_slot
+    target = Target(c, cap.axis, cap.tolerance, cap.requests_per_point, per)
+    # no failing load above C was measured (the high end passed, or a search stopped early)
+    ceiling = c >= cap.high or any(s.fail is None or stopped_early(s.stopped)
+                                   for s in trial.facts.searches().values())
     with booted(server, trial.flags, workdir, on_phase) as proc:
-        on_phase(f"vllm bench serve at {c:g} and {c * (1 + cap.tolerance):g} ({k} sample"
-                 f"{'s' if k > 1 else ''} each)")
+        on_phase(f"vllm bench serve at {c:g}" + ("" if ceiling else f" and {target.above():g}")
+                 + f" ({k} sample{'s' if k > 1 else ''} each)")
         ref = Reference(cfg.server.executable, proc.base_url, cfg.server.model,
                         cfg.server.tokenizer_dir, cfg.profile.model_copy(
                             update={"warmup": cap.warmup}), proc.log_path)
-        doc = verify(ref, Target(c, cap.axis, cap.tolerance, cap.requests_per_point, per),
-                     cfg.slos, k, workdir / "runs", cfg.profile.seed, ceiling=c >= cap.high)
+        doc = verify(ref, target, cfg.slos, k, workdir / "runs", cfg.profile.seed,
+                     ceiling=ceiling)
     doc = {"trial": trial.number, "serve_command": serve_line(cfg, trial)} | doc
     (workdir / "verify.json").write_text(json.dumps(doc, indent=2) + "\n")
     doc["path"] = str(workdir / "verify.json")

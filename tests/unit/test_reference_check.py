@@ -36,3 +36,34 @@ def test_bad_input_exits_2_with_one_line(argv: list[str], needle: str, tmp_path:
                     str(tmp_path / "c.json"), *argv])
     err = capsys.readouterr().err
     assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_the_scripts_json_keeps_its_fields(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/gpu/moe_accept.py keeps the whole document: the fields the GPU write-ups read,
+    and the warm-up sized as --warmup-s of arrivals at C."""
+    from autotune.measure import verify as v
+
+    def fake(ref: object, target: v.Target, slos: object, label: str, load: float,
+             seed: int, out_dir: Path, n: int | None = None) -> v.RateCheck:
+        n = n or target.requests_at(load)
+        tpot = 70.0 if label.startswith("C x") else 50.0
+        c = v.RateCheck(label, load, n, seed, {"p99_ttft_ms": 1.0, "p99_tpot_ms": tpot,
+                                               "completed": n}, jit_events=0)
+        c.misses = v.judge(c.metrics, [], n) + (["p99_tpot_ms"] if tpot > 60 else [])
+        c.verdict = "misses" if c.misses else "meets"
+        return c
+
+    monkeypatch.setattr(v, "check_rate", fake)
+    a = rc.parser().parse_args(["--model", "m", "--capacity", "10", "--url", "http://x",
+                                "--samples", "2", "--warmup-s", "3", "--server-log",
+                                str(tmp_path / "s.log"), "--out", str(tmp_path / "c.json"),
+                                "--vllm", sys.executable])
+    a.flags, a.vllm, a.slo = [], [sys.executable], ["p99_ttft_ms<=2000", "p99_tpot_ms<=60"]
+    doc = rc.run(a)
+    for key in ("model", "capacity", "tolerance", "slos", "samples", "rates", "url",
+                "verdicts_agree", "jit_events_in_measured", "warmup"):
+        assert key in doc, key
+    assert doc["verdicts_agree"] and doc["jit_events_in_measured"] == 0
+    assert doc["warmup"]["num_prompts"] == 30 and "s" in doc["warmup"]
+    assert [r["rate"] for r in doc["rates"]] == [10.0, pytest.approx(11.0)]

@@ -38,6 +38,9 @@ def test_runs_are_sized_as_the_search_sizes_a_point() -> None:
     slots = v.Target(9.0, "concurrency", 0.1, 100, 2.0)
     assert slots.requests_at(9.0) == 100 and slots.above() == 10.0
     assert v.Target(4.0, "concurrency", 0.1, 1, 2.0).above() == 5.0  # 4.4: a whole slot up
+    # the search's failing load was at most C x 1.1 in whole slots (50 x 1.1 is 55.0000...01)
+    assert [v.Target(c, "concurrency", 0.1, 1, 2.0).above() for c in (50, 100)] == [55, 110]
+    assert v.Target(32.0, "concurrency", 0.3, 1, 2.0).above() == 41.0
 
 
 def test_a_rate_is_judged_on_the_median_of_its_samples() -> None:
@@ -135,3 +138,70 @@ def test_a_reference_reading_off_the_servers_own_tpot_is_said() -> None:
     assert "mean_tpot_ms 6.9, p99_tpot_ms 8.3" in out[0]
     assert "the server's own (/metrics) 9.9: -30%" in out[1]
     assert len(v.lines(doc(7.2))) == 3  # within 15%: nothing said
+
+
+JIT = ("(EngineCore pid=1322) WARNING 11-25 20:43:14 [jit_monitor.py:135] Triton kernel JIT "
+       "compilation during inference: fused_moe_kernel. This causes a latency spike\n")
+
+
+def test_a_run_sets_its_load_on_its_axis_and_reruns_over_a_kernel_compiling(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """check_rate with the reference and /metrics replaced: the load goes to request_rate or
+    max_concurrency, the SLOs' own figures are kept, a run whose span of the server's log holds
+    a JIT line is run again, and a failed scrape leaves the server's figures out (it would read
+    the server's whole life as the run's)."""
+    from autotune.measure.reference import ReferenceResult
+
+    log = tmp_path / "server.log"
+    log.write_text("")
+    profiles: list[ProfileConfig] = []
+    scrapes = iter([{}, {}, _metrics(10, 0.05), _metrics(30, 0.25), _metrics(30, 0.25),
+                    _metrics(40, 0.35)])
+
+    def fake_ref(vllm: object, url: str, model: str, tok: str, profile: ProfileConfig,
+                 out: Path) -> ReferenceResult:
+        profiles.append(profile)
+        if len(profiles) == 2:  # the rate run's first attempt: a kernel compiles
+            with log.open("a") as f:
+                f.write(JIT)
+        return ReferenceResult({"p99_ttft_ms": 10.0, "median_ttft_ms": 9.0, "p99_tpot_ms": 5.0,
+                                "completed": float(profile.num_prompts), "itl_x": 1.0}, 0, 0)
+
+    monkeypatch.setattr(v, "run_reference", fake_ref)
+    monkeypatch.setattr(v, "server_stats", lambda url: next(scrapes))
+    ref = v.Reference(["vllm"], "http://x", "m", "m", ProfileConfig(name="random"), log)
+    slos = [*SLOS, parse_slo("median_ttft_ms<=50")]
+    slots = v.check_rate(ref, v.Target(8.0, "concurrency", 0.1, 10, 2.0), slos, "C", 8.0, 3,
+                         tmp_path)
+    assert profiles[0].max_concurrency == 8 and profiles[0].num_prompts == 16
+    assert slots.server == {} and slots.verdict == "meets"  # the scrape before it failed
+    assert slots.metrics["median_ttft_ms"] == 9.0 and "itl_x" not in slots.metrics
+    rate = v.check_rate(ref, v.Target(5.0, "rate", 0.1, 10, 20.0), slos, "C", 5.0, 4, tmp_path)
+    assert profiles[1].request_rate == 5.0 and profiles[1].num_prompts == 100
+    assert rate.jit_remeasured and rate.jit_events == 0 and len(profiles) == 3
+    assert rate.server["server_mean_tpot_ms"] == pytest.approx(10.0)  # 0.1 s over 10 requests
+
+
+def _metrics(n: int, tpot_s: float) -> dict[str, float]:
+    return {"vllm:request_time_per_output_token_seconds_count": float(n),
+            "vllm:request_time_per_output_token_seconds_sum": tpot_s}
+
+
+def test_a_profile_or_slo_the_reference_cannot_judge_is_refused_before_a_boot() -> None:
+    v.can_judge(ProfileConfig(name="throughput"), [*SLOS, parse_slo("p90_e2el_ms<=9")])
+    with pytest.raises(ConfigError, match="profile.name: dataset"):
+        v.can_judge(ProfileConfig(name="dataset", path="x.jsonl"), SLOS)
+    with pytest.raises(ConfigError, match=r"slos\[1\].metric: duration_s is not a figure"):
+        v.can_judge(ProfileConfig(name="random"), [SLOS[0], parse_slo("duration_s<=9")])
+
+
+def test_verify_samples_without_verify_is_a_usage_error(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "s.yaml").write_text("name: x\n")
+    r = subprocess.run([sys.executable, "-m", "autotune", "export", "--config",
+                        str(tmp_path / "s.yaml"), "--verify-samples", "2"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "--verify-samples applies only with --verify" in r.stderr
