@@ -156,6 +156,16 @@ class SLOConfig(StrictModel):
 
     _metric = field_validator("metric")(known_metric)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _mapping(cls, data: Any) -> Any:
+        if isinstance(data, str):  # the `--slo` form, written in a study file
+            m = re.match(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*(\S+)\s*$", data)
+            shown = (f"{{metric: {m.group(1)}, {'max' if m.group(2) == '<=' else 'min'}: "
+                     f"{m.group(3)}}}") if m else "{metric: p99_ttft_ms, max: 2000}"
+            raise ValueError(f"an SLO in a study file is a mapping: write {shown}")
+        return data
+
     @model_validator(mode="after")
     def _one_bound(self) -> SLOConfig:
         if (self.max is None) == (self.min is None):
