@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune.config.paths import check_folder
 from autotune.config.study import (
     PARALLEL_FLAGS,
     StudyConfig,
@@ -213,13 +214,7 @@ def check_model(model: str, tokenizer: str | None = None) -> None:
 
 def check_workdir(workdir: str) -> None:
     """The work directory exists as a writable folder, or can be created."""
-    path = Path(workdir).expanduser().resolve()
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"workdir: {workdir!r} is a file, not a folder")
-    existing = next((p for p in (path, *path.parents) if p.exists()), None)
-    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"workdir: cannot write under {workdir!r} ({existing} is not a "
-                          "writable folder); set workdir to one")
+    check_folder(workdir, "workdir")
 
 
 def check_model_len(cfg: StudyConfig, space: SearchSpace) -> None:
