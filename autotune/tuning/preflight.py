@@ -84,13 +84,20 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
         except ValueError as e:
             raise ConfigError(str(e)) from None
     info = get_vllm_info(cfg.server.executable, cfg.server.env)  # ~15 s the first time
-    flags: dict[str, list[object] | None] = {f: None for f in cfg.server.args}
-    flags.update({f: [v] for f, v in space.fixed.items()})
+    flags: dict[str, list[object] | None] = {f: [v] for f, v in space.fixed.items()}
     for name, p in space.parameters.items():
         flag = p.into or name
         choices = space.choices_by_flag().get(name) if not p.into else None
         flags[flag] = list(choices) if choices is not None else None
-    check_flags(info, flags, f"search space {space.name!r}")
+    args: dict[str, list[object] | None] = {f: None for f in cfg.server.args if f not in flags}
+    problems = []  # each flag named where it is written: the study file's args, or the space
+    for where, given in (("server.args", args), (f"search space {space.name!r}", flags)):
+        try:
+            check_flags(info, given, where)
+        except ConfigError as e:
+            problems.append(str(e))
+    if problems:
+        raise ConfigError("\n".join(problems))
     return Preflight(space, info, dataset, max_len, source)
 
 

@@ -152,6 +152,8 @@ def warm_start(study: optuna.Study, cfg: StudyConfig, pre: Preflight, source: st
     except KeyError:
         raise ConfigError(f"--warm-start: no study {name!r} in {url or cfg.storage_url()} "
                           "(NAME, or NAME@STORAGE-URL for another storage)") from None
+    except ConfigError as e:  # the URL after @ (a storage error names `storage:`)
+        raise ConfigError(f"--warm-start {source}: {e}") from None
     enqueued, skipped = 0, []
     have = [queued_params(t) for t in study.get_trials(deepcopy=False)
             if t.state in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)]
