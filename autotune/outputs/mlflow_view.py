@@ -3,13 +3,18 @@ columns, expanded runs), the study run's Markdown note, and the addresses `autot
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from autotune.config.paths import check_file
 from autotune.config.study import StudyConfig
+from autotune.errors import ConfigError
 from autotune.server.command import params_to_args, shell_join
 from autotune.tuning.confirm import ConfirmResult
 from autotune.tuning.record import TrialRecord
 from autotune.tuning.summary import StudySummary
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 # the per-point quantities of a capacity curve logged as metric histories
 CURVE_KEYS = ("request_throughput", "total_token_throughput", "p99_ttft_ms", "p99_tpot_ms",
@@ -168,11 +173,26 @@ def has_shared_view(tracking_uri: str, experiment_id: str) -> bool:
     return SHARED_VIEW_TAG + VIEW_KEY in exp.tags
 
 
-def find_study_experiment(tracking_uri: str, study: str | None = None) -> tuple[str, str] | None:
-    """(experiment id, name) of the named study, else of the autotune study created last."""
+def open_client(uri: str) -> MlflowClient:
+    """An MlflowClient on `uri`, or one ConfigError naming --tracking-uri: an unknown scheme,
+    MLflow's retired file store, or a sqlite file nobody may write (which MLflow retries for
+    minutes before it raises)."""
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    fix = "use sqlite:///PATH/mlflow.db or a tracking server, http://HOST:5000"
+    if uri.startswith("sqlite:///"):
+        check_file(uri.removeprefix("sqlite:///"), "--tracking-uri")
+    try:
+        return MlflowClient(tracking_uri=uri)
+    except MlflowException as e:
+        first = str(e).strip().split(". ")[0]
+        raise ConfigError(f"--tracking-uri: MLflow cannot use {uri!r} ({first}); {fix}") from None
+
+
+def find_study_experiment(tracking_uri: str, study: str | None = None) -> tuple[str, str] | None:
+    """(experiment id, name) of the named study, else of the autotune study created last."""
+    client = open_client(tracking_uri)
     if study is not None:
         exp = client.get_experiment_by_name(study)
         return (str(exp.experiment_id), exp.name) if exp is not None else None

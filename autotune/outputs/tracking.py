@@ -37,6 +37,7 @@ from autotune.outputs.mlflow_view import (
     confirm_note,
     flags_tag,
     gain_tag,
+    open_client,
     runs_view,
     shown,
     study_note,
@@ -57,8 +58,6 @@ class Tracker:
     """Writes a study to MLflow. Every public method warns instead of raising."""
 
     def __init__(self, cfg: StudyConfig, tracking_uri: str | None = None) -> None:
-        from mlflow.tracking import MlflowClient
-
         self.cfg = cfg
         self.uri = tracking_uri or default_tracking_uri(cfg)
         if self.uri.startswith(("http://", "https://")):
@@ -66,7 +65,7 @@ class Tracker:
             # a study must not wait on its tracking server, and `sync` repairs what was missed
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-        self.client = MlflowClient(tracking_uri=self.uri)
+        self.client = open_client(self.uri)
         self.experiment_id: str | None = None
         self.parent_id: str | None = None
         self.seconds: list[float] = []  # time spent per logged trial
