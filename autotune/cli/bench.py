@@ -24,9 +24,10 @@ from autotune.cli._options import (
 )
 from autotune.config.base import parse_model
 from autotune.config.metric_names import FAILED
+from autotune.config.paths import check_file, check_folder
 from autotune.config.study import ServerConfig
 from autotune.config.workload import Axis, SLOConfig
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, LoadError
 from autotune.outputs.console import console, metrics_table, out, trial_progress
 
 _SLO = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([0-9.eE+-]+)\s*$")
@@ -80,6 +81,29 @@ def miss_lines(points: list[Any]) -> list[str]:
             for p in sorted(points, key=lambda p: p.load) if p.misses or p.flag]
 
 
+def check_server(url: str, model: str) -> None:
+    """A `--url` answers before any load is sent, and serves `--model` when it lists its models
+    (vLLM's /v1/models): a dead address or a wrong model name is one error, not a table of
+    failed requests."""
+    import httpx
+
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ConfigError(f"--url: {url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000)")
+    try:
+        r = httpx.get(url.rstrip("/") + "/v1/models", timeout=10)
+    except httpx.HTTPError as e:
+        raise ConfigError(f"--url: no server answered at {url} ({type(e).__name__}: {e}); "
+                          "start the server, or fix --url") from None
+    try:
+        served = [m["id"] for m in r.json()["data"]] if r.status_code == 200 else []
+    except (ValueError, KeyError, TypeError):
+        served = []
+    if served and model not in served:
+        raise ConfigError(f"--model: the server at {url} does not serve {model!r}; it serves "
+                          f"{', '.join(served)} (pass that name as --model, and the model's "
+                          "folder as --tokenizer)")
+
+
 @click.command(context_settings={"ignore_unknown_options": True,
                                  "allow_interspersed_args": False})
 @click.option("--model", required=True, help="Model directory or name to serve (with --url: "
@@ -126,11 +150,19 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
         try:
             cap.check(profile, slos, where="--capacity-axis")
         except ValueError as e:
-            raise ConfigError(str(e).replace("slos", "--slo")) from None
+            raise ConfigError(str(e).replace("slos: [{metric: p99_ttft_ms, max: 2000}]",
+                                             "--slo 'p99_ttft_ms<=2000'")
+                              .replace("slos", "--slo")) from None
     elif given := capacity_given(kw):
         raise ConfigError(f"{', '.join(capacity_option_name(k) for k in given)}: these set "
                           "a capacity search; add --capacity-axis concurrency (or rate) and "
                           "--slo")
+    elif slos:
+        raise ConfigError("--slo: the targets judge the load points of a capacity search; add "
+                          "--capacity-axis concurrency (or rate), or leave --slo out")
+    check_folder(workdir, "--workdir")
+    if output is not None:
+        check_file(output, "--output")
     data2: dict[str, Any] = {"model": model, "tokenizer": tokenizer,
                              "boot_timeout_s": boot_timeout, "extra_args": list(vllm_args),
                              "preload": preload}
@@ -142,6 +174,8 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
     elif vllm_args:
         raise ConfigError("--url: the server is already running; vLLM flags after -- cannot "
                           "apply to it")
+    else:
+        check_server(url, model)
     if profile.name == "dataset":  # read it whole before any boot: a bad line is an error
         from autotune.load.datasets import load_dataset, load_tokenizer
 
@@ -189,6 +223,9 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
                                  on_request=tp.request_done, warm=reqs[profile.num_prompts:])
                 on_server.write_records(pt.records, run_dir / "requests.csv")
                 metrics = pt.metrics
+                if metrics.completed == 0:
+                    raise LoadError(f"every request to {url} failed: "
+                                    f"{metrics.root_error or 'no request succeeded'}")
                 doc = {"url": url, "metrics": metrics.flat(), "errors": metrics.errors,
                        "server_stats": pt.server_stats}
         out.print(metrics_table(metrics, title=f"autotune bench: {profile.name}"))
