@@ -11,8 +11,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from autotune.cli._options import choice, load_cfg, study_options
+from autotune.config.paths import check_file, check_folder
 from autotune.config.study import Preference, StudyConfig
-from autotune.errors import StudyError
+from autotune.errors import ConfigError, StudyError
 from autotune.outputs.console import console, out
 
 if TYPE_CHECKING:
@@ -59,15 +60,16 @@ def _summary(config_path: Path, study_name: str | None, storage: str | None
 @study_options
 @click.option("--prefer", type=choice(Preference), help="Instead of the study's "
               "recommendation, this end of the front (on pooled values).")
-@click.option("--max-tpot-ms", type=float, help="Best throughput with mean TPOT under this.")
+@click.option("--max-tpot-ms", type=click.FloatRange(min=0, min_open=True),
+              help="Best throughput with mean TPOT under this.")
 @click.option("--trial", "trial_number", type=int, help="Export this trial instead.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Where to write vllm-config.yaml (default: the study's folder).")
 @click.option("--validate", is_flag=True, help="Boot the baseline and the chosen config again, "
               "interleaved, and re-measure (a capacity study searches each capacity again).")
-@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--repeats", type=click.IntRange(min=1),
               help="With --validate: boots of each, interleaved; from 2 the gain gets an "
-                   "interval and the study's figure is checked against it.")
+                   "interval and the study's figure is checked against it.  [default: 1]")
 @click.option("--verify", is_flag=True, help="Boot the config as a stock `vllm serve` and "
               "check its capacity with `vllm bench serve`: it should meet the SLOs at the "
               "capacity and miss them tolerance above (capacity studies; exit 1 if not).")
@@ -85,7 +87,7 @@ def _summary(config_path: Path, study_name: str | None, storage: str | None
 def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
                prefer: str | None,
                max_tpot_ms: float | None, trial_number: int | None, out_dir: Path | None,
-               validate: bool, repeats: int, verify: bool, verify_samples: int | None,
+               validate: bool, repeats: int | None, verify: bool, verify_samples: int | None,
                target_load: float | None,
                k8s_path: Path | None, image: str) -> None:
     """Print the chosen configuration's `vllm serve` command, config file and bench command;
@@ -97,7 +99,18 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
 
     if verify_samples is not None and not verify:
         raise click.UsageError("--verify-samples applies only with --verify")
+    if trial_number is not None and (prefer or max_tpot_ms is not None):
+        raise ConfigError("--trial picks the config itself; leave out --prefer and "
+                          "--max-tpot-ms (or --trial)")
+    if repeats is not None and not validate:
+        raise ConfigError("--repeats: counts the boots of --validate; add --validate")
+    for path, name in ((out_dir, "--out"), (k8s_path, "--k8s")):
+        if path is not None:
+            (check_folder if name == "--out" else check_file)(path, name)
     cfg, summary = _summary(config_path, study_name, storage)
+    if target_load is not None and cfg.capacity is None:
+        raise ConfigError("--target-load: sizing needs a capacity study (a capacity: section "
+                          "in the study file); leave --target-load out")
     st = open_study(cfg, create=False)
     trial = find_trial(summary, trial_number) if trial_number is not None \
         else choose(summary, cfg, prefer, max_tpot_ms)  # type: ignore[arg-type]
@@ -156,8 +169,6 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
         size = sizing(cfg, trial, target_load, recs)
         out.print(size.text(", ".join(s.text() for s in cfg.slos)), highlight=False,
                   soft_wrap=True)
-    elif target_load is not None:
-        raise StudyError("--target-load: sizing needs a capacity study (a capacity: section)")
     if k8s_path is not None:
         from autotune.outputs.deploy import k8s_deployment
 
@@ -166,7 +177,7 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
                                            image))
         console.print(f"Kubernetes Deployment: {k8s_path}", highlight=False)
     if validate:
-        print_validation(cfg, st, trial, repeats)
+        print_validation(cfg, st, trial, repeats or 1)
     if verify:
         print_verification(cfg, trial, verify_samples)
 

