@@ -19,8 +19,8 @@ from autotune.outputs.console import console, out
 
 @click.command()
 @study_options
-@click.option("--n-trials", type=int, help="Trials the study should hold in all.")
-@click.option("--timeout", "timeout_s", type=float,
+@click.option("--n-trials", type=click.IntRange(min=1), help="Trials the study should hold in all.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
               help="Seconds this run may take: no trial starts unless it is expected to end "
                    "in time (judged by the longest trial so far).")
 @click.option("--budget-gpu-minutes", type=click.FloatRange(min=0, min_open=True),
@@ -32,7 +32,7 @@ from autotune.outputs.console import console, out
 @click.option("--seed", type=int, help="Sampler seed.")
 @click.option("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlruns/mlflow.db).")
 @click.option("--no-mlflow", is_flag=True, help="Do not log to MLflow.")
-@click.option("--front-every", type=int, default=5, show_default=True,
+@click.option("--front-every", type=click.IntRange(min=0), default=5, show_default=True,
               help="Refresh the Pareto artifacts in MLflow every N trials.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes on this host, one per GPU group (on CPU: per core group).")
@@ -67,7 +67,8 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
 @click.option("--tracking-uri", help="MLflow tracking URI the workers log to (a tracking "
               "server, http://HOST:5000, when workers run on several hosts).")
 @click.option("--no-mlflow", is_flag=True, help="Do not log to MLflow.")
-@click.option("--n-trials", type=int, help="Trials the study should hold in all.")
+@click.option("--n-trials", type=click.IntRange(min=1),
+              help="Trials the study should hold in all.")
 def create_study(config_path: Path, study_name: str | None, storage: str | None,
                  tracking_uri: str | None, no_mlflow: bool, n_trials: int | None) -> None:
     """Create a study and its tables once, before workers join it (`autotune worker`).
