@@ -27,7 +27,7 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     """One readable line per problem: `source: field.path: message (got value)`."""
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        loc = ".".join(str(p) for p in e["loc"])  # empty: a check on the whole model
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key (check its spelling)"
@@ -35,7 +35,7 @@ def format_validation_error(err: ValidationError, source: str) -> str:
         # message names the keys it is about
         got = f" (got {e['input']!r})" if e["type"] != "missing" and "input" in e \
             and not isinstance(e["input"], dict | list) else ""
-        lines.append(f"{source}: {loc}: {msg}{got}")
+        lines.append(f"{source}: {loc + ': ' if loc else ''}{msg}{got}")
     return "\n".join(lines)
 
 
