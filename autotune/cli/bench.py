@@ -174,13 +174,13 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
     elif vllm_args:
         raise ConfigError("--url: the server is already running; vLLM flags after -- cannot "
                           "apply to it")
-    else:
-        check_server(url, model)
     if profile.name == "dataset":  # read it whole before any boot: a bad line is an error
         from autotune.load.datasets import load_dataset, load_tokenizer
 
         ds = load_dataset(profile, load_tokenizer(server.tokenizer_dir), server.tokenizer_dir)
         console.print(ds.note(str(profile.path)), highlight=False)
+    if url is not None:  # after the checks that need no network
+        check_server(url, model)
     run_dir = workdir / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
     if cap is not None:

@@ -70,8 +70,9 @@ def test_a_model_level_error_does_not_echo_the_whole_file(tmp_path: Path) -> Non
     says what is wrong, without `(got {...})` repeating the file back."""
     err = refused(cli("study", "--config", str(write(
         tmp_path, GOOD + "capacity: {axis: rate}\n"))),
-        "the capacity mode needs slos", "e.g. slos: [{metric: p99_ttft_ms, max: 2000}]")
-    assert "(got {" not in err
+        "study.yaml: Value error, capacity: the capacity mode needs slos",
+        "e.g. slos: [{metric: p99_ttft_ms, max: 2000}]")
+    assert "(got {" not in err and "(top level)" not in err
     err = refused(cli("study", "--config", str(write(
         tmp_path, GOOD + "capacity: {low: 64, high: 8}\nslos: [{metric: p99_ttft_ms, max: 9}]\n"
     ))), "capacity:", "low (64) must be <= high (8)")
@@ -246,6 +247,14 @@ def test_bench_url_with_nothing_listening(tmp_path: Path, tiny_model: Path) -> N
     assert not (tmp_path / "bench").exists()
 
 
+def test_bench_checks_its_dataset_before_the_url(tmp_path: Path, tiny_model: Path) -> None:
+    """The checks that need no network come first: a missing dataset file is named even when
+    nothing listens at --url."""
+    refused(cli("bench", "--model", "m", "--tokenizer", str(tiny_model), "--url",
+                f"http://127.0.0.1:{free_port()}", "--profile", "dataset", "--path",
+                str(tmp_path / "nope.jsonl")), "profile.path:", "does not exist")
+
+
 def test_bench_url_that_is_not_a_url(tmp_path: Path, tiny_model: Path) -> None:
     refused(bench(tmp_path, tiny_model, "--model", "m", "--url", "localhost:8000"),
             "--url: 'localhost:8000' is not an http(s) URL (e.g. http://127.0.0.1:8000)")
@@ -269,11 +278,13 @@ def test_bench_url_where_every_request_fails(tmp_path: Path, tiny_model: Path,
                                       "search; add --capacity-axis"]),
     (["--capacity-axis", "rate"], ["--capacity-axis: the capacity mode needs --slo",
                                    "e.g. --slo 'p99_ttft_ms<=2000'"]),
+    (["--capacity-axis", "concurrency", "--slo", "p99_ttft_ms<=2000", "--low", "64", "--high",
+      "8"], ["--capacity-axis: Value error, low (64) must be <= high (8)"]),
     (["--workdir", "{file}"], ["--workdir: '{file}' is a file, not a folder"]),
     (["--output", "{dir}"], ["--output: '{dir}' is a folder; give a file name in it"]),
     (["--output", "/proc/1/r.json"], ["--output: cannot write under '/proc/1'"]),
-], ids=["slo-without-capacity", "capacity-without-slo", "workdir-file", "output-folder",
-        "output-unwritable"])
+], ids=["slo-without-capacity", "capacity-without-slo", "low-above-high", "workdir-file",
+        "output-folder", "output-unwritable"])
 def test_bench_option_mistakes(tmp_path: Path, tiny_model: Path, args: list[str],
                                expect: list[str]) -> None:
     """Refused before any request is sent (the URL has nothing listening)."""
