@@ -98,7 +98,7 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
     from autotune.tuning.summary import choose
 
     if verify_samples is not None and not verify:
-        raise click.UsageError("--verify-samples applies only with --verify")
+        raise ConfigError("--verify-samples: counts the samples of --verify; add --verify")
     if trial_number is not None and (prefer or max_tpot_ms is not None):
         raise ConfigError("--trial picks the config itself; leave out --prefer and "
                           "--max-tpot-ms (or --trial)")
