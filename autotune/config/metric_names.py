@@ -45,6 +45,11 @@ def per_gpu(metrics: dict[str, float], gpus: int) -> dict[str, float]:
     return {m + PER_GPU: metrics[m] / gpus for m in PER_GPU_BASES if m in metrics}
 
 
+def lower_is_better(metric: str) -> bool:
+    """A latency (any *_ms), a run's duration or its failures: smaller is better."""
+    return base_metric(metric).endswith("_ms") or metric in (FAILED, "duration_s")
+
+
 def known_metric(v: str) -> str:
     """A metric a single measurement produces (SLOs judge these)."""
     if v not in METRIC_NAMES:

@@ -30,6 +30,7 @@ import numpy as np
 import optuna
 import yaml
 
+from autotune.config.metric_names import lower_is_better
 from autotune.config.study import SamplerConfig, StudyConfig
 from autotune.tuning.record import records
 from autotune.tuning.sampler import NoRepeatSampler
@@ -86,7 +87,7 @@ def table_from_study(study: optuna.Study, metric: str) -> Table:
     """The table of a study's measured trials (repeats of a config pooled)."""
     values: dict[str, list[float]] = {}
     params: dict[str, dict[str, Any]] = {}
-    direction = "maximize"
+    direction = "minimize" if lower_is_better(metric) else "maximize"  # when not an objective
     names = list(study.metric_names or [])
     if metric in names:
         direction = study.directions[names.index(metric)].name.lower()

@@ -118,3 +118,13 @@ def test_replay_starts_read_from_the_option_or_the_config() -> None:
     got = replay_starts(h100, [], load_study_config("examples/h100-capacity.yaml"))
     assert got[0] == {"quantization": "fp8", "kv_cache_dtype": "fp8", "max_num_seqs": None}
     assert got[1]["max_num_seqs"] == 512
+
+
+def test_lower_is_better_for_latencies_durations_and_failures() -> None:
+    """`replay --metric` on a metric that is not an objective takes its direction from it."""
+    from autotune.config.metric_names import lower_is_better
+
+    assert all(lower_is_better(m) for m in ("p99_ttft_ms", "mean_tpot_ms", "duration_s",
+                                             "failed"))
+    assert not any(lower_is_better(m) for m in ("request_throughput", "capacity",
+                                                "capacity_per_gpu", "goodput_tok_s"))
