@@ -119,6 +119,10 @@ class SearchSpace(StrictModel):
     @model_validator(mode="after")
     def _conditions(self) -> SearchSpace:
         names = list(self.parameters)
+        both = sorted(set(self.fixed) & (set(names) | set(self.searched_flags())))
+        if both:  # which value a trial gets would depend on the merge order
+            raise ValueError(f"fixed.{both[0]}: also searched under parameters; keep each "
+                             "flag in one of fixed: or parameters:")
         for name, p in self.parameters.items():
             for dep, values in p.when.items():
                 if dep not in self.parameters:

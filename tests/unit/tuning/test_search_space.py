@@ -80,9 +80,11 @@ def test_conditions_and_json_flags(tmp_path: Path) -> None:
         ("name: x\nparameters: {}\n", "parameters: "),
         ("name: x\nparameters: {a: {type: bool, when: {zz: [1]}}}\n", "unknown parameter 'zz'"),
         ("- 1\n", "expected a mapping"),
+        ("name: x\nfixed: {a: 3}\nparameters: {a: {type: int, low: 1, high: 2}}\n",
+         "fixed.a: also searched under parameters"),
     ],
     ids=["malformed", "unknown-key", "wrong-type", "out-of-range", "empty", "bad-condition",
-         "not-mapping"],
+         "not-mapping", "fixed-and-searched"],
 )
 def test_bad_spaces_name_the_problem(tmp_path: Path, text: str, expect: str) -> None:
     p = write(tmp_path, text)
