@@ -58,6 +58,10 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials, timeout_s=timeout_s,
                    budget_gpu_minutes=budget_gpu_minutes, search_space=search_space,
                    **{"sampler.name": sampler, "sampler.seed": seed})
+    if tracking_uri and not no_mlflow:  # before the study's storage is made, not after
+        from autotune.outputs.mlflow_view import open_client
+
+        open_client(tracking_uri)
     run_session(cfg, SessionOptions(config_path, tracking_uri, no_mlflow, front_every, workers,
                                      gpus_per_trial, warm_from, confirm_flag), began)
 

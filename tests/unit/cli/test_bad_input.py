@@ -295,3 +295,12 @@ def test_bench_option_mistakes(tmp_path: Path, tiny_model: Path, args: list[str]
               for e in expect]
     refused(bench(tmp_path, tiny_model, "--model", "m", "--url",
                   f"http://127.0.0.1:{free_port()}", *args), *expect)
+
+
+def test_study_bad_tracking_uri_before_any_storage(tmp_path: Path) -> None:
+    """`study --tracking-uri` is checked before the study's storage is made (it was checked
+    after optuna.db was created and "0 of N trials done" printed)."""
+    path = write(tmp_path, GOOD + f"workdir: {tmp_path / 'w'}\n")
+    refused(cli("study", "--config", str(path), "--tracking-uri", "nonsense://x"),
+            "--tracking-uri: MLflow cannot use 'nonsense://x'")
+    assert not (tmp_path / "w" / "optuna.db").exists()
