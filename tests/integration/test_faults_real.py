@@ -144,7 +144,7 @@ def test_engine_killed_mid_benchmark(tiny_model: Path, tmp_path: Path) -> None:
     log = tmp_path / "mlruns" / "studies" / "crash" / "trial-0000" / "server.log"
     wait_for_requests(log)
     engines = [pid for pid in servers_of(tiny_model)]
-    core = [pid for pid in _all_pids() if _comm(pid).startswith("VLLM::EngineCor")]
+    core = engine_cores(proc.pid, tiny_model)
     assert engines and core
     t_kill = time.monotonic()
     os.kill(core[0], signal.SIGKILL)
@@ -167,6 +167,30 @@ def test_engine_killed_mid_benchmark(tiny_model: Path, tmp_path: Path) -> None:
 
 def _all_pids() -> list[int]:
     return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
+
+
+def _ppid(pid: int) -> int:
+    try:  # the field after the parenthesized command name
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def engine_cores(study: int, model: Path) -> list[int]:
+    """vLLM engine-core processes of this test's servers only: under its study process or one
+    of its model's servers. Another xdist worker's engine is not ours to stop (on 2026-11-27 a
+    SIGSTOP of all engines' first hung the other worker's study for 600 s)."""
+    ours = {study, *servers_of(model)}
+    found = []
+    for pid in _all_pids():
+        if not _comm(pid).startswith("VLLM::EngineCor"):
+            continue
+        up, seen = _ppid(pid), 0
+        while up > 1 and up not in ours and seen < 32:
+            up, seen = _ppid(up), seen + 1
+        if up in ours:
+            found.append(pid)
+    return found
 
 
 def _comm(pid: int) -> str:
@@ -232,7 +256,7 @@ def test_hung_engine_times_out_requests(tiny_model: Path, tmp_path: Path) -> Non
     proc = start(cfg)
     log = tmp_path / "mlruns" / "studies" / "hung" / "trial-0000" / "server.log"
     wait_for_requests(log)
-    core = [pid for pid in _all_pids() if _comm(pid).startswith("VLLM::EngineCor")]
+    core = engine_cores(proc.pid, tiny_model)
     assert core
     t_stop = time.monotonic()
     os.kill(core[0], signal.SIGSTOP)
