@@ -17,7 +17,10 @@ import yaml
 from autotune.config.study import load_study_config
 from tests.cpu import CPU_BASE
 
-pytestmark = pytest.mark.integration
+# serial: each test runs two vLLM servers at once, and each CPU server took about 7 GiB; beside
+# another two-server test on the other xdist worker the kernel's OOM killer stopped an engine
+# (2026-11-27: 4 servers on a 24 GiB machine)
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 SPACE = {
     "name": "workers",
