@@ -180,11 +180,12 @@ def engine_cores(study: int, model: Path) -> list[int]:
     """vLLM engine-core processes of this test's servers only: under its study process or one
     of its model's servers. Another xdist worker's engine is not ours to stop (on 2026-11-27 a
     SIGSTOP of all engines' first hung the other worker's study for 600 s)."""
+    cores = [pid for pid in _all_pids() if _comm(pid).startswith("VLLM::EngineCor")]
+    if len(cores) <= 1:  # ours is up (requests were served): the only one is ours, found fast
+        return cores  # (the fault must land while the benchmark still runs)
     ours = {study, *servers_of(model)}
     found = []
-    for pid in _all_pids():
-        if not _comm(pid).startswith("VLLM::EngineCor"):
-            continue
+    for pid in cores:
         up, seen = _ppid(pid), 0
         while up > 1 and up not in ours and seen < 32:
             up, seen = _ppid(up), seen + 1
