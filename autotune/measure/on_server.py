@@ -60,6 +60,10 @@ CLIENT_BUSY = 0.9  # client CPU fraction over which a measurement is suspect
 WARM_AGREE = 0.15
 GPU_WARM_WINDOWS = 4
 GPU_SAMPLES = 3  # capacity.samples auto: fresh samples a point is judged on with a GPU
+
+
+def samples_of(cap: CapacityConfig) -> int:  # capacity.samples, auto resolved on this machine
+    return cap.samples if cap.samples != "auto" else (GPU_SAMPLES if has_gpu() else 1)
 CLOSE_SEED_STEP = 104_729  # a close point's later runs: seeds this far apart (fresh prompts)
 WARMUP_TOKENS = 16  # the output of a capacity point's warm-up requests, at most
 def samples(records: list[RequestRecord]) -> Samples:
@@ -91,8 +95,7 @@ class Point:
 
 @dataclass(frozen=True)
 class Sampled:
-    """One sample of a capacity point (`capacity_on`): its runs (one, or a close point's
-    pooled runs), their flat metrics and intervals, its misses and the client's limit."""
+    """One sample of a capacity point: its runs, flat metrics, intervals, misses, client limit."""
 
     runs: list[Point]
     flat: dict[str, float]
@@ -262,9 +265,8 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                 "warm_stable": float(stable), "warm_jit_events": seen}
 
     def one_sample(load: float, seed: int, pool: bool) -> Sampled:
-        """One sample of a point: a run with the seed's requests (again with fresh ones where a
-        kernel compiled or the client read late during it); with `pool`, a close verdict runs
-        again, fresh requests pooled, up to close_runs."""
+        """A run with the seed's requests (fresh ones where a kernel compiled or the client read
+        late); with `pool`, a close verdict runs again, fresh requests pooled, to close_runs."""
         first, settled = run_at(load, seed)
         if first.server_stats["jit_events"]:  # a kernel compiled inside it: not the server's pace
             seen = first.server_stats["jit_events"]
@@ -304,7 +306,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
             _state, misses, _close, missed = judge(flat, slos, {})
         return Sampled(runs, flat, bounds, misses, missed, flag, settled)
 
-    k = cap.samples if cap.samples != "auto" else (GPU_SAMPLES if has_gpu() else 1)
+    k = samples_of(cap)
 
     def measure_at(load: float) -> LoadPoint:
         carry = warm_up(load) if windows and not warmed else {}

@@ -183,10 +183,9 @@ def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
     (measure/verify.py): it should meet the SLOs at the capacity and miss them tolerance above.
     The JSON lands in the study's folder, verify-trial-NNNN/verify.json."""
     from autotune.measure.capacity import stopped_early
-    from autotune.measure.on_server import GPU_SAMPLES
+    from autotune.measure.on_server import samples_of
     from autotune.measure.runner import booted
     from autotune.measure.verify import Reference, Target, can_judge, verify
-    from autotune.server.machine import has_gpu
 
     cap, c = cfg.capacity, trial.value("capacity")
     if cfg.profiles:
@@ -201,8 +200,7 @@ def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
         raise StudyError(f"--verify: trial {trial.number} met the SLOs at no load (capacity "
                          f"{c:g}): pick another with --prefer capacity or --trial")
     can_judge(cfg.profile, cfg.slos)
-    k = samples or (cap.samples if cap.samples != "auto" else
-                    (GPU_SAMPLES if has_gpu() else 1))
+    k = samples or samples_of(cap)
     workdir = cfg.study_dir() / f"verify-trial-{trial.number:04d}"
     workdir.mkdir(parents=True, exist_ok=True)
     # stock, as a user deploys it: no fork server (server.preload), whatever the study used
