@@ -17,6 +17,8 @@ run, in this order, each step only if the deadline leaves it room:
                    last capacity found and at 1.1x; then the search's first point (same load, same
                    seed) again with `autotune bench --url`
   boot 3           the search again, for a third capacity
+With ACC_PLAN (config:start pairs, e.g. "tp1-dp2:128,tp2-dp1:80" with ACC_MODEL=dense on two
+GPUs) `run` is one capacity search per config instead, each from its own start, no stock step.
 `boot` and `stock` run one of those steps alone. On 2026-11-26 `run` ended after the stock step
 (boot 3 did not fit its rule); boot 3 then ran as `boot` from the incumbent's capacity (47.8125,
 as a study's later trial starts), and a second stock server checked boot 3's capacity (`stock`
@@ -51,6 +53,20 @@ MODELS = {"moe": str(HERE / "scripts" / "gpu" / "models" / "qwen3-30b-a3b-dummy"
           "dense": "/root/w/qwen3-8b-dummy"}
 MOE = MODELS.get(os.environ.get("ACC_MODEL", "moe"), os.environ.get("ACC_MODEL", ""))
 CONFIGS = {"fp8": ["--quantization", "fp8", "--kv-cache-dtype", "fp8"], "defaults": []}
+# parallel layouts on two GPUs of one host (ACC_PLAN, below), each with an fp8 KV cache as
+# docs/results/multi-gpu-h200x2 compared them, and that run's all-reduce settings: vLLM 0.26.0's
+# all-reduce + RMSNorm fusion picks FlashInfer's NVLink-multicast workspace, which these hosts
+# keep off, so the fusion, vLLM's custom all-reduce and symmetric memory are off in every layout
+ALLREDUCE = ["--disable-custom-all-reduce",
+             "--compilation-config", '{"pass_config": {"fuse_allreduce_rms": false}}']
+LAYOUT_ENV = {"VLLM_ALLREDUCE_USE_SYMM_MEM": "0", "VLLM_FLASHINFER_ALLREDUCE_BACKEND": "trtllm"}
+CONFIGS |= {"tp1-dp2": ["--data-parallel-size", "2", "--kv-cache-dtype", "fp8", *ALLREDUCE],
+            "tp2-dp1": ["--tensor-parallel-size", "2", "--kv-cache-dtype", "fp8", *ALLREDUCE],
+            "tp1-dp1": ["--kv-cache-dtype", "fp8", *ALLREDUCE]}
+# ACC_PLAN="tp1-dp2:128,tp2-dp1:80": one capacity search per config, each from its own start,
+# in this order, each while the deadline leaves a boot room (no stock step): tp_vs_dp_h100x2
+PLAN = [(c, float(s)) for c, s in (x.split(":") for x in os.environ.get("ACC_PLAN", "").split(",")
+                                   if x)]
 CONFIG = os.environ.get("ACC_CONFIG", "fp8")
 SLOS = ["p99_ttft_ms<=2000", "p99_tpot_ms<=60"]
 # where every boot's search starts (MOE_START; 24 in the first run of 2026-11-26; every boot there
@@ -87,7 +103,8 @@ class Run:
 
     def env(self) -> dict[str, str]:
         path = os.pathsep.join(x for x in (str(HERE), os.environ.get("PYTHONPATH")) if x)
-        return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+        return {**os.environ, **(LAYOUT_ENV if PLAN else {}), "PYTHONPATH": path,
+                "PYTHONUNBUFFERED": "1"}
 
     def call(self, argv: list[str], out: Path, limit: float) -> tuple[int, float]:
         t0 = now()
@@ -271,6 +288,17 @@ class Run:
                 p0 = doc["points"][0]
                 firsts.append({"load": p0["load"], **p0["metrics"]})
 
+        if PLAN:  # one search per layout, from its own start
+            for k, (config, start) in enumerate(PLAN, 1):
+                if self.left() < 420:  # a cold boot and two points
+                    self.record(kind="skipped", step=f"boot{k}-{config}", left_s=round(self.left()))
+                    continue
+                try:
+                    self.boot(k, config, start=start)
+                except Exception as e:  # noqa: BLE001 - recorded; the next layout may still run
+                    self.record(kind="error", step=f"boot{k}", error=repr(e))
+            self.record(kind="end", left_s=round(self.left()))
+            return
         one(1)
         if os.environ.get("MOE_BOOTS_ONLY") == "1":  # the spread over boots alone: no stock step
             for k in (2, 3):
