@@ -67,7 +67,7 @@ class Target:
         return max(self.requests, math.ceil(self.per_unit * load))
 
 
-@dataclass
+@dataclass(frozen=True)
 class RateCheck:
     """One run as the reference measured it, and its verdict against the SLOs."""
 
@@ -138,10 +138,10 @@ class Reference:
 def check_rate(ref: Reference, target: Target, slos: Sequence[SLOConfig], label: str,
                load: float, seed: int, out_dir: Path, n: int | None = None) -> RateCheck:
     n = n or target.requests_at(load)
-    rc = RateCheck(label, load, n, seed)
     at = {"request_rate": load} if target.axis == "rate" else {"max_concurrency": int(load)}
     profile = ref.profile.model_copy(update={"num_prompts": n, "seed": seed, **at})
     span = LogSpan(ref.log)
+    keep = (*REPORTED, *(s.metric for s in slos))  # the SLOs' own figures too
     for attempt in range(2):
         span.mark()
         out = out_dir / f"reference-r{load:g}-s{seed}-{attempt}.json"
@@ -149,22 +149,22 @@ def check_rate(ref: Reference, target: Target, slos: Sequence[SLOConfig], label:
         before = server_stats(ref.url)
         res = run_reference(ref.vllm, ref.url, ref.model, ref.tokenizer, profile, out)
         after = server_stats(ref.url)
-        rc.server = {}
+        server: dict[str, float] = {}
         if before and after:  # a failed scrape would read the server's whole life as the run's
             stats = ServerStats()
             stats.add(before)
             stats.add(after)
-            rc.server = {k: v for k, v in stats.summary().items() if k.startswith("server_mean")}
+            server = {k: v for k, v in stats.summary().items() if k.startswith("server_mean")}
         events = len(span.events()) if ref.log is not None else None
-        keep = (*REPORTED, *(s.metric for s in slos))  # the SLOs' own figures too
-        rc.metrics = {k: res.metrics[k] for k in keep if k in res.metrics}
-        rc.misses = judge(res.metrics, slos, n)
-        rc.jit_events, rc.result_file = events, str(out)
-        if not events or not label:  # no kernel compiled inside it (or a warm-up: kept)
-            break
-        rc.jit_remeasured = True
-    rc.verdict = "misses" if rc.misses else "meets"
-    return rc
+        misses = judge(res.metrics, slos, n)
+        # a run with a kernel compiling inside it is measured once again (a warm-up is kept)
+        if not events or not label or attempt == 1:
+            return RateCheck(label, load, n, seed,
+                             metrics={k: res.metrics[k] for k in keep if k in res.metrics},
+                             misses=misses, verdict="misses" if misses else "meets",
+                             jit_events=events, jit_remeasured=attempt == 1,
+                             result_file=str(out), server=server)
+    raise AssertionError("unreachable: the second attempt returns")
 
 
 def pooled(label: str, load: float, samples: list[RateCheck], slos: Sequence[SLOConfig]

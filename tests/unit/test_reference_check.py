@@ -48,11 +48,10 @@ def test_the_scripts_json_keeps_its_fields(tmp_path: Path,
              seed: int, out_dir: Path, n: int | None = None) -> v.RateCheck:
         n = n or target.requests_at(load)
         tpot = 70.0 if label.startswith("C x") else 50.0
-        c = v.RateCheck(label, load, n, seed, {"p99_ttft_ms": 1.0, "p99_tpot_ms": tpot,
-                                               "completed": n}, jit_events=0)
-        c.misses = v.judge(c.metrics, [], n) + (["p99_tpot_ms"] if tpot > 60 else [])
-        c.verdict = "misses" if c.misses else "meets"
-        return c
+        m = {"p99_ttft_ms": 1.0, "p99_tpot_ms": tpot, "completed": n}
+        misses = v.judge(m, [], n) + (["p99_tpot_ms"] if tpot > 60 else [])
+        return v.RateCheck(label, load, n, seed, m, misses, "misses" if misses else "meets",
+                           jit_events=0)
 
     monkeypatch.setattr(v, "check_rate", fake)
     a = rc.parser().parse_args(["--model", "m", "--capacity", "10", "--url", "http://x",

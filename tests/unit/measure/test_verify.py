@@ -48,11 +48,9 @@ def test_a_rate_is_judged_on_the_median_of_its_samples() -> None:
     (docs/results/warm-server-h100): a rate is judged on the median over fresh samples, and a
     failed request in any sample is a miss."""
     def sample(tpot: float, completed: int = 100) -> v.RateCheck:
-        c = v.RateCheck("C", 44.0, 100, 0, {"p99_ttft_ms": 400.0, "p99_tpot_ms": tpot,
-                                            "completed": completed})
-        c.misses = v.judge(c.metrics, SLOS, 100)
-        c.verdict = "misses" if c.misses else "meets"
-        return c
+        m = {"p99_ttft_ms": 400.0, "p99_tpot_ms": tpot, "completed": completed}
+        misses = v.judge(m, SLOS, 100)
+        return v.RateCheck("C", 44.0, 100, 0, m, misses, "misses" if misses else "meets")
 
     one_bad = [sample(42.7), sample(66.3), sample(36.2), sample(50.9)]  # the MoE at 44 req/s
     p = v.pooled("C", 44.0, one_bad, SLOS)
@@ -68,11 +66,9 @@ def _fake(seen: list[tuple[str, float, int, int]], tpot_above: float):
         n = n or target.requests_at(load)
         seen.append((label, load, seed, n))
         tpot = 50.0 if label in ("C", "") else tpot_above
-        c = v.RateCheck(label, load, n, seed, {"p99_ttft_ms": 1.0, "p99_tpot_ms": tpot,
-                                               "completed": n})
-        c.misses = v.judge(c.metrics, SLOS, n)
-        c.verdict = "misses" if c.misses else "meets"
-        return c
+        m = {"p99_ttft_ms": 1.0, "p99_tpot_ms": tpot, "completed": n}
+        misses = v.judge(m, SLOS, n)
+        return v.RateCheck(label, load, n, seed, m, misses, "misses" if misses else "meets")
     return fake
 
 
