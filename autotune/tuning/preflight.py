@@ -89,7 +89,9 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
         flag = p.into or name
         choices = space.choices_by_flag().get(name) if not p.into else None
         flags[flag] = list(choices) if choices is not None else None
-    args: dict[str, list[object] | None] = {f: None for f in cfg.server.args if f not in flags}
+    # the study file's own values too: a choice or a type vLLM would refuse at every boot
+    args: dict[str, list[object] | None] = {f: [v] for f, v in cfg.server.args.items()
+                                            if f not in flags}
     problems = []  # each flag named where it is written: the study file's args, or the space
     for where, given in (("server.args", args), (f"search space {space.name!r}", flags)):
         try:

@@ -160,7 +160,9 @@ def test_unknown_flag_rejected_before_boot(tiny_model: Path, tmp_path: Path) -> 
         "max_num_sequences": {"type": "int", "low": 1, "high": 4},
         "kv_cache_dtype": {"type": "categorical", "choices": ["auto", "fp4_turbo"]}}}
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(space))
-    cfg = {"name": "bad", "server": {"model": str(tiny_model), "args": dict(CPU_BASE)},
+    # and study-file values of a type vLLM's own parser refuses (read from it, not its help)
+    args = {**CPU_BASE, "max_num_batched_tokens": "lots", "enforce_eager": "yes"}
+    cfg = {"name": "bad", "server": {"model": str(tiny_model), "args": args},
            "search_space": str(tmp_path / "bad.yaml"), "workdir": str(tmp_path / "w")}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
     t0 = time.monotonic()
@@ -169,6 +171,9 @@ def test_unknown_flag_rejected_before_boot(tiny_model: Path, tmp_path: Path) -> 
     err = " ".join(p.stderr.split())
     assert "max_num_sequences: vLLM" in err and "has no flag --max-num-sequences" in err
     assert "kv_cache_dtype" in err and "'fp4_turbo'" in err and "accepted: auto" in err
+    assert "server.args: max_num_batched_tokens: vLLM" in err
+    assert "--max-num-batched-tokens takes a whole number, not 'lots'" in err
+    assert "--enforce-eager takes true or false" in err
     assert not list(tmp_path.rglob("server.log"))  # nothing booted
     assert not (tmp_path / "w" / "optuna.db").exists()  # nothing written to storage
     assert time.monotonic() - t0 < 120
