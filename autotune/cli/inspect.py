@@ -185,7 +185,7 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
 def print_verification(cfg: StudyConfig, trial: TrialRecord, samples: int | None) -> None:
     """`export --verify`: the reference client's verdicts at the capacity and above it."""
     from autotune.measure.verify import lines
-    from autotune.outputs.export import verify_capacity
+    from autotune.session.checks import verify_capacity
 
     console.print(f"verify: trial {trial.number} as a stock `vllm serve`, checked by `vllm "
                   "bench serve`", highlight=False, markup=False)
@@ -202,9 +202,9 @@ def print_verification(cfg: StudyConfig, trial: TrialRecord, samples: int | None
 def print_validation(cfg: StudyConfig, st: optuna.Study, trial: TrialRecord,
                      repeats: int) -> None:
     """`export --validate`: the baseline and the chosen config booted again, interleaved."""
-    from autotune.outputs.export import validate
     from autotune.outputs.live import tracked
     from autotune.outputs.tables import gain_text
+    from autotune.session.checks import validate
     from autotune.session.open import open_session
     from autotune.tuning.study import completed
 
