@@ -62,7 +62,11 @@ ALLREDUCE = ["--disable-custom-all-reduce",
 LAYOUT_ENV = {"VLLM_ALLREDUCE_USE_SYMM_MEM": "0", "VLLM_FLASHINFER_ALLREDUCE_BACKEND": "trtllm"}
 CONFIGS |= {"tp1-dp2": ["--data-parallel-size", "2", "--kv-cache-dtype", "fp8", *ALLREDUCE],
             "tp2-dp1": ["--tensor-parallel-size", "2", "--kv-cache-dtype", "fp8", *ALLREDUCE],
-            "tp1-dp1": ["--kv-cache-dtype", "fp8", *ALLREDUCE]}
+            "tp1-dp1": ["--kv-cache-dtype", "fp8", *ALLREDUCE],
+            # tensor parallel with the two API servers data parallel 2 gets by default: the
+            # confound of the 2026-11-27 run (tp_vs_dp_h100x2 confound_api_servers)
+            "tp2-dp1-api2": ["--tensor-parallel-size", "2", "--api-server-count", "2",
+                             "--kv-cache-dtype", "fp8", *ALLREDUCE]}
 # ACC_PLAN="tp1-dp2:128,tp2-dp1:80": one capacity search per config, each from its own start,
 # in this order, each while the deadline leaves a boot room (no stock step): tp_vs_dp_h100x2
 PLAN = [(c, float(s)) for c, s in (x.split(":") for x in os.environ.get("ACC_PLAN", "").split(",")
