@@ -120,8 +120,16 @@ def get_vllm_info(executable: list[str], env: dict[str, str] | None = None) -> V
         raise ConfigError(
             f"server.executable: cannot run {executable[0]!r}: {e.strerror}"
         ) from None
-    help_text, _ = hlp.communicate(timeout=300)
-    version_text, _ = ver.communicate(timeout=300)
+    try:
+        help_text, _ = hlp.communicate(timeout=300)
+        version_text, _ = ver.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        for proc in (hlp, ver, probe):
+            if proc is not None:
+                proc.kill()
+                proc.communicate()
+        raise ConfigError(f"server.executable: `{' '.join(executable)} serve --help=all` gave "
+                          "no answer in 300 s; check that it runs on this machine") from None
     if hlp.returncode != 0 or "--max-num-seqs" not in help_text:
         tail = "\n".join(help_text.strip().splitlines()[-3:])
         raise ConfigError(f"server.executable: `{' '.join(executable)} serve --help=all` failed "
@@ -129,7 +137,11 @@ def get_vllm_info(executable: list[str], env: dict[str, str] | None = None) -> V
     version = (version_text.strip().splitlines() or ["unknown"])[-1]
     info = parse_help(help_text, version)
     if probe is not None:
-        out, _ = probe.communicate(timeout=300)
+        try:  # the help has ended: the same imports take no longer here
+            out, _ = probe.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            probe.kill()
+            out, _ = probe.communicate()
         line = next((x for x in out.splitlines() if x.startswith("KINDS ")), "")
         if probe.returncode == 0 and line:  # else another layout of vLLM: values go unchecked
             info = VllmInfo(info.version, info.flags, info.choices, json.loads(line[6:]))
