@@ -68,17 +68,28 @@ def before_engine(load: float, metrics: dict[str, float], server: dict[str, floa
     """What to say when a point's TTFT went mostly before the engine saw its requests: the
     client's mean TTFT at least BEFORE_ENGINE_MS above vLLM's own (its histogram, from when
     its API server handed the request on) and more than twice it. On the H100 one API server
-    process capped capacity this way while the engine had no request waiting. `cpu_busy`: the
-    client CPU fraction over which the client is the likelier cause (bench.CLIENT_BUSY)."""
+    process capped capacity this way while the engine had no request waiting. Else, vLLM's own
+    TTFT mostly outside its engine core (server_mean_outside_engine_ms: TTFT less its queue and
+    prefill times, at least BEFORE_ENGINE_MS and half of it). `cpu_busy`: the client CPU
+    fraction over which the client is the likelier cause (bench.CLIENT_BUSY)."""
     client, engine = metrics.get("mean_ttft_ms"), server.get("server_mean_ttft_ms")
-    if client is None or engine is None or client - engine < BEFORE_ENGINE_MS or \
-            client < 2 * engine:
+    outside = server.get("server_mean_outside_engine_ms")
+    api = ("vLLM's API server, one process unless --api-server-count says otherwise: add "
+           "api_server_count to the search space (or the server's args)")
+    if client is None or engine is None:
         return None
+    if client - engine < BEFORE_ENGINE_MS or client < 2 * engine:
+        # vLLM's own TTFT, split: its engine's queue and prefill, and the rest outside the
+        # engine core (two H200s, 2026-11-27: TTFT grew through each point, the queue stayed 0)
+        if outside is None or outside < BEFORE_ENGINE_MS or 2 * outside < engine:
+            return None
+        return (f"at load {load:g} vLLM's own mean TTFT was {engine:,.0f} ms, of which its "
+                f"engine queued {server.get('server_mean_queue_ms', 0.0):,.0f} and prefilled "
+                f"{server.get('server_mean_prefill_ms', 0.0):,.0f}: {outside:,.0f} ms went "
+                f"outside the engine core, most likely in {api}")
     busy = server.get("client_cpu_fraction", 0.0)
     who = (f"the load generator was busy ({busy:.0%} of a core): raise "
-           "profile.client_processes" if busy > cpu_busy else
-           "vLLM's API server, one process unless --api-server-count says otherwise: add "
-           "api_server_count to the search space (or the server's args)")
+           "profile.client_processes" if busy > cpu_busy else api)
     return (f"at load {load:g} the mean TTFT was {client:,.0f} ms, of which vLLM's engine saw "
             f"{engine:,.0f} ms: the rest went before the engine, most likely in {who}")
 

@@ -34,13 +34,18 @@ def spec_counts(stats: Iterable[dict[str, float]]) -> dict[str, float]:
     return {key: sum(r.get(key, 0.0) for r in rows) for key in
             (f"server_{c}" for c in SPEC_COUNTS) if any(key in r for r in rows)}
 # Histograms read as their mean over the run (the sum's and the count's differences): vLLM's own
-# TTFT and queue time, from the moment its API server handed the request to the engine. Against
-# the client's TTFT they say where the time went: a client TTFT far above the server's was spent
-# before the engine saw the request (an API server or a client that cannot keep up), not in the
-# engine's queue. Its per-request TPOT is the arbiter of the client's (docs/load-generator.md).
+# TTFT (from the request's arrival in its front end, after the API server parsed and tokenized
+# it, to the front end's handling of the first token), queue time (waiting in the engine's
+# scheduler) and prefill time (scheduled to first token, in the engine). TTFT less queue and
+# prefill is time outside the engine core: the hand-over to it and the first token's way back
+# through the API server (`server_mean_outside_engine_ms`). Against the client's TTFT, a client
+# TTFT far above the server's was spent before vLLM saw the request (an API server or a client
+# that cannot keep up). Its per-request TPOT is the arbiter of the client's
+# (docs/load-generator.md).
 MEANS_MS = {
     "mean_ttft_ms": "vllm:time_to_first_token_seconds",
     "mean_queue_ms": "vllm:request_queue_time_seconds",
+    "mean_prefill_ms": "vllm:request_prefill_time_seconds",
     "mean_tpot_ms": "vllm:request_time_per_output_token_seconds",
 }
 GAUGES = {
@@ -86,6 +91,10 @@ class ServerStats:
             if count:
                 total = self.last.get(f"{name}_sum", 0.0) - self.first.get(f"{name}_sum", 0.0)
                 out[f"server_{key}"] = 1000.0 * total / count
+        parts = [out.get(f"server_mean_{k}_ms") for k in ("ttft", "queue", "prefill")]
+        if None not in parts:  # TTFT counts a request at its first token, the others at its end
+            ttft, queue, prefill = (float(x or 0.0) for x in parts)
+            out["server_mean_outside_engine_ms"] = max(0.0, ttft - queue - prefill)
         # gauges sampled during the run (every scrape but the first and the last); a benchmark
         # shorter than the sampling interval has none, and then no peak is reported
         samples = max(self.scrapes - 2, 0)

@@ -170,6 +170,17 @@ def test_before_engine_names_where_the_ttft_went() -> None:
     note = before_engine(58.0, {"mean_ttft_ms": 3189.0},
                          {"server_mean_ttft_ms": 95.0, "client_cpu_fraction": 0.97}, 0.9)
     assert note is not None and "client_processes" in note and "api_server" not in note
+    # the client read about what vLLM did, but vLLM's own TTFT went mostly outside its engine
+    # core (two H200s, tp2 at 61.4 req/s: TTFT grew through each sample, the queue stayed 0)
+    split = {"server_mean_ttft_ms": 605.0, "server_mean_queue_ms": 0.0,
+             "server_mean_prefill_ms": 40.0, "server_mean_outside_engine_ms": 565.0}
+    note = before_engine(61.4, {"mean_ttft_ms": 485.0}, split, 0.9)
+    assert note is not None and "605 ms" in note and "queued 0 and prefilled 40" in note
+    assert "565 ms went outside the engine core" in note and "api_server_count" in note
+    # most of it in the engine (its queue, on CPU past the knee): nothing to say
+    assert before_engine(6, {"mean_ttft_ms": 900.0}, split | {
+        "server_mean_ttft_ms": 800.0, "server_mean_queue_ms": 700.0,
+        "server_mean_outside_engine_ms": 60.0}, 0.9) is None
 
 
 def test_intervals_turn_a_percentile_into_met_missed_or_close() -> None:

@@ -1,0 +1,39 @@
+"""vLLM's /metrics read as the difference of two scrapes: its TTFT split into the engine's queue
+and prefill and the time outside the engine core."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.server.scrape import ServerStats
+
+
+def scrape(n: float, ttft_s: float, queue_s: float, prefill_s: float | None) -> dict[str, float]:
+    d = {"vllm:time_to_first_token_seconds_count": n, "vllm:time_to_first_token_seconds_sum":
+         ttft_s, "vllm:request_queue_time_seconds_count": n,
+         "vllm:request_queue_time_seconds_sum": queue_s}
+    if prefill_s is not None:
+        d |= {"vllm:request_prefill_time_seconds_count": n,
+              "vllm:request_prefill_time_seconds_sum": prefill_s}
+    return d
+
+
+def test_ttft_splits_into_queue_prefill_and_outside_the_engine() -> None:
+    stats = ServerStats()
+    stats.add(scrape(100, 10.0, 0.0, 2.0))
+    # 1,000 requests more: TTFT 605 ms each, no queue, 40 ms of prefill (two H200s, tp2 at 61.4)
+    stats.add(scrape(1100, 10.0 + 605.0, 0.0, 2.0 + 40.0))
+    out = stats.summary()
+    assert out["server_mean_ttft_ms"] == pytest.approx(605.0)
+    assert out["server_mean_queue_ms"] == 0.0
+    assert out["server_mean_prefill_ms"] == pytest.approx(40.0)
+    assert out["server_mean_outside_engine_ms"] == pytest.approx(565.0)
+
+
+def test_no_split_without_the_prefill_histogram() -> None:
+    stats = ServerStats()
+    stats.add(scrape(0, 0.0, 0.0, None))
+    stats.add(scrape(10, 5.0, 1.0, None))  # an older vLLM without vllm:request_prefill_time
+    out = stats.summary()
+    assert out["server_mean_ttft_ms"] == pytest.approx(500.0)
+    assert "server_mean_outside_engine_ms" not in out
