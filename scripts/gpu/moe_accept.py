@@ -172,7 +172,7 @@ class Run:
                                     "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
                                     "p99_tpot_ms", "request_throughput", "completed")},
                                 **{k: v for k, v in p.get("server", {}).items()
-                                   if k.startswith(("jit", "warm", "samples"))}}
+                                   if k.startswith(("jit", "warm", "samples", "server_mean"))}}
                                for p in doc.get("points", [])]}
         self.record(**row)
         return doc
