@@ -239,6 +239,11 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
         lines += ["", "## Load curves" + (f": {prof}" if prof else ""), "",
                   f"![load curves]({name})", ""]
         lines += curves_markdown(recs, axis, prof)
+    if axis is not None and rec is not None:  # a queue building through its points, or not
+        from autotune.outputs.inside import inside_markdown
+
+        lines += inside_markdown(rec, cfg.study_dir() / f"trial-{rec.number:04d}", cfg.slos,
+                                 out_dir)
     lines += ["", "## Where the time went", ""] + time_markdown(time_split(recs))
     from autotune.tuning.bill import bill
 
