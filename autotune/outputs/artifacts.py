@@ -1,7 +1,7 @@
 """The files a study leaves beside its numbers: per trial (argv, the server log, per-request
-CSV, capacity curves), for the front (trials and front tables, Pareto plots, hypervolume,
-importances, capacity overlays) and for the confirm phase. MLflow logs them as artifacts
-(outputs/tracking.py); each function writes into a folder it is given."""
+CSV, capacity curves, TTFT through its capacity point), for the front (trials and front tables,
+Pareto plots, hypervolume, importances, capacity overlays) and for the confirm phase. MLflow
+logs them as artifacts (outputs/tracking.py); each function writes into a folder it is given."""
 
 from __future__ import annotations
 
@@ -35,6 +35,12 @@ def trial_files(rec: TrialRecord, cfg: StudyConfig, d: Path) -> None:
             plots.capacity_png(rec, cfg.slos, cfg.capacity.axis,
                                d / f"capacity{'-' + prof if prof else ''}.png", prof)
         (d / "capacity.json").write_text(json.dumps(facts.capacity, indent=2))
+        if log is not None:  # TTFT through its capacity point: a queue building or not
+            from autotune.outputs.inside import inside_markdown
+
+            lines = inside_markdown(rec, log.parent, cfg.slos, d)
+            if lines:
+                (d / "inside_points.md").write_text("\n".join(lines).lstrip() + "\n")
 
 
 def front_files(study: optuna.Study, cfg: StudyConfig, recs: list[TrialRecord],

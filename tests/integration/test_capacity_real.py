@@ -160,7 +160,8 @@ def test_capacity_study_carries_curves_to_mlflow(tiny_model: Path, tmp_path: Pat
         assert sorted(m.value for m in history) == loads
         assert sorted(m.step for m in history) == list(range(len(loads)))
         files = {a.path for a in client.list_artifacts(r.info.run_id)}
-        assert {"capacity.png", "capacity.json"} <= files
+        # and TTFT request by request through its capacity point (outputs/inside.py)
+        assert {"capacity.png", "capacity.json", "inside_points.png", "inside_points.md"} <= files
     pareto = {a.path for a in client.list_artifacts(parent.info.run_id, "pareto")}
     assert "pareto/capacity_curves.png" in pareto
     # export sizes a deployment from the capacity
