@@ -80,7 +80,7 @@ def before_engine(load: float, metrics: dict[str, float], server: dict[str, floa
         return None
     if client - engine < BEFORE_ENGINE_MS or client < 2 * engine:
         # vLLM's own TTFT, split: its engine's queue and prefill, and the rest outside the
-        # engine core (two H200s, 2026-11-27: TTFT grew through each point, the queue stayed 0)
+        # engine core (server/scrape.py)
         if outside is None or outside < BEFORE_ENGINE_MS or 2 * outside < engine:
             return None
         return (f"at load {load:g} vLLM's own mean TTFT was {engine:,.0f} ms, of which its "

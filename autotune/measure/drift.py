@@ -1,12 +1,11 @@
 """Whether a queue builds through a load point: each run's median TTFT per part of its arrivals,
 from the per-request records a capacity point writes (`points/load-<load>.csv`: its runs follow
-one another in one file, and each run's request indexes start again at 0).
+one another in one file, each run's requests in index order from 0).
 
 At a load the server keeps up with, TTFT is flat from the first arrivals to the last. A TTFT that
 grows part by part means requests wait longer the later they come: a queue is building. vLLM's
 own split of its TTFT (autotune/server/scrape.py) then says where: in its engine's queue, or
-outside the engine core. On two H200s every sample near capacity grew 5-27x from the first fifth
-to the last while vLLM's queue stayed at 0 (docs/results/warm-server-h100 `tp_vs_dp_h100x2`).
+outside the engine core (docs/capacity.md, "Where the time went").
 """
 
 from __future__ import annotations
@@ -15,6 +14,8 @@ import csv
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 PARTS = 5  # fifths of the arrivals
 GROWS = 3.0  # a last part's median TTFT this many times the first's: a queue builds
@@ -37,13 +38,14 @@ class RunDrift:
 
 
 def read_runs(path: Path) -> list[list[tuple[float, float]]]:
-    """Each run's successful requests as (send time s, TTFT ms), in the file's order."""
+    """Each run's successful requests as (send time s, TTFT ms), in the file's order. A request
+    index that does not rise starts the next run."""
     runs: list[list[tuple[float, float]]] = []
     last = None
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
             index = int(row["index"])
-            if last is None or index < last:
+            if last is None or index <= last:
                 runs.append([])
             last = index
             if row.get("ttft_ms") and not row.get("error"):
@@ -52,14 +54,15 @@ def read_runs(path: Path) -> list[list[tuple[float, float]]]:
 
 
 def drift(run: list[tuple[float, float]], parts: int = PARTS) -> RunDrift:
-    """One run's TTFT by part of its arrivals (in send order)."""
+    """One run's TTFT by part of its arrivals (in send order; every request in one part, the
+    parts as equal as whole requests allow); its p99 as the run's metrics take it (numpy's
+    linear percentile)."""
     seg = sorted(run)
-    size = max(1, len(seg) // parts)
-    chunks = [seg[i * size:(i + 1) * size] for i in range(parts)]
-    ttft = sorted(t for _, t in seg)
-    return RunDrift(len(seg), tuple(round(statistics.median(t for _, t in c), 1)
-                                    for c in chunks if c),
-                    round(ttft[max(0, int(0.99 * len(ttft)) - 1)], 1))
+    n = len(seg)
+    cuts = [i * n // parts for i in range(parts + 1)]
+    chunks = [seg[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+    return RunDrift(n, tuple(round(statistics.median(t for _, t in c), 1) for c in chunks),
+                    round(float(np.percentile([t for _, t in seg], 99)), 1))
 
 
 def point_drift(path: Path, parts: int = PARTS) -> list[RunDrift]:

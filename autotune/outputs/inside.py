@@ -49,7 +49,12 @@ def inside_markdown(rec: TrialRecord, trial_dir: Path, slos: list[SLOConfig],
     found = [(n, p, f) for n, p, f in found if f.is_file()]
     if not found:
         return []
-    runs = {p.load: read_runs(f) for _, p, f in found}
+    try:
+        runs = {p.load: read_runs(f) for _, p, f in found}
+    except (OSError, KeyError, ValueError) as e:  # a records file cut short or edited by hand
+        return ["", f"## Inside the load points of trial {rec.number}", "",
+                f"The per-request records under {trial_dir / 'points'} could not be read "
+                f"({type(e).__name__}: {e})."]
     lines = ["", f"## Inside the load points of trial {rec.number}", "",
              "![TTFT through the points](inside_points.png)", "",
              "| point | load | runs | TTFT p50 by fifth of the arrivals, ms (each run) | "

@@ -48,6 +48,7 @@ MEANS_MS = {
     "mean_prefill_ms": "vllm:request_prefill_time_seconds",
     "mean_tpot_ms": "vllm:request_time_per_output_token_seconds",
 }
+SPLIT_COUNTS = 0.1
 GAUGES = {
     "kv_cache_usage": "vllm:kv_cache_usage_perc",
     "requests_waiting": "vllm:num_requests_waiting",
@@ -86,13 +87,19 @@ class ServerStats:
         d = {k: self.last.get(n, 0.0) - self.first.get(n, 0.0) for k, n in COUNTERS.items()
              if n in self.last}
         out = {f"server_{k}": v for k, v in d.items()}
+        counts = {}
         for key, name in MEANS_MS.items():
             count = self.last.get(f"{name}_count", 0.0) - self.first.get(f"{name}_count", 0.0)
+            counts[key] = count
             if count:
                 total = self.last.get(f"{name}_sum", 0.0) - self.first.get(f"{name}_sum", 0.0)
                 out[f"server_{key}"] = 1000.0 * total / count
         parts = [out.get(f"server_mean_{k}_ms") for k in ("ttft", "queue", "prefill")]
-        if None not in parts:  # TTFT counts a request at its first token, the others at its end
+        # TTFT counts a request at its first token, queue and prefill at its end: the split
+        # holds only where they counted the same requests (within SPLIT_COUNTS), as over a run
+        # that waited for its last reply
+        n = [counts[f"mean_{k}_ms"] for k in ("ttft", "queue", "prefill")]
+        if None not in parts and max(n) <= (1 + SPLIT_COUNTS) * min(n):
             ttft, queue, prefill = (float(x or 0.0) for x in parts)
             out["server_mean_outside_engine_ms"] = max(0.0, ttft - queue - prefill)
         # gauges sampled during the run (every scrape but the first and the last); a benchmark

@@ -2,9 +2,8 @@
 
 A space that names a flag or a choice this vLLM lacks is rejected before any boot. The help text
 is cached per executable (resolved path, size, mtime), since producing it costs ~15 s of imports.
-The help names no types, so beside it vLLM's own `serve` parser is built once in the executable's
-interpreter (`KINDS_PROBE`) and each option's kind read from it (int, float, a boolean flag): a
-value of the wrong type (`max_num_seqs: many`) is refused before a boot, as vLLM would refuse it.
+Beside the help, each option's type is read from vLLM's own parser (server/vllm_kinds.py) and
+cached with it, so a value of the wrong type is refused before a boot too.
 """
 
 from __future__ import annotations
@@ -15,43 +14,15 @@ import os
 import re
 import shutil
 import subprocess
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.config.cache import cache_dir
 from autotune.errors import ConfigError
 from autotune.server.command import param_name
+from autotune.server.vllm_kinds import read_probe, start_probe, wrong_type
 
-# run by the executable's Python: each `vllm serve` option's kind, from vLLM's own parser (the
-# path `vllm serve` itself takes, in vLLM 0.26 and 0.32). Printed as one JSON line.
-KINDS_PROBE = r"""
-import json
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-from vllm.entrypoints.cli.serve import ServeSubcommand
-top = FlexibleArgumentParser()
-parser = ServeSubcommand().subparser_init(top.add_subparsers())
-def inner(t):
-    for cell in getattr(t, "__closure__", None) or ():
-        if cell.cell_contents in (int, float):
-            return cell.cell_contents
-    return t
-kinds = {}
-for a in parser._actions:
-    if not a.option_strings:
-        continue
-    t = inner(a.type)
-    name = getattr(t, "__name__", "")
-    if a.nargs == 0:
-        kind = "bool" if "BooleanOptional" in type(a).__name__ else "flag"
-    elif t is int or name == "human_readable_int":
-        kind = "int"
-    elif t is float:
-        kind = "float"
-    else:
-        continue
-    kinds[a.dest] = kind
-print("KINDS " + json.dumps(kinds))
-"""
 _OPTION = re.compile(r"^\s{2}(-\S.*?)(?:\s{2,}|$)")
 _LONG = re.compile(r"--([A-Za-z0-9][\w-]*)(?:\s+\{([^}]*)\})?")
 
@@ -92,7 +63,7 @@ def parse_help(text: str, version: str = "unknown") -> VllmInfo:
 
 def _exe_key(executable: list[str]) -> str:
     exe = shutil.which(executable[0]) or executable[0]
-    parts = ["kinds-1", *executable]  # kinds-1: caches written before the kinds are read again
+    parts = ["kinds-2", *executable]  # kinds-2: caches written before the kinds are read again
     try:
         st = os.stat(os.path.realpath(exe))
         parts += [os.path.realpath(exe), str(st.st_size), str(st.st_mtime_ns)]
@@ -105,46 +76,50 @@ def get_vllm_info(executable: list[str], env: dict[str, str] | None = None) -> V
     """Version and flags of `executable`'s vLLM (cached per executable)."""
     path = cache_dir() / "vllm-help" / f"{_exe_key(executable)}.json"
     if path.exists():
-        return VllmInfo.from_json(json.loads(path.read_text()))
+        info = VllmInfo.from_json(json.loads(path.read_text()))
+        if not info.kinds:
+            _unchecked(info.version, "not readable from this executable")
+        return info
     run_env = {**os.environ, **(env or {})}
-    try:
-        ver = subprocess.Popen([*executable, "--version"], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True, env=run_env)
-        hlp = subprocess.Popen([*executable, "serve", "--help=all"], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env=run_env)
-        python = interpreter(executable)
-        probe = subprocess.Popen([python, "-c", KINDS_PROBE], stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, text=True, env=run_env) \
-            if python else None
-    except OSError as e:
-        raise ConfigError(
-            f"server.executable: cannot run {executable[0]!r}: {e.strerror}"
-        ) from None
-    try:
-        help_text, _ = hlp.communicate(timeout=300)
-        version_text, _ = ver.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        for proc in (hlp, ver, probe):
-            if proc is not None:
+    procs: list[subprocess.Popen[str]] = []
+    try:  # every process started here is reaped, whatever ends this
+        try:
+            ver = subprocess.Popen([*executable, "--version"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, text=True, env=run_env)
+            procs.append(ver)
+            hlp = subprocess.Popen([*executable, "serve", "--help=all"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, env=run_env)
+            procs.append(hlp)
+        except OSError as e:
+            raise ConfigError(
+                f"server.executable: cannot run {executable[0]!r}: {e.strerror}"
+            ) from None
+        probe = start_probe(executable, run_env)
+        procs += [probe] if probe is not None else []
+        try:
+            help_text, _ = hlp.communicate(timeout=300)
+            version_text, _ = ver.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            raise ConfigError(f"server.executable: `{' '.join(executable)} serve --help=all` "
+                              "gave no answer in 300 s; check that it runs on this machine"
+                              ) from None
+        if hlp.returncode != 0 or "--max-num-seqs" not in help_text:
+            tail = "\n".join(help_text.strip().splitlines()[-3:])
+            raise ConfigError(f"server.executable: `{' '.join(executable)} serve --help=all` "
+                              f"failed (exit {hlp.returncode}): {tail}")
+        kinds, why = read_probe(probe)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-        raise ConfigError(f"server.executable: `{' '.join(executable)} serve --help=all` gave "
-                          "no answer in 300 s; check that it runs on this machine") from None
-    if hlp.returncode != 0 or "--max-num-seqs" not in help_text:
-        tail = "\n".join(help_text.strip().splitlines()[-3:])
-        raise ConfigError(f"server.executable: `{' '.join(executable)} serve --help=all` failed "
-                          f"(exit {hlp.returncode}): {tail}")
     version = (version_text.strip().splitlines() or ["unknown"])[-1]
-    info = parse_help(help_text, version)
-    if probe is not None:
-        try:  # the help has ended: the same imports take no longer here
-            out, _ = probe.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            probe.kill()
-            out, _ = probe.communicate()
-        line = next((x for x in out.splitlines() if x.startswith("KINDS ")), "")
-        if probe.returncode == 0 and line:  # else another layout of vLLM: values go unchecked
-            info = VllmInfo(info.version, info.flags, info.choices, json.loads(line[6:]))
+    help_info = parse_help(help_text, version)
+    info = VllmInfo(version, help_info.flags, help_info.choices, kinds or {})
+    if not kinds:
+        _unchecked(version, why)
+    if kinds is None:  # no answer in time: the next study asks again
+        return info
     path.parent.mkdir(parents=True, exist_ok=True)
     # another process (a local worker, a parallel test) may read it meanwhile: never half a file
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -153,48 +128,10 @@ def get_vllm_info(executable: list[str], env: dict[str, str] | None = None) -> V
     return info
 
 
-def interpreter(executable: list[str]) -> str | None:
-    """The Python that runs `executable`: itself, or a console script's shebang (None: neither,
-    e.g. a wrapper shell script)."""
-    exe = shutil.which(executable[0]) or executable[0]
-    if "python" in os.path.basename(exe):
-        return exe
-    try:
-        with open(exe, "rb") as f:
-            first = f.readline(300).decode(errors="replace")
-    except OSError:
-        return None
-    if first.startswith("#!") and "python" in first:
-        cmd = first[2:].split()
-        return cmd[-1] if cmd and cmd[0].endswith("env") else (cmd[0] if cmd else None)
-    return None
-
-
-def wrong_type(kind: str | None, value: object) -> str | None:
-    """Why vLLM would refuse `value` for an option of this kind (None: it would take it; a None
-    value leaves the flag out)."""
-    if value is None:
-        return None
-    if kind in ("bool", "flag"):
-        if not isinstance(value, bool):
-            return "takes true or false (the flag on or off), not a value"
-        if kind == "flag" and value is False:
-            return "has no --no- form: leave it out for vLLM's default"
-        return None
-    if kind not in ("int", "float") or isinstance(value, bool):
-        return None if kind not in ("int", "float") else f"takes a number, not {value!r}"
-    cast = int if kind == "int" else float
-    if isinstance(value, float) and kind == "int" and not value.is_integer():
-        return f"takes a whole number, not {value!r}"
-    if isinstance(value, int | float):
-        return None
-    try:
-        cast(str(value))
-    except ValueError:
-        if kind == "int" and re.fullmatch(r"\d+(\.\d+)?[kKmMgGtT]", str(value)):
-            return None  # vLLM's human-readable sizes: 32k
-        return f"takes {'a whole number' if kind == 'int' else 'a number'}, not {value!r}"
-    return None
+def _unchecked(version: str, why: str) -> None:
+    warnings.warn(f"vLLM {version}'s option types could not be read ({why}): server.args and "
+                  "the search space are checked against its flag names and choices only",
+                  stacklevel=3)
 
 
 def check_flags(info: VllmInfo, flags: dict[str, list[object] | None], source: str) -> None:

@@ -172,7 +172,7 @@ def test_unknown_flag_rejected_before_boot(tiny_model: Path, tmp_path: Path) -> 
     assert "max_num_sequences: vLLM" in err and "has no flag --max-num-sequences" in err
     assert "kv_cache_dtype" in err and "'fp4_turbo'" in err and "accepted: auto" in err
     assert "server.args: max_num_batched_tokens: vLLM" in err
-    assert "--max-num-batched-tokens takes a whole number, not 'lots'" in err
+    assert "--max-num-batched-tokens takes a whole number or a size such as 32k, not 'lots'" in err
     assert "--enforce-eager takes true or false" in err
     assert not list(tmp_path.rglob("server.log"))  # nothing booted
     assert not (tmp_path / "w" / "optuna.db").exists()  # nothing written to storage
