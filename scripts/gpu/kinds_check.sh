@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# On a GPU machine after the chunk calls of ../shared/gpu/prepare.sh (or scripts/gpu/prepare.sh):
+# install the wheels, then read vLLM's help and its option types as a study's preflight does
+# (autotune/server/vllm_help.py with server/vllm_kinds.py), time it, and check a few values.
+# Writes kinds.json and kinds.txt into $OUT.
+set -uo pipefail
+t0=$(date +%s)
+cd /root/w || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /root/site \
+  ./*.whl || exit 1
+cd - > /dev/null || exit 1
+export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH AUTOTUNE_CACHE_DIR=/root/kinds-cache
+echo "installed in $(( $(date +%s) - t0 )) s"
+python3 - <<'PY' 2>&1 | tee "$OUT/kinds.txt"
+import json, os, time
+from autotune.server.vllm_help import check_flags, get_vllm_info
+from autotune.errors import ConfigError
+t = time.time()
+info = get_vllm_info(["/root/site/bin/vllm"])
+took = time.time() - t
+print("vLLM", info.version, "help + kinds in", round(took, 1), "s;", len(info.flags), "flags,",
+      len(info.kinds), "kinds")
+keys = ["max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "enforce_eager",
+        "tensor_parallel_size", "api_server_count", "max_model_len", "kv_cache_dtype"]
+print({k: info.kinds.get(k) for k in keys})
+bad = {"max_num_seqs": ["many"], "max_num_batched_tokens": ["32k", "lots"],
+       "enforce_eager": ["yes"], "tensor_parallel_size": [2]}
+try:
+    check_flags(info, bad, "server.args")
+    print("NOT REFUSED")
+except ConfigError as e:
+    print("refused:\n" + str(e))
+json.dump({"version": info.version, "seconds": round(took, 1), "kinds": info.kinds},
+          open(os.path.join(os.environ["OUT"], "kinds.json"), "w"), indent=1)
+PY
