@@ -6,7 +6,12 @@
 set -uo pipefail
 t0=$(date +%s)
 cd /root/w || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /root/site \
+for first in *.part000; do  # wheels over a chunk's size travel in parts
+  [ -e "$first" ] || continue
+  whl=${first%.part000}
+  cat "$whl".part* > "$whl" && rm "$whl".part*
+done
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /root/site \
   ./*.whl || exit 1
 cd - > /dev/null || exit 1
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH AUTOTUNE_CACHE_DIR=/root/kinds-cache
