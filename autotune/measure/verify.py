@@ -25,13 +25,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from autotune.config.workload import PRESETS, ProfileConfig, SLOConfig
 from autotune.errors import ConfigError
 from autotune.measure.reference import run_reference
 from autotune.server.jit import LogSpan
-from autotune.server.scrape import ServerStats, parse
+from autotune.server.scrape import ServerStats, scrape_url
 
 # the reference's mean TPOT this far from the server's own (vLLM's per-request TPOT histogram)
 # is its client's reading, not the server's: on 2 busy cores it read 12-34% low in 3 of 5 runs
@@ -82,15 +80,6 @@ class RateCheck:
     jit_remeasured: bool = False
     result_file: str = ""
     server: dict[str, float] = field(default_factory=dict)  # vLLM's own /metrics over the run
-
-
-def server_stats(url: str) -> dict[str, float]:
-    """One scrape of the server's /metrics (empty when it gives none)."""
-    try:
-        r = httpx.get(url.rstrip("/") + "/metrics", timeout=httpx.Timeout(10.0))
-        return parse(r.text) if r.status_code == 200 else {}
-    except (httpx.HTTPError, ValueError):
-        return {}
 
 
 def can_judge(profile: ProfileConfig, slos: Sequence[SLOConfig]) -> None:
@@ -146,9 +135,9 @@ def check_rate(ref: Reference, target: Target, slos: Sequence[SLOConfig], label:
         span.mark()
         out = out_dir / f"reference-r{load:g}-s{seed}-{attempt}.json"
         # vLLM's own histograms over the run (its --num-warmups requests too: a few short ones)
-        before = server_stats(ref.url)
+        before = scrape_url(ref.url)
         res = run_reference(ref.vllm, ref.url, ref.model, ref.tokenizer, profile, out)
-        after = server_stats(ref.url)
+        after = scrape_url(ref.url)
         server: dict[str, float] = {}
         if before and after:  # a failed scrape would read the server's whole life as the run's
             stats = ServerStats()

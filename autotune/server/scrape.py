@@ -127,6 +127,16 @@ def spec_rates(d: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def scrape_url(url: str) -> dict[str, float]:
+    """One scrape of `url`'s /metrics outside an event loop (empty when it gives none): the
+    reference check's reading before and after each `vllm bench serve` run."""
+    with contextlib.suppress(httpx.HTTPError, ValueError):
+        r = httpx.get(url.rstrip("/") + "/metrics", timeout=httpx.Timeout(10.0))
+        if r.status_code == 200:
+            return parse(r.text)
+    return {}
+
+
 async def scrape_once(client: httpx.AsyncClient, stats: ServerStats) -> None:
     """One scrape of /metrics; a failed scrape is skipped, never fatal."""
     with contextlib.suppress(httpx.HTTPError, ValueError):

@@ -164,7 +164,7 @@ def test_a_run_sets_its_load_on_its_axis_and_reruns_over_a_kernel_compiling(
                                 "completed": float(profile.num_prompts), "itl_x": 1.0}, 0, 0)
 
     monkeypatch.setattr(v, "run_reference", fake_ref)
-    monkeypatch.setattr(v, "server_stats", lambda url: next(scrapes))
+    monkeypatch.setattr(v, "scrape_url", lambda url: next(scrapes))
     ref = v.Reference(["vllm"], "http://x", "m", "m", ProfileConfig(name="random"), log)
     slos = [*SLOS, parse_slo("median_ttft_ms<=50")]
     slots = v.check_rate(ref, v.Target(8.0, "concurrency", 0.1, 10, 2.0), slos, "C", 8.0, 3,
