@@ -34,6 +34,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from autotune.config.metric_names import FAILED, QUANTILES, min_requests
@@ -281,3 +282,9 @@ def point_seed(seed: int, load: float) -> int:
     random numbers), different between loads (no prefix cached by one point serves the next)."""
     digest = hashlib.sha256(f"{seed}:{round(load, 6)}".encode()).digest()
     return int.from_bytes(digest[:4], "little")
+
+
+def points_file(workdir: Path, load: float) -> Path:
+    """Where a capacity point's per-request records are written (measure/on_server.py) and
+    read (outputs/inside.py): points/load-<load>.csv in the bench's or trial's folder."""
+    return workdir / "points" / f"load-{load:g}.csv"

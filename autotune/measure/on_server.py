@@ -41,6 +41,7 @@ from autotune.measure.capacity import (
     judge,
     late_fix,
     point_seed,
+    points_file,
 )
 from autotune.measure.metrics import BenchMetrics, compute_metrics, per_request, too_short
 from autotune.measure.search import search
@@ -333,8 +334,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                           {k: flat[k] for k in CURVE_METRICS}, time.monotonic() - t0, server,
                           {k: list(v) for k, v in bounds.items()}, len(runs), last.flag,
                           settled.at_s if settled is not None else None, tuple(missed))
-        write_records([r for pt in runs for r in pt.records],
-                      workdir / "points" / f"load-{load:g}.csv")
+        write_records([r for pt in runs for r in pt.records], points_file(workdir, load))
         note = before_engine(load, flat, point.server, CLIENT_BUSY)
         if note is not None and not told:  # once a search: the cause is the server's
             told.append(note)

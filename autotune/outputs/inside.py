@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.config.workload import SLOConfig
-from autotune.measure.capacity import LoadPoint
+from autotune.measure.capacity import LoadPoint, points_file
 from autotune.measure.drift import GROWS, read_runs
 from autotune.measure.drift import drift as run_drift
 from autotune.tuning.record import TrialRecord
@@ -45,7 +45,7 @@ def inside_markdown(rec: TrialRecord, trial_dir: Path, slos: list[SLOConfig],
                     out_dir: Path) -> list[str]:
     """The section's lines, and inside_points.png beside the report (nothing without a capacity
     search or its per-request records)."""
-    found = [(name, p, trial_dir / "points" / f"load-{p.load:g}.csv") for name, p in _points(rec)]
+    found = [(name, p, points_file(trial_dir, p.load)) for name, p in _points(rec)]
     found = [(n, p, f) for n, p, f in found if f.is_file()]
     if not found:
         return []

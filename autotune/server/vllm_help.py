@@ -32,8 +32,8 @@ class VllmInfo:
     version: str
     flags: frozenset[str]  # snake_case, `no_` forms included
     choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    # snake_case flag -> "int", "float", "bool" (--flag / --no-flag) or "flag" (--flag only);
-    # empty when vLLM's parser could not be read (then values are not type-checked)
+    # snake_case flag -> its kind (server/vllm_kinds.py: int, size, float, bool, flag); empty
+    # when vLLM's parser could not be read (then values are not type-checked)
     kinds: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
