@@ -17,6 +17,8 @@ run, in this order, each step only if the deadline leaves it room:
                    last capacity found and at 1.1x; then the search's first point (same load, same
                    seed) again with `autotune bench --url`
   boot 3           the search again, for a third capacity
+With ACC_REF (config:start pairs, e.g. "fp8:56,pick:64") `run` boots a stock server per config,
+runs the search on it with --url and the reference check at what it found.
 With ACC_PLAN (config:start pairs, e.g. "tp1-dp2:128,tp2-dp1:80" with ACC_MODEL=dense on two
 GPUs) `run` is one capacity search per config instead, each from its own start, no stock step.
 `boot` and `stock` run one of those steps alone. On 2026-11-26 `run` ended after the stock step
@@ -66,11 +68,25 @@ CONFIGS |= {"tp1-dp2": ["--data-parallel-size", "2", "--kv-cache-dtype", "fp8", 
             # tensor parallel with the two API servers data parallel 2 gets by default: the
             # confound of the 2026-11-27 run (tp_vs_dp_h100x2 confound_api_servers)
             "tp2-dp1-api2": ["--tensor-parallel-size", "2", "--api-server-count", "2",
-                             "--kv-cache-dtype", "fp8", *ALLREDUCE]}
+                             "--kv-cache-dtype", "fp8", *ALLREDUCE],
+            # the dense study's pick (docs/results/capacity-h100 study_pick_trial18)
+            "pick": ["--quantization", "fp8", "--kv-cache-dtype", "fp8",
+                     "--max-num-batched-tokens", "4096", "--api-server-count", "4"]}
 # ACC_PLAN="tp1-dp2:128,tp2-dp1:80": one capacity search per config, each from its own start,
 # in this order, each while the deadline leaves a boot room (no stock step): tp_vs_dp_h100x2
-PLAN = [(c, float(s)) for c, s in (x.split(":") for x in os.environ.get("ACC_PLAN", "").split(",")
-                                   if x)]
+
+
+def pairs(var: str) -> list[tuple[str, float]]:
+    """"a:1,b:2" in the environment variable var -> [("a", 1.0), ("b", 2.0)]."""
+    return [(c, float(s)) for c, s in (x.split(":") for x in os.environ.get(var, "").split(",")
+                                       if x)]
+
+
+PLAN = pairs("ACC_PLAN")
+# ACC_REF="fp8:56,pick:64": per config one stock `vllm serve`, the product's capacity search on
+# it (`autotune bench --url`, from its start), then the reference check at the capacity it found
+# (reference_check in the summary: one boot a config instead of two)
+REF_PLAN = pairs("ACC_REF")
 CONFIG = os.environ.get("ACC_CONFIG", "fp8")
 SLOS = ["p99_ttft_ms<=2000", "p99_tpot_ms<=60"]
 # where every boot's search starts (MOE_START; 24 in the first run of 2026-11-26; every boot there
@@ -178,9 +194,10 @@ class Run:
         return doc
 
     def stock(self, config: str, capacity: float, first: dict[str, Any] | None,
-              warmup_s: float = 15, tag: str = "") -> None:
+              warmup_s: float = 15, tag: str = "", search_k: int = 0) -> None:
         """A stock `vllm serve` of the config: the reference check at `capacity`, then the
-        search's first point again."""
+        search's first point again. With `search_k` the product's search runs on the server
+        first (named url{search_k}, from `capacity`) and the check is at what it found."""
         self.record(kind="begin", step=f"stock-{config}{tag}", left_s=round(self.left()))
         used = self.gpu_free()
         log = self.res / f"stock-{config}{tag}.log"
@@ -210,6 +227,13 @@ class Run:
                         round(boot_s, 1), rc=srv.poll(), gpu_used_mib_before=used)
             if boot_s is None:
                 return
+            if search_k:
+                doc = self.boot(search_k, config, url=url, start=capacity)
+                if not doc or not doc.get("capacity") or self.left() < 60 * REF_SAMPLES + 60:
+                    self.record(kind="skipped", step=f"reference-{config}{tag}",
+                                left_s=round(self.left()))
+                    return
+                capacity = float(doc["capacity"])
             ref = self.res / f"reference-{config}{tag}.json"
             rc, wall = self.call([PY, "scripts/reference_check.py", "--model", MOE,
                                   "--capacity", f"{capacity:g}", "--tolerance", "0.1",
@@ -224,7 +248,7 @@ class Run:
                         doc=json.loads(ref.read_text()) if ref.exists() else None)
             # the product's search on this stock server too (MOE_URL_SEARCH=1): a second
             # capacity on the machine without a boot's cost
-            if os.environ.get("MOE_URL_SEARCH") == "1" and self.left() > 300:
+            if os.environ.get("MOE_URL_SEARCH") == "1" and self.left() > 300 and not search_k:
                 self.boot(2, config, url=url, start=capacity)  # as a later trial starts
             if first is None or REPEATS == 0 or self.left() < 75:
                 return
@@ -292,6 +316,17 @@ class Run:
                 p0 = doc["points"][0]
                 firsts.append({"load": p0["load"], **p0["metrics"]})
 
+        if REF_PLAN:  # per config: a stock server, the product's search on it, the reference
+            for k, (config, start) in enumerate(REF_PLAN, 1):
+                if self.left() < 240 + 200 + 60 * REF_SAMPLES:  # a boot, a search, the check
+                    self.record(kind="skipped", step=f"ref{k}-{config}", left_s=round(self.left()))
+                    continue
+                try:
+                    self.stock(config, start, None, tag=f"-ref{k}", search_k=k)
+                except Exception as e:  # noqa: BLE001 - recorded; the next config may still run
+                    self.record(kind="error", step=f"ref{k}", error=repr(e))
+            self.record(kind="end", left_s=round(self.left()))
+            return
         if PLAN:  # one search per layout, from its own start
             for k, (config, start) in enumerate(PLAN, 1):
                 if self.left() < 420:  # a cold boot and two points
