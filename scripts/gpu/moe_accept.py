@@ -18,7 +18,8 @@ run, in this order, each step only if the deadline leaves it room:
                    seed) again with `autotune bench --url`
   boot 3           the search again, for a third capacity
 With ACC_REF (config:start pairs, e.g. "fp8:56,pick:64") `run` boots a stock server per config,
-runs the search on it with --url and the reference check at what it found.
+runs the search on it with --url and the reference check at what it found; ACC_CHECK and ACC_AB
+(below) a reference check alone and a client A/B.
 With ACC_PLAN (config:start pairs, e.g. "tp1-dp2:128,tp2-dp1:80" with ACC_MODEL=dense on two
 GPUs) `run` is one capacity search per config instead, each from its own start, no stock step.
 `boot` and `stock` run one of those steps alone. On 2026-11-26 `run` ended after the stock step
@@ -87,6 +88,12 @@ PLAN = pairs("ACC_PLAN")
 # it (`autotune bench --url`, from its start), then the reference check at the capacity it found
 # (reference_check in the summary: one boot a config instead of two)
 REF_PLAN = pairs("ACC_REF")
+# ACC_CHECK="pick:79.9": the reference check alone at a capacity found before (no search), and
+# ACC_AB="fp8:56": on a stock server of the config, scripts/fidelity.py (autotune's client
+# against `vllm bench serve`, interleaved in a shuffled order, fresh seeds, AB_RUNS each) at
+# that rate; ACC_CHECK's run first, then ACC_AB's
+CHECKS, ABS = pairs("ACC_CHECK"), pairs("ACC_AB")
+AB_RUNS = int(os.environ.get("AB_RUNS", "4"))
 CONFIG = os.environ.get("ACC_CONFIG", "fp8")
 SLOS = ["p99_ttft_ms<=2000", "p99_tpot_ms<=60"]
 # where every boot's search starts (MOE_START; 24 in the first run of 2026-11-26; every boot there
@@ -194,7 +201,8 @@ class Run:
         return doc
 
     def stock(self, config: str, capacity: float, first: dict[str, Any] | None,
-              warmup_s: float = 15, tag: str = "", search_k: int = 0) -> None:
+              warmup_s: float = 15, tag: str = "", search_k: int = 0, ab: bool = False
+              ) -> None:
         """A stock `vllm serve` of the config: the reference check at `capacity`, then the
         search's first point again. With `search_k` the product's search runs on the server
         first (named url{search_k}, from `capacity`) and the check is at what it found."""
@@ -226,6 +234,16 @@ class Run:
             self.record(kind="stock_boot", config=config, argv=argv, boot_s=boot_s and
                         round(boot_s, 1), rc=srv.poll(), gpu_used_mib_before=used)
             if boot_s is None:
+                return
+            if ab:  # the two clients at `capacity`, then nothing else on this server
+                rc, wall = self.call([PY, "scripts/fidelity.py", "--url", url, "--model", MOE,
+                                      "--rates", f"{capacity:g}", "--runs", str(AB_RUNS),
+                                      "--fresh-seeds", "--warm-s", "30", "--span-s", "20",
+                                      *(x for s in SLOS for x in ("--slo", s)),
+                                      "--out", str(self.res / f"ab-{config}{tag}")],
+                                     self.res / f"ab-{config}{tag}.out", self.left() - 30)
+                self.record(kind="client_ab", config=config, rate=capacity, rc=rc,
+                            wall_s=round(wall, 1))
                 return
             if search_k:
                 doc = self.boot(search_k, config, url=url, start=capacity)
@@ -316,6 +334,15 @@ class Run:
                 p0 = doc["points"][0]
                 firsts.append({"load": p0["load"], **p0["metrics"]})
 
+        if CHECKS or ABS:
+            for k, (config, cap) in enumerate(CHECKS, 1):
+                if self.left() > STOCK_NEED_S:
+                    self.stock(config, cap, None, tag=f"-check{k}")
+            for k, (config, rate) in enumerate(ABS, 1):
+                if self.left() > 300 + 60 * AB_RUNS:
+                    self.stock(config, rate, None, tag=f"-ab{k}", ab=True)
+            self.record(kind="end", left_s=round(self.left()))
+            return
         if REF_PLAN:  # per config: a stock server, the product's search on it, the reference
             for k, (config, start) in enumerate(REF_PLAN, 1):
                 if self.left() < 240 + 200 + 60 * REF_SAMPLES:  # a boot, a search, the check
