@@ -49,7 +49,7 @@ from autotune.measure.settle import Settle
 from autotune.server.jit import LogSpan
 from autotune.server.lifecycle import ServerProcess
 from autotune.server.machine import has_gpu
-from autotune.server.scrape import spec_counts
+from autotune.server.scrape import last_split, spec_counts
 
 Phase = Callable[[str], None]
 OnRequest = Callable[[RequestRecord], None]
@@ -326,8 +326,8 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         if k > 1:
             _met, misses, missed = sampled.verdict([g.sample for g in got], slos)
             flat = sampled.medians([g.sample for g in got], CURVE_METRICS)
-        # the last run's stats; the speculation counters over every run kept
-        server = dict(runs[-1].server_stats) | carry | spec_counts(pt.server_stats for pt in runs)
+        stats = [pt.server_stats for pt in runs]  # the last run's; last split held;
+        server = dict(stats[-1]) | carry | spec_counts(stats) | last_split(stats)  # spec: all
         server["samples"] = float(len(got))
         settled = next((g.settled for g in got if g.settled is not None), None)
         point = LoadPoint(load, not misses, tuple(misses),

@@ -33,6 +33,19 @@ def spec_counts(stats: Iterable[dict[str, float]]) -> dict[str, float]:
     rows = list(stats)
     return {key: sum(r.get(key, 0.0) for r in rows) for key in
             (f"server_{c}" for c in SPEC_COUNTS) if any(key in r for r in rows)}
+
+
+def last_split(stats: Iterable[dict[str, float]]) -> dict[str, float]:
+    """vLLM's TTFT split (its TTFT, queue, prefill and the time outside the engine core) of the
+    last of several runs' server stats where it held. A run stopped once its miss settled
+    cancels its requests still out, whose queue and prefill vLLM never records, so its split
+    is dropped (SPLIT_COUNTS); an earlier full run of the same point still has one. Empty when
+    none held: the last run's own means then stand."""
+    keys = [f"server_mean_{k}_ms" for k in ("ttft", "queue", "prefill", "outside_engine")]
+    held = [r for r in stats if keys[-1] in r]
+    return {k: held[-1][k] for k in keys if k in held[-1]} if held else {}
+
+
 # Histograms read as their mean over the run (the sum's and the count's differences): vLLM's own
 # TTFT (from the request's arrival in its front end, after the API server parsed and tokenized
 # it, to the front end's handling of the first token), queue time (waiting in the engine's

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.server.scrape import ServerStats
+from autotune.server.scrape import ServerStats, last_split
 
 
 def scrape(n: float, ttft_s: float, queue_s: float, prefill_s: float | None) -> dict[str, float]:
@@ -37,3 +37,18 @@ def test_no_split_without_the_prefill_histogram() -> None:
     out = stats.summary()
     assert out["server_mean_ttft_ms"] == pytest.approx(500.0)
     assert "server_mean_outside_engine_ms" not in out
+
+
+def test_a_point_keeps_the_last_split_that_held() -> None:
+    """A point's last sample settled a miss (its cancelled requests have a TTFT but no queue or
+    prefill: no split); the split of the full sample before it stands, whole, for the point.
+    As on the H100 at 56 req/s (fp8, one API server, 2026-11-27): the failing point had lost
+    the split the API-server warning reads."""
+    full = {"server_mean_ttft_ms": 640.0, "server_mean_queue_ms": 0.02,
+            "server_mean_prefill_ms": 52.0, "server_mean_outside_engine_ms": 588.0}
+    settled = {"server_mean_ttft_ms": 1100.0, "server_mean_queue_ms": 0.03,
+               "server_mean_prefill_ms": 50.0}
+    assert last_split([full, settled]) == full
+    assert last_split([settled, full]) == full
+    assert last_split([settled]) == {}
+    assert last_split([]) == {}
