@@ -78,9 +78,13 @@ CONFIGS |= {"tp1-dp2": ["--data-parallel-size", "2", "--kv-cache-dtype", "fp8", 
 
 
 def pairs(var: str) -> list[tuple[str, float]]:
-    """"a:1,b:2" in the environment variable var -> [("a", 1.0), ("b", 2.0)]."""
-    return [(c, float(s)) for c, s in (x.split(":") for x in os.environ.get(var, "").split(",")
-                                       if x)]
+    """"a:1,b:2" in the environment variable var -> [("a", 1.0), ("b", 2.0)]; a config name
+    that is not in CONFIGS stops the run before any boot."""
+    out = [(c, float(s)) for c, s in (x.split(":") for x in os.environ.get(var, "").split(",")
+                                      if x)]
+    if bad := [c for c, _ in out if c not in CONFIGS]:
+        sys.exit(f"{var}: unknown config {', '.join(bad)}; known: {', '.join(sorted(CONFIGS))}")
+    return out
 
 
 PLAN = pairs("ACC_PLAN")
@@ -128,16 +132,20 @@ class Run:
             f.write(json.dumps(row) + "\n")
         print(json.dumps(row)[:600], flush=True)
 
-    def env(self) -> dict[str, str]:
+    def env(self, config: str | None = None) -> dict[str, str]:
+        """The environment of every child; a two-GPU layout's all-reduce settings where the
+        config is one (whichever mode runs it)."""
         path = os.pathsep.join(x for x in (str(HERE), os.environ.get("PYTHONPATH")) if x)
-        return {**os.environ, **(LAYOUT_ENV if PLAN else {}), "PYTHONPATH": path,
+        layout = PLAN or (config is not None and ALLREDUCE[0] in CONFIGS.get(config, []))
+        return {**os.environ, **(LAYOUT_ENV if layout else {}), "PYTHONPATH": path,
                 "PYTHONUNBUFFERED": "1"}
 
-    def call(self, argv: list[str], out: Path, limit: float) -> tuple[int, float]:
+    def call(self, argv: list[str], out: Path, limit: float, config: str | None = None
+             ) -> tuple[int, float]:
         t0 = now()
         with out.open("w") as f:
             p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, cwd=HERE,
-                                 env=self.env(), start_new_session=True)
+                                 env=self.env(config), start_new_session=True)
             try:
                 rc = p.wait(timeout=max(1.0, limit))
             except subprocess.TimeoutExpired:
@@ -162,10 +170,10 @@ class Run:
             time.sleep(2)
         return used
 
-    def boot(self, k: int, config: str, url: str | None = None, start: float | None = None
-             ) -> dict[str, Any] | None:
+    def boot(self, k: int, config: str, url: str | None = None, start: float | None = None,
+             reserve: float = 15) -> dict[str, Any] | None:
         """One capacity search by the product: on a server it boots, or (`url`) on a running
-        one (then the search is named url{k})."""
+        one (then the search is named url{k}); it ends `reserve` s before the deadline."""
         name = f"{'url' if url else 'boot'}{k}-{config}"
         self.record(kind="begin", step=name, left_s=round(self.left()))
         used = self.gpu_free()
@@ -177,7 +185,7 @@ class Run:
                 "--workdir", str(self.work), "--output", str(self.res / f"{name}.json"),
                 *(["--url", url] if url else
                   ["--", "--load-format", "dummy", *CONFIGS[config], *self.extra])]
-        rc, wall = self.call(argv, self.res / f"{name}.out", self.left() - 15)
+        rc, wall = self.call(argv, self.res / f"{name}.out", self.left() - reserve, config)
         row: dict[str, Any] = {"kind": "boot", "step": name, "config": config, "rc": rc,
                                "wall_s": round(wall, 1), "gpu_used_mib_before": used}
         path = self.res / f"{name}.json"
@@ -214,7 +222,7 @@ class Run:
                 "serve", MOE, "--load-format", "dummy", *CONFIGS[config], *self.extra,
                 "--host", "127.0.0.1", "--port", str(port)]
         from autotune.measure.runner import cache_env
-        env = {**self.env(), **cache_env(self.work / "vllm-cache")}
+        env = {**self.env(config), **cache_env(self.work / "vllm-cache")}
         t0 = now()
         with log.open("w") as f:
             srv = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env,
@@ -246,7 +254,9 @@ class Run:
                             wall_s=round(wall, 1))
                 return
             if search_k:
-                doc = self.boot(search_k, config, url=url, start=capacity)
+                # the search leaves the reference check its time (it is the point of ACC_REF)
+                doc = self.boot(search_k, config, url=url, start=capacity,
+                                reserve=60 * REF_SAMPLES + 105)
                 if not doc or not doc.get("capacity") or self.left() < 60 * REF_SAMPLES + 60:
                     self.record(kind="skipped", step=f"reference-{config}{tag}",
                                 left_s=round(self.left()))
@@ -335,12 +345,16 @@ class Run:
                 firsts.append({"load": p0["load"], **p0["metrics"]})
 
         if CHECKS or ABS:
-            for k, (config, cap) in enumerate(CHECKS, 1):
-                if self.left() > STOCK_NEED_S:
-                    self.stock(config, cap, None, tag=f"-check{k}")
-            for k, (config, rate) in enumerate(ABS, 1):
-                if self.left() > 300 + 60 * AB_RUNS:
-                    self.stock(config, rate, None, tag=f"-ab{k}", ab=True)
+            steps = [(f"check{k}", c, x, False, STOCK_NEED_S) for k, (c, x) in enumerate(CHECKS, 1)]
+            steps += [(f"ab{k}", c, x, True, 300 + 60 * AB_RUNS) for k, (c, x) in enumerate(ABS, 1)]
+            for tag, config, load, ab, need in steps:
+                if self.left() < need:
+                    self.record(kind="skipped", step=f"{tag}-{config}", left_s=round(self.left()))
+                    continue
+                try:
+                    self.stock(config, load, None, tag=f"-{tag}", ab=ab)
+                except Exception as e:  # noqa: BLE001 - recorded; the next step may still run
+                    self.record(kind="error", step=f"{tag}-{config}", error=repr(e))
             self.record(kind="end", left_s=round(self.left()))
             return
         if REF_PLAN:  # per config: a stock server, the product's search on it, the reference
