@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,9 @@ from autotune.config.metric_names import FAILED
 from autotune.config.paths import check_file, check_folder
 from autotune.config.study import ServerConfig
 from autotune.config.workload import Axis, SLOConfig
-from autotune.errors import ConfigError, LoadError, ServerDiedError
+from autotune.errors import ConfigError, LoadError
 from autotune.outputs.console import console, metrics_table, out, trial_progress
+from autotune.server.health import still_serving
 
 _SLO = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([0-9.eE+-]+)\s*$")
 
@@ -102,31 +103,6 @@ def check_server(url: str, model: str) -> None:
         raise ConfigError(f"--model: the server at {url} does not serve {model!r}; it serves "
                           f"{', '.join(served)} (pass that name as --model, and the model's "
                           "folder as --tokenizer)")
-
-
-def still_serving(url: str) -> Callable[[], None]:
-    """Asked after every capacity point on a `--url` server: vLLM's /health (503 once its engine
-    is dead; /v1/models where a server has no /health). A server that stopped serving ends the
-    search with that cause: the points after it would be a dead server's failed requests, read
-    as misses, and the capacity below them a number no load set."""
-    import httpx
-
-    def check() -> None:
-        base = url.rstrip("/")
-        try:
-            r = httpx.get(base + "/health", timeout=10)
-            if r.status_code == 404:
-                r = httpx.get(base + "/v1/models", timeout=10)
-        except httpx.HTTPError as e:
-            why = f"{type(e).__name__}: {e}"
-        else:
-            if r.status_code < 500:
-                return
-            why = f"{r.request.url.path} answered HTTP {r.status_code}"
-        raise ServerDiedError(f"the server at {url} stopped serving during the capacity search "
-                              f"({why}); read its log, restart it, and search again",
-                              cause=f"stopped serving ({why})")
-    return check
 
 
 @click.command(context_settings={"ignore_unknown_options": True,
@@ -215,8 +191,10 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
                                    on_phase=tp.phase)
                 result, doc = run.capacity, run.to_json()
             else:
+                serving = still_serving(url, advice="read its log, restart it, and search again "
+                                        f"(the points measured before: {run_dir / 'points'})")
                 result = on_server.capacity_on(url, model, server.tokenizer_dir, profile, cap, slos,
-                                         run_dir, on_phase=tp.phase, check=still_serving(url))
+                                         run_dir, on_phase=tp.phase, check=serving)
                 doc = {"url": url, "summary": result.summary(), **result.to_json()}
         out.print(points_table(list(result.points), cap.axis, slos))
         for line in miss_lines(list(result.points)):

@@ -87,7 +87,9 @@ def before_engine(load: float, metrics: dict[str, float], server: dict[str, floa
         return (f"at load {load:g} vLLM's own mean TTFT was {engine:,.0f} ms, of which its "
                 f"engine queued {server.get('server_mean_queue_ms', 0.0):,.0f} and prefilled "
                 f"{server.get('server_mean_prefill_ms', 0.0):,.0f}: {outside:,.0f} ms went "
-                f"outside the engine core, most likely in {api}")
+                f"outside the engine core, most likely in {api}"
+                + (" (an earlier sample's split: the last one settled a miss)"
+                   if server.get("server_split_runs_back") else ""))
     busy = server.get("client_cpu_fraction", 0.0)
     who = (f"the load generator was busy ({busy:.0%} of a core): raise "
            "profile.client_processes" if busy > cpu_busy else api)

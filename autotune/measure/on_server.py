@@ -326,8 +326,8 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         if k > 1:
             _met, misses, missed = sampled.verdict([g.sample for g in got], slos)
             flat = sampled.medians([g.sample for g in got], CURVE_METRICS)
-        stats = [pt.server_stats for pt in runs]  # the last run's; last split held;
-        server = dict(stats[-1]) | carry | spec_counts(stats) | last_split(stats)  # spec: all
+        stats = [pt.server_stats for pt in runs]  # the last run's (split: last held), spec summed
+        server = dict(stats[-1]) | carry | spec_counts(stats) | last_split(stats)
         server["samples"] = float(len(got))
         settled = next((g.settled for g in got if g.settled is not None), None)
         point = LoadPoint(load, not misses, tuple(misses),

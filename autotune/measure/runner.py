@@ -33,6 +33,7 @@ from autotune.measure.on_server import (
     write_records,
 )
 from autotune.server.command import serve_argv
+from autotune.server.health import still_serving
 from autotune.server.lifecycle import ServerProcess
 from autotune.server.machine import launch_env, preloads
 from autotune.server.process import free_port
@@ -178,6 +179,19 @@ def booted(server: ServerConfig, params: Mapping[str, Any], workdir: Path, phase
         proc.stop()
 
 
+def _serving(proc: ServerProcess) -> Callable[[], None]:
+    """After each run of a trial's capacity search: the server's process exited (its cause from
+    the log first), or its engine died under the API server (server.health): either ends the
+    trial with that cause, not with a capacity read from a dead server's failed requests."""
+    serving = still_serving(proc.base_url, advice=f"its log: {proc.log_path}",
+                            log_path=str(proc.log_path))
+
+    def check() -> None:
+        proc.check_alive()
+        serving()
+    return check
+
+
 def _labelled(phase: Phase, label: str) -> Phase:
     return lambda x: phase(f"{label}: {x}")
 
@@ -237,7 +251,7 @@ def run_boot(server: ServerConfig, profiles: Sequence[ProfileConfig], params: Ma
                     proc.base_url, server.model, server.tokenizer_dir, p, capacity, list(slos),
                     where, start=(starts or {}).get(p.key), stop_below=stop_below,
                     on_phase=label, on_point=on_point, alive=proc.alive,
-                    check=proc.check_alive, log_path=proc.log_path)
+                    check=_serving(proc), log_path=proc.log_path)
             else:
                 label("benchmarking")
                 pt = measure_profile(proc, server.model, p, reqs[p.key],

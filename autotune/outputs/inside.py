@@ -38,7 +38,9 @@ def _split(p: LoadPoint) -> str:
         return "not recorded"
     return (f"{s['server_mean_ttft_ms']:,.0f} ms = queue {s.get('server_mean_queue_ms', 0):,.0f}"
             f" + prefill {s.get('server_mean_prefill_ms', 0):,.0f} + outside the engine "
-            f"{s['server_mean_outside_engine_ms']:,.0f}")
+            f"{s['server_mean_outside_engine_ms']:,.0f}"
+            + (" (an earlier sample's: the last one settled a miss)"
+               if s.get("server_split_runs_back") else ""))
 
 
 def inside_markdown(rec: TrialRecord, trial_dir: Path, slos: list[SLOConfig],

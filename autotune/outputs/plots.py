@@ -68,8 +68,10 @@ def bound_points(study: optuna.Study) -> list[tuple[int, float, float]]:
 
 
 def trials_frame(recs: list[TrialRecord], metrics: list[str], front: set[int]) -> pd.DataFrame:
-    """One row per trial: number, status, flags and the objectives (empty when not measured)."""
-    return pd.DataFrame([{
+    """One row per trial: number, status, flags and the objectives (empty when not measured);
+    the columns stand with no trial too (a study whose only trial failed)."""
+    cols = ["number", "status", "baseline", "feasible", "on_front", "cause", "params", *metrics]
+    return pd.DataFrame(columns=cols, data=[{
         "number": r.number, "status": r.status.value, "baseline": r.baseline,
         "feasible": r.feasible, "on_front": r.number in front, "cause": r.cause or "",
         "params": params_text(r.params) if not r.baseline else "(vLLM defaults)",

@@ -39,11 +39,17 @@ def last_split(stats: Iterable[dict[str, float]]) -> dict[str, float]:
     """vLLM's TTFT split (its TTFT, queue, prefill and the time outside the engine core) of the
     last of several runs' server stats where it held. A run stopped once its miss settled
     cancels its requests still out, whose queue and prefill vLLM never records, so its split
-    is dropped (SPLIT_COUNTS); an earlier full run of the same point still has one. Empty when
-    none held: the last run's own means then stand."""
+    is dropped (SPLIT_COUNTS); an earlier sample of the same point may still have one, and then
+    `server_split_runs_back` says how many runs before the last it is. Empty when none held:
+    the last run's own means then stand."""
     keys = [f"server_mean_{k}_ms" for k in ("ttft", "queue", "prefill", "outside_engine")]
-    held = [r for r in stats if keys[-1] in r]
-    return {k: held[-1][k] for k in keys if k in held[-1]} if held else {}
+    rows = list(stats)
+    held = [i for i, r in enumerate(rows) if keys[-1] in r]
+    if not held:
+        return {}
+    back = len(rows) - 1 - held[-1]
+    return {k: rows[held[-1]][k] for k in keys if k in rows[held[-1]]} | (
+        {"server_split_runs_back": float(back)} if back else {})
 
 
 # Histograms read as their mean over the run (the sum's and the count's differences): vLLM's own

