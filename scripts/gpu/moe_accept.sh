@@ -57,6 +57,10 @@ end=$((SECONDS + wait_s))
 while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 3; done
 kill -0 "$pid" 2>/dev/null && echo "STILL RUNNING" || echo "FINISHED"
 python3 $acc/at/scripts/gpu/moe_accept.py pack --res $acc/res --out "$OUT"
+# a file over 16 MiB does not come back: split the tarball (cat acc.tgz.part* > acc.tgz here)
+if [ "$(stat -c %s "$OUT/acc.tgz")" -gt 15000000 ]; then
+  (cd "$OUT" && split -b 14M acc.tgz acc.tgz.part && rm acc.tgz)
+fi
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
 python3 - <<'PY'
 import json
