@@ -87,9 +87,7 @@ def before_engine(load: float, metrics: dict[str, float], server: dict[str, floa
         return (f"at load {load:g} vLLM's own mean TTFT was {engine:,.0f} ms, of which its "
                 f"engine queued {server.get('server_mean_queue_ms', 0.0):,.0f} and prefilled "
                 f"{server.get('server_mean_prefill_ms', 0.0):,.0f}: {outside:,.0f} ms went "
-                f"outside the engine core, most likely in {api}"
-                + (" (an earlier sample's split: the last one settled a miss)"
-                   if server.get("server_split_runs_back") else ""))
+                f"outside the engine core, most likely in {api}{split_from(server)}")
     busy = server.get("client_cpu_fraction", 0.0)
     who = (f"the load generator was busy ({busy:.0%} of a core): raise "
            "profile.client_processes" if busy > cpu_busy else api)
@@ -284,6 +282,13 @@ def point_seed(seed: int, load: float) -> int:
     random numbers), different between loads (no prefix cached by one point serves the next)."""
     digest = hashlib.sha256(f"{seed}:{round(load, 6)}".encode()).digest()
     return int.from_bytes(digest[:4], "little")
+
+
+def split_from(server: dict[str, float]) -> str:
+    """Said after a point's TTFT split when it is an earlier sample's (scrape.last_split): the
+    last one settled a miss, and its split did not hold."""
+    return (" (an earlier sample's split: the last one settled a miss)"
+            if server.get("server_split_runs_back") else "")
 
 
 def points_file(workdir: Path, load: float) -> Path:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.config.workload import SLOConfig
-from autotune.measure.capacity import LoadPoint, points_file
+from autotune.measure.capacity import LoadPoint, points_file, split_from
 from autotune.measure.drift import GROWS, read_runs
 from autotune.measure.drift import drift as run_drift
 from autotune.tuning.record import TrialRecord
@@ -38,9 +38,7 @@ def _split(p: LoadPoint) -> str:
         return "not recorded"
     return (f"{s['server_mean_ttft_ms']:,.0f} ms = queue {s.get('server_mean_queue_ms', 0):,.0f}"
             f" + prefill {s.get('server_mean_prefill_ms', 0):,.0f} + outside the engine "
-            f"{s['server_mean_outside_engine_ms']:,.0f}"
-            + (" (an earlier sample's: the last one settled a miss)"
-               if s.get("server_split_runs_back") else ""))
+            f"{s['server_mean_outside_engine_ms']:,.0f}{split_from(s)}")
 
 
 def inside_markdown(rec: TrialRecord, trial_dir: Path, slos: list[SLOConfig],
