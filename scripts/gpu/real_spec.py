@@ -1,5 +1,6 @@
 """Issue #48 Build 5 on the GPU machine: the real-weights capacity study with n-gram speculation
-and fp8 / fp8 KV (examples/h100-real-spec.yaml), then the same six configs at low load.
+and fp8 / fp8 KV (examples/h100-real-spec.yaml), then a low-load study of the same server: the
+defaults and the n-gram starts, or every start with LOWLOAD_STARTS=all (fp8 ones first).
 
     python3 scripts/gpu/real_spec.py lowload SRC DST   the low-load study file derived from SRC
     python3 scripts/gpu/real_spec.py run --res DIR --deadline EPOCH [--studies capacity,lowload]

@@ -9,8 +9,11 @@
 #       REAL_MODELS: the models to build (default qwen2.5-coder-0.5b; the draft pair adds
 #       qwen2.5-coder-1.5b); REAL_SPEC_CONFIG: the capacity study's file (default
 #       examples/h100-real-spec.yaml; the draft pair: examples/h100-real-draft.yaml);
-#       STUDIES=lowload (or capacity) runs one; a carried .gpu/rs-state/state.tgz (the state.tgz
-#       of an earlier machine) is unpacked first, so a study cut off there resumes here
+#       LOWLOAD_STARTS=all: the low-load study runs every start of the file (default: the
+#       defaults and the n-gram starts only); STUDIES=lowload (or capacity) runs one; a
+#       carried .gpu/rs-state/state.tgz (the state.tgz of an earlier machine, or one made of a
+#       raw folder's optuna.db and trial files) is unpacked first, so a study cut off there
+#       resumes here
 #   bash scripts/gpu/real_spec.sh wait [WAIT]
 #       waits up to WAIT seconds (default 540) for the run to end, then packs what has landed
 #       into $OUT (trials JSON and tables, events, study logs' tails, state.tgz) and prints them
