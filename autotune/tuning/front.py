@@ -60,12 +60,39 @@ def suite_rank(t: TrialRecord, cfg: StudyConfig, base: TrialRecord | None
 
 def by_kind(cfg: StudyConfig, front: list[TrialRecord], base: TrialRecord | None
             ) -> tuple[TrialRecord, str]:
-    """The default pick on a front (non-empty) for the kind of study, and the rule's name."""
+    """The default pick on a front (non-empty) for the kind of study, and the rule's name. In a
+    capacity study several configs often share the most capacity (the search's bracket is its
+    resolution: 4 of 6 trials of one H100 study held 157 slots): vLLM's defaults when they are
+    among them (a tie is no gain), else the most requests a second at the capacity, whatever
+    the trials' order."""
     if cfg.capacity is not None and cfg.profiles:
         return max(front, key=lambda t: suite_rank(t, cfg, base)), "suite"
     if cfg.capacity is not None:
-        return max(front, key=lambda t: t.values.get("capacity", 0.0)), "capacity"
+        tied = capacity_ties(front)
+        kept = [t for t in tied if base is not None and t.number == base.number]
+        return (kept or [max(tied, key=lambda t: t.metrics.get("capacity_req_s", 0.0))])[0], \
+            "capacity"
     return knee(front, cfg.metric_names(), [o.direction for o in cfg.objectives]), "knee"
+
+
+def capacity_ties(front: list[TrialRecord]) -> list[TrialRecord]:
+    """The front's trials at its most capacity."""
+    best = max(t.values.get("capacity", 0.0) for t in front)
+    return [t for t in front if t.values.get("capacity", 0.0) == best]
+
+
+def tie_note(cfg: StudyConfig, front: list[TrialRecord], pick: TrialRecord,
+             base: TrialRecord | None) -> str:
+    """How a capacity pick's tie was broken ("" when it has none), for the recommendation."""
+    if cfg.capacity is None or cfg.profiles:
+        return ""
+    others = [str(t.number) for t in capacity_ties(front) if t.number != pick.number]
+    if not others or pick.values.get("capacity") is None:
+        return ""
+    why = ("a tie is no gain, so vLLM's defaults stay" if base is not None and pick.number ==
+           base.number else f"trial {pick.number} served the most req/s at it")
+    return (f"; tied at {pick.values['capacity']:g} with trial{'s' * (len(others) > 1)} "
+            f"{', '.join(others)}: {why}")
 
 
 RULE_TEXT = {"capacity": "the most capacity on the front of pooled values",
@@ -82,3 +109,9 @@ def metric_of(t: TrialRecord, name: str) -> float:
 
 def sign_of(direction: str, flip: int = 1) -> float:
     return flip * (1.0 if direction == "maximize" else -1.0)
+
+
+def reason_of(rule: str, cfg: StudyConfig, front: list[TrialRecord], pick: TrialRecord,
+              base: TrialRecord | None) -> str:
+    """The pick's rule in words, with how a capacity tie was broken."""
+    return RULE_TEXT[rule] + tie_note(cfg, front, pick, base)

@@ -8,8 +8,8 @@ and MLflow. The recommendation rule (`recommend`, docs/noise.md):
 
 - after a confirm phase: its pick (the finalist with the best lower confidence bound among those
   that beat the defaults beyond the noise, else the defaults);
-- without one, on the pooled front: a capacity study's most capacity (a suite's score), a
-  throughput/latency study's knee;
+- without one, on the pooled front: a capacity study's most capacity (a tie: the defaults if
+  tied, else the most req/s at it; a suite's score), a throughput/latency study's knee;
 - never a config whose per-token time is a measurement artefact (`artefact`: tokens read late by
   the client, or a TPOT/ITL below what any searched flag can give), nor one that gives up most of
   the first objective against the defaults (`MAX_LOSS`); with nothing left, the defaults. It
@@ -32,7 +32,7 @@ from autotune.config.study import Preference, StudyConfig
 from autotune.errors import StudyError
 from autotune.measure.stats import Gain
 from autotune.tuning.confirm import ConfirmResult, config_boots, config_gains
-from autotune.tuning.front import RULE_TEXT, by_kind, knee, metric_of, pooled_front, sign_of
+from autotune.tuning.front import by_kind, knee, metric_of, pooled_front, reason_of, sign_of
 from autotune.tuning.record import TrialRecord, baseline, records
 
 # a config that keeps less than this share of the defaults' first objective is never the default
@@ -247,8 +247,8 @@ def recommend(cfg: StudyConfig, base: TrialRecord | None, front: list[TrialRecor
     note = f"; left out: {', '.join(dropped)}" if dropped else ""
     if cands:
         pick, rule = by_kind(cfg, cands, base)
-        return made(pick.number, rule, RULE_TEXT[rule] + "; one boot each unless repeated"
-                    + note)
+        return made(pick.number, rule, reason_of(rule, cfg, cands, pick, base)
+                    + "; one boot each unless repeated" + note)
     if base is not None and base.measured:
         return made(base.number, "defaults", "no other config on the front"
                     + (" is fit to recommend" + note if dropped else "")

@@ -205,3 +205,45 @@ def test_records_are_read_once_per_trial_event(tmp_path: Path,
         on_trial(st, st.get_trials()[1])
         assert sorted(calls) == [0, 1, 2]
     assert tracker.failures == 0
+
+
+def cap(n: int, slots: float, req_s: float, *, base: bool = False) -> TrialRecord:
+    facts = TrialFacts(flags={} if base else {"max_num_seqs": n}, flags_key=str(n),
+                       baseline=base or None,
+                       metrics={"capacity": slots, "capacity_req_s": req_s, TPOT: 10.0})
+    return TrialRecord(n, Status.OK, facts, facts.flags or {}, {"capacity": slots})
+
+
+CAPACITY = {"capacity": {"axis": "concurrency", "low": 1, "high": 2048},
+            "slos": [{"metric": "p99_tpot_ms", "max": 30}]}
+
+
+@pytest.mark.parametrize("order", [(0, 5, 2), (5, 2, 0)])
+def test_a_capacity_tie_keeps_the_defaults_in_any_order(tmp_path: Path,
+                                                        order: tuple[int, ...]) -> None:
+    """The real-weights H100 study: the defaults, n-gram k=3 and two fp8 configs all held 157
+    slots (the bracket's resolution). A tie is no gain: the defaults are picked wherever they
+    sit in the trials' order, and the reason names the tie."""
+    by = {0: cap(0, 157, 49.5, base=True), 5: cap(5, 157, 29.3), 2: cap(2, 143, 45.1)}
+    s = summary_of([by[n] for n in order], tmp_path, [("capacity", "maximize")], **CAPACITY)
+    assert s.recommendation.number == 0 and s.recommendation.baseline
+    assert "tied at 157 with trial 5: a tie is no gain, so vLLM's defaults" in \
+        s.recommendation.reason
+
+
+def test_a_capacity_tie_without_the_defaults_goes_to_the_most_req_s(tmp_path: Path) -> None:
+    """Two configs above the defaults share the most capacity: the one that served more
+    requests a second at it is picked, not the earlier trial; `export --prefer capacity`
+    picks the same."""
+    from autotune.tuning.summary import choose
+
+    recs = [cap(0, 143, 45.0, base=True), cap(1, 172, 50.0), cap(2, 172, 64.8),
+            cap(3, 157, 70.0)]
+    s = summary_of(recs, tmp_path, [("capacity", "maximize")], **CAPACITY)
+    assert s.recommendation.number == 2
+    assert "tied at 172 with trial 1: trial 2 served the most req/s at it" in \
+        s.recommendation.reason
+    assert choose(s, study_cfg(tmp_path, [("capacity", "maximize")], **CAPACITY),
+                  "capacity").number == 2
+    alone = summary_of(recs[:2], tmp_path, [("capacity", "maximize")], **CAPACITY)
+    assert alone.recommendation.number == 1 and "tied" not in alone.recommendation.reason
