@@ -49,9 +49,10 @@ def make_study(tmp: Path, tiny_model: Path, name: str, n_trials: int, prompts: i
 
 
 # A fault trial's benchmark must still be running when the test strikes (after the server has
-# logged 4 requests, polled every 0.5 s): 64 requests at concurrency 2 take about 8 s here. A
-# trial after the fault needs no long benchmark, only a complete one.
-FAULT_PROMPTS = 64
+# logged 4 requests, polled every 0.5 s). 64 requests at concurrency 2 took 3.7 s with the other
+# xdist worker idle, and on 2026-11-27 the engine kill landed after them (trial 0 finished
+# feasible): 192 take 3x that, about 11-25 s. A trial after the fault runs them all too.
+FAULT_PROMPTS = 192
 
 
 def shorten(cfg: Path, prompts: int = 8) -> None:
