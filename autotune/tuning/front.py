@@ -69,9 +69,8 @@ def by_kind(cfg: StudyConfig, front: list[TrialRecord], base: TrialRecord | None
         return max(front, key=lambda t: suite_rank(t, cfg, base)), "suite"
     if cfg.capacity is not None:
         tied = capacity_ties(front)
-        kept = [t for t in tied if base is not None and t.number == base.number]
-        return (kept or [max(tied, key=lambda t: t.metrics.get("capacity_req_s", 0.0))])[0], \
-            "capacity"
+        kept = next((t for t in tied if base is not None and t.number == base.number), None)
+        return kept or max(tied, key=lambda t: t.metrics.get("capacity_req_s", 0.0)), "capacity"
     return knee(front, cfg.metric_names(), [o.direction for o in cfg.objectives]), "knee"
 
 
@@ -79,20 +78,6 @@ def capacity_ties(front: list[TrialRecord]) -> list[TrialRecord]:
     """The front's trials at its most capacity."""
     best = max(t.values.get("capacity", 0.0) for t in front)
     return [t for t in front if t.values.get("capacity", 0.0) == best]
-
-
-def tie_note(cfg: StudyConfig, front: list[TrialRecord], pick: TrialRecord,
-             base: TrialRecord | None) -> str:
-    """How a capacity pick's tie was broken ("" when it has none), for the recommendation."""
-    if cfg.capacity is None or cfg.profiles:
-        return ""
-    others = [str(t.number) for t in capacity_ties(front) if t.number != pick.number]
-    if not others or pick.values.get("capacity") is None:
-        return ""
-    why = ("a tie is no gain, so vLLM's defaults stay" if base is not None and pick.number ==
-           base.number else f"trial {pick.number} served the most req/s at it")
-    return (f"; tied at {pick.values['capacity']:g} with trial{'s' * (len(others) > 1)} "
-            f"{', '.join(others)}: {why}")
 
 
 RULE_TEXT = {"capacity": "the most capacity on the front of pooled values",
@@ -111,7 +96,15 @@ def sign_of(direction: str, flip: int = 1) -> float:
     return flip * (1.0 if direction == "maximize" else -1.0)
 
 
-def reason_of(rule: str, cfg: StudyConfig, front: list[TrialRecord], pick: TrialRecord,
+def reason_of(rule: str, front: list[TrialRecord], pick: TrialRecord,
               base: TrialRecord | None) -> str:
-    """The pick's rule in words, with how a capacity tie was broken."""
-    return RULE_TEXT[rule] + tie_note(cfg, front, pick, base)
+    """The pick's rule in words; for a capacity pick that shares its capacity, how by_kind broke
+    the tie."""
+    others = [str(t.number) for t in capacity_ties(front) if t.number != pick.number] \
+        if rule == "capacity" else []
+    if not others:
+        return RULE_TEXT[rule]
+    why = ("a tie is no gain, so vLLM's defaults stay" if base is not None and pick.number ==
+           base.number else f"trial {pick.number} served the most req/s at it")
+    return (f"{RULE_TEXT[rule]}; tied at {pick.values.get('capacity', 0.0):g} with "
+            f"trial{'s' * (len(others) > 1)} {', '.join(others)}: {why}")

@@ -247,7 +247,7 @@ def recommend(cfg: StudyConfig, base: TrialRecord | None, front: list[TrialRecor
     note = f"; left out: {', '.join(dropped)}" if dropped else ""
     if cands:
         pick, rule = by_kind(cfg, cands, base)
-        return made(pick.number, rule, reason_of(rule, cfg, cands, pick, base)
+        return made(pick.number, rule, reason_of(rule, cands, pick, base)
                     + "; one boot each unless repeated" + note)
     if base is not None and base.measured:
         return made(base.number, "defaults", "no other config on the front"
