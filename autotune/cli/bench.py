@@ -112,6 +112,10 @@ def check_server(url: str, model: str) -> None:
 @click.option("--tokenizer", help="Directory with tokenizer.json (default: the model's).")
 @click.option("--url", help="Measure this running OpenAI-compatible server instead of booting "
               "one (e.g. http://10.0.0.5:8000).")
+@click.option("--server-log", type=click.Path(path_type=Path), help="With --url: the running "
+              "server's log (vLLM's output). A load point during which vLLM logged a kernel "
+              "compiling is then measured again, as on a server bench boots; without it no "
+              "compilation is watched.")
 @click.option("--vllm", "vllm_cmd", help="Command that runs vLLM's CLI (default: `vllm`).")
 @click.option("--boot-timeout", type=float, default=600.0, show_default=True)
 @click.option("--preload/--no-preload", default=False, show_default=True,
@@ -127,7 +131,8 @@ def check_server(url: str, model: str) -> None:
               show_default=True, help="Where logs and results go.")
 @click.option("--output", type=click.Path(path_type=Path), help="Write the result JSON here.")
 @click.argument("vllm_args", nargs=-1, type=click.UNPROCESSED)
-def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | None,
+def bench(model: str, tokenizer: str | None, url: str | None, server_log: Path | None,
+          vllm_cmd: str | None,
           boot_timeout: float, preload: bool, capacity_axis: str | None,
           slo_texts: tuple[str, ...], workdir: Path, output: Path | None,
           vllm_args: tuple[str, ...], **kw: Any) -> None:
@@ -175,6 +180,12 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
     elif vllm_args:
         raise ConfigError("--url: the server is already running; vLLM flags after -- cannot "
                           "apply to it")
+    if server_log is not None and url is None:
+        raise ConfigError("--server-log: a server bench boots is read from its own log; it is "
+                          "for a running server (--url): add --url, or leave --server-log out")
+    if server_log is not None and not server_log.is_file():
+        raise ConfigError(f"--server-log: {str(server_log)!r} is not a file; give the running "
+                          "server's log (e.g. `vllm serve ... > server.log 2>&1`)")
     if profile.name == "dataset":  # read it whole before any boot: a bad line is an error
         from autotune.load.datasets import load_dataset, load_tokenizer
 
@@ -193,8 +204,12 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
             else:
                 serving = still_serving(url, advice="read its log, restart it, and search again "
                                         f"(the points measured before: {run_dir / 'points'})")
+                if server_log is None:
+                    console.print("kernel compilations are not watched (no --server-log): a "
+                                  "point that overlaps one is kept as measured", highlight=False)
                 result = on_server.capacity_on(url, model, server.tokenizer_dir, profile, cap, slos,
-                                         run_dir, on_phase=tp.phase, check=serving)
+                                         run_dir, on_phase=tp.phase, check=serving,
+                                         log_path=server_log)
                 doc = {"url": url, "summary": result.summary(), **result.to_json()}
         out.print(points_table(list(result.points), cap.axis, slos))
         for line in miss_lines(list(result.points)):
@@ -218,12 +233,16 @@ def bench(model: str, tokenizer: str | None, url: str | None, vllm_cmd: str | No
                               f"{t.stop_s:.1f} s; log {res.log_path}")
             else:
                 from autotune.load.datasets import build_requests
+                from autotune.server.jit import LogSpan
 
                 tp.phase("benchmarking")
                 reqs = build_requests(profile, server.tokenizer_dir,
                                       server.args.get("max_model_len"))
+                span = LogSpan(server_log)
+                span.mark()
                 pt = on_server.measure(url, model, profile, reqs[:profile.num_prompts],
                                  on_request=tp.request_done, warm=reqs[profile.num_prompts:])
+                pt.server_stats.update(span.counted())  # warm-up included; none without a log
                 on_server.write_records(pt.records, run_dir / "requests.csv")
                 metrics = pt.metrics
                 if metrics.completed == 0:

@@ -205,7 +205,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
     its own warm-up; its per-request records go to points/load-<load>.csv. With the server's
     `log_path`, a point during which vLLM logged a kernel compiling (autotune.server.jit) is
     measured again with fresh requests; the point records how many it saw (`jit_events`, in
-    the run kept) and whether it was measured again (`jit_remeasured`)."""
+    the run kept) and whether it was measured again (`jit_remeasured`); no log, no field."""
     phase = on_phase or (lambda _p: None)
     tok = load_tokenizer(tokenizer_dir)
     at_point = profile.model_copy(update={"warmup": cap.warmup})
@@ -239,7 +239,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                      max_concurrency=conc, request_rate=rate, alive=alive, warm=warm,
                      check_length=False, settle=settle)
         pt.server_stats["point_sample_s"] = sampled_s
-        pt.server_stats["jit_events"] = float(len(span.events()))
+        pt.server_stats.update(span.counted())  # none without a log: unwatched is not 0
         check()  # the server died: its cause, not a failing verdict
         return pt, settle if settle is not None and settle.reason is not None else None
 
@@ -256,20 +256,20 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
             phase(f"load {load:g} (warming, window {done})")
             pt, _ = run_at(load, point_seed(profile.seed + done, load),
                            max(cap.warmup, cap.requests_at(load) // 4), settling=False)
-            m, jit = pt.metrics, pt.server_stats["jit_events"]
+            m, jit = pt.metrics, pt.server_stats.get("jit_events", 0.0)
             seen += jit
             now = (m.ttft_ms.mean, m.tpot_ms.mean)
             stable = last is not None and not jit and all(
                 abs(a - b) <= WARM_AGREE * b for a, b in zip(now, last, strict=True))
             last = now
         return {"warm_windows": float(done), "warm_s": time.monotonic() - t0,
-                "warm_stable": float(stable), "warm_jit_events": seen}
+                "warm_stable": float(stable), **span.counted("warm_jit_events", seen)}
 
     def one_sample(load: float, seed: int, pool: bool) -> Sampled:
         """A run with the seed's requests (fresh ones where a kernel compiled or the client read
         late); with `pool`, a close verdict runs again, fresh requests pooled, to close_runs."""
         first, settled = run_at(load, seed)
-        if first.server_stats["jit_events"]:  # a kernel compiled inside it: not the server's pace
+        if first.server_stats.get("jit_events"):  # a kernel compiled inside it: not its pace
             seen = first.server_stats["jit_events"]
             phase(f"load {load:g} (a kernel compiled during it: again)")
             first, settled = run_at(load, point_seed(seed + 1, load))

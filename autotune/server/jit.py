@@ -65,3 +65,10 @@ class LogSpan:
         except OSError:
             return []
         return jit_events(text)
+
+    def counted(self, name: str = "jit_events", n: float | None = None) -> dict[str, float]:
+        """{name: the compilations since the mark (or `n`)}; {} without a log: a server whose
+        log nobody reads was not watched, and 0 would claim that none compiled."""
+        if self.path is None:
+            return {}
+        return {name: float(len(self.events()) if n is None else n)}

@@ -171,9 +171,11 @@ class Run:
         return used
 
     def boot(self, k: int, config: str, url: str | None = None, start: float | None = None,
-             reserve: float = 15) -> dict[str, Any] | None:
+             reserve: float = 15, log: Path | None = None) -> dict[str, Any] | None:
         """One capacity search by the product: on a server it boots, or (`url`) on a running
-        one (then the search is named url{k}); it ends `reserve` s before the deadline."""
+        one whose output goes to `log` (then the search is named url{k}, and it reads the log
+        for kernel compilations: before 2026-11-27 it did not, and its points' jit_events 0
+        meant unwatched); it ends `reserve` s before the deadline."""
         name = f"{'url' if url else 'boot'}{k}-{config}"
         self.record(kind="begin", step=name, left_s=round(self.left()))
         used = self.gpu_free()
@@ -183,7 +185,7 @@ class Run:
                 "--min-duration-s", "20", "--point-warmup", "8",
                 *(x for s in SLOS for x in ("--slo", s)), "--boot-timeout", "900",
                 "--workdir", str(self.work), "--output", str(self.res / f"{name}.json"),
-                *(["--url", url] if url else
+                *(["--url", url, *(["--server-log", str(log)] if log else [])] if url else
                   ["--", "--load-format", "dummy", *CONFIGS[config], *self.extra])]
         rc, wall = self.call(argv, self.res / f"{name}.out", self.left() - reserve, config)
         row: dict[str, Any] = {"kind": "boot", "step": name, "config": config, "rc": rc,
@@ -256,7 +258,7 @@ class Run:
             if search_k:
                 # the search leaves the reference check its time (it is the point of ACC_REF)
                 doc = self.boot(search_k, config, url=url, start=capacity,
-                                reserve=60 * REF_SAMPLES + 105)
+                                reserve=60 * REF_SAMPLES + 105, log=log)
                 if not doc or not doc.get("capacity") or self.left() < 60 * REF_SAMPLES + 60:
                     self.record(kind="skipped", step=f"reference-{config}{tag}",
                                 left_s=round(self.left()))
@@ -277,7 +279,7 @@ class Run:
             # the product's search on this stock server too (MOE_URL_SEARCH=1): a second
             # capacity on the machine without a boot's cost
             if os.environ.get("MOE_URL_SEARCH") == "1" and self.left() > 300 and not search_k:
-                self.boot(2, config, url=url, start=capacity)  # as a later trial starts
+                self.boot(2, config, url=url, start=capacity, log=log)  # as a later trial
             if first is None or REPEATS == 0 or self.left() < 75:
                 return
             load = float(first["load"])

@@ -82,7 +82,9 @@ def test_search_agrees_with_a_dense_sweep(three_seq_server: ServerProcess, tiny_
     slo = SLOConfig(metric="median_ttft_ms", max=e2el[1] / 10)
     dense = max((x for x in loads if all(sweep[y] <= slo.max for y in loads if y <= x)),
                 default=0)
-    res = capacity_on(url, model, model, PROFILE, base, [slo], tmp_path / "search")
+    # the search reads the server's log (as `bench --url --server-log` does); the sweep does not
+    res = capacity_on(url, model, model, PROFILE, base, [slo], tmp_path / "search",
+                      log_path=three_seq_server.log_path)
     print(f"dense sweep, median TTFT ms by concurrency: "
           f"{ {k: round(v) for k, v in sweep.items()} }; SLO {slo.max:.0f} ms; dense capacity "
           f"{dense}; search capacity {res.capacity:g} in {len(res.points)} points "
@@ -106,6 +108,9 @@ def test_search_agrees_with_a_dense_sweep(three_seq_server: ServerProcess, tiny_
     assert 1 <= dense <= 5
     assert abs(res.capacity - dense) <= base.tolerance * dense
     assert len(res.points) < len(loads)
+    # watched (a count, whatever this CPU's vLLM compiles) where the log was read, absent where not
+    assert all(isinstance(p.server.get("jit_events"), float) for p in res.points)
+    assert all("jit_events" not in s for s in server.values())
     assert (tmp_path / "search" / "capacity.json").exists()
     assert all((tmp_path / "search" / "points" / f"load-{p.load:g}.csv").exists()
                for p in res.points)

@@ -255,6 +255,19 @@ def test_bench_checks_its_dataset_before_the_url(tmp_path: Path, tiny_model: Pat
                 str(tmp_path / "nope.jsonl")), "profile.path:", "does not exist")
 
 
+def test_bench_server_log_mistakes(tmp_path: Path, tiny_model: Path) -> None:
+    """--server-log is a running server's log: without --url, or a path that is no file, is one
+    error naming the option, before any network or boot."""
+    log = tmp_path / "server.log"
+    log.write_text("INFO started\n")
+    refused(bench(tmp_path, tiny_model, "--model", "m", "--server-log", str(log)),
+            "--server-log:", "add --url, or leave --server-log out")
+    refused(bench(tmp_path, tiny_model, "--model", "m", "--url",
+                  f"http://127.0.0.1:{free_port()}", "--server-log", str(tmp_path / "none.log")),
+            "--server-log:", "is not a file", "vllm serve ... > server.log 2>&1")
+    assert not (tmp_path / "bench").exists()
+
+
 def test_bench_url_that_is_not_a_url(tmp_path: Path, tiny_model: Path) -> None:
     refused(bench(tmp_path, tiny_model, "--model", "m", "--url", "localhost:8000"),
             "--url: 'localhost:8000' is not an http(s) URL (e.g. http://127.0.0.1:8000)")

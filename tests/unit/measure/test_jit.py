@@ -131,6 +131,35 @@ def test_the_first_point_waits_for_a_warm_server(tmp_path: Path,
     assert len(calls) == 3 + len(res.points)
 
 
+def test_a_server_without_its_log_is_not_watched(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bench --url` without --server-log cannot see a kernel compile: its points and warm-up
+    carry no JIT count at all (a 0 would read as watched and clean), and nothing is measured
+    again for one. 2026-11-27, H100: such a search recorded jit_events 0 while the server's
+    log held two fused_moe_kernel compilations inside its warm-up."""
+    calls: list[int] = []
+
+    def fake_measure(url: str, model: str, profile: ProfileConfig, reqs: list[Request],
+                     **kw: Any) -> Point:
+        calls.append(len(reqs))
+        return _point(0.01)
+
+    monkeypatch.setattr(on_server, "measure", fake_measure)
+    monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
+    monkeypatch.setattr(on_server, "sample_requests",
+                        lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
+    cap = CapacityConfig(axis="concurrency", low=4, high=4, start=4, settle=False,
+                         warm_windows=2)
+    res = capacity_on("http://x", "m", "tok", ProfileConfig(name="random", input_len=1,
+                                                             output_len=4), cap,
+                      [SLOConfig(metric="p99_tpot_ms", max=60)], tmp_path)
+    [point] = res.points
+    assert point.passed and point.server["warm_windows"] == 2
+    assert not {"jit_events", "warm_jit_events", "jit_remeasured"} & set(point.server)
+    assert LogSpan(None).counted() == {} and LogSpan(tmp_path / "x").counted() == {
+        "jit_events": 0.0}
+
+
 def test_no_warm_up_windows_where_they_are_off(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
