@@ -101,6 +101,32 @@ def test_a_capacity_the_reference_meets_above_is_called_low(
     assert "in flight" in v.lines(doc)[0]
 
 
+def test_a_disagreement_decided_by_split_samples_says_it_is_inside_their_spread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MoE defaults on an H100 (2026-11-27, reference_check.moe_defaults): p99 TPOT 50.3,
+    64.0, 47.9 ms at C and 49.4, 54.0, 70.5 at C x 1.1, 60 ms allowed. The median meets above
+    C, so the check still disagrees, and it says that the samples split there; a unanimous
+    wrong side says nothing more."""
+    values = {"C": [50.3, 64.0, 47.9], "C x 1.1": [49.4, 54.0, 70.5], "": [49.8]}
+
+    def fake(ref: v.Reference, target: v.Target, slos: object, label: str, load: float,
+             seed: int, out_dir: Path, n: int | None = None) -> v.RateCheck:
+        m = {"p99_ttft_ms": 300.0, "p99_tpot_ms": values[label].pop(0), "completed": 100}
+        misses = v.judge(m, SLOS, 100)
+        return v.RateCheck(label, load, 100, seed, m, misses, "misses" if misses else "meets")
+
+    monkeypatch.setattr(v, "check_rate", fake)
+    doc = v.verify(REF, v.Target(24.95, "rate", 0.1, 10, 20.0), SLOS, 3, tmp_path)
+    assert not doc["verdicts_agree"] and doc["split"] == ["C x 1.1"]
+    out = v.lines(doc)
+    assert "the capacity is low" in out[-2]
+    assert out[-1].startswith("  at C x 1.1 its samples split (67% of 3 meet)")
+    seen: list[tuple[str, float, int, int]] = []
+    monkeypatch.setattr(v, "check_rate", _fake(seen, 55.0))  # every sample meets above C
+    doc = v.verify(REF, v.Target(8.0, "rate", 0.1, 10, 2.0), SLOS, 3, tmp_path, warmup=0)
+    assert doc["split"] == [] and "split" not in " ".join(v.lines(doc))
+
+
 def test_nothing_to_check_says_so(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="capacity 0: nothing to check"):
         v.verify(REF, v.Target(0.0, "rate", 0.1, 10, 20.0), SLOS, 1, tmp_path)
