@@ -74,7 +74,9 @@ CONFIGS |= {"tp1-dp2": ["--data-parallel-size", "2", "--kv-cache-dtype", "fp8", 
             "pick": ["--quantization", "fp8", "--kv-cache-dtype", "fp8",
                      "--max-num-batched-tokens", "4096", "--api-server-count", "4"]}
 # ACC_PLAN="tp1-dp2:128,tp2-dp1:80": one capacity search per config, each from its own start,
-# in this order, each while the deadline leaves a boot room (no stock step): tp_vs_dp_h100x2
+# in this order, each while the deadline leaves a boot room (no stock step): tp_vs_dp_h100x2.
+# One-GPU configs too ("defaults:64,fp8:51"): moe_accept.sh's ACC_LANES runs one such plan per
+# GPU of a host at once, each lane on its own GPU (CUDA_VISIBLE_DEVICES) and cache root
 
 
 def pairs(var: str) -> list[tuple[str, float]]:
@@ -136,7 +138,7 @@ class Run:
         """The environment of every child; a two-GPU layout's all-reduce settings where the
         config is one (whichever mode runs it)."""
         path = os.pathsep.join(x for x in (str(HERE), os.environ.get("PYTHONPATH")) if x)
-        layout = PLAN or (config is not None and ALLREDUCE[0] in CONFIGS.get(config, []))
+        layout = config is not None and ALLREDUCE[0] in CONFIGS.get(config, [])
         return {**os.environ, **(LAYOUT_ENV if layout else {}), "PYTHONPATH": path,
                 "PYTHONUNBUFFERED": "1"}
 

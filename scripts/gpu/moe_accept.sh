@@ -7,28 +7,35 @@
 #   bash scripts/gpu/moe_accept.sh wait [WAIT]
 #       waits up to WAIT seconds (default 540) for the run to end, then packs what has landed
 #       into $OUT (results.jsonl, orchestrator.log, acc.tgz) and prints a compact view
+# With ACC_LANES="GPU|MODEL|PLAN;GPU|MODEL|PLAN;..." (e.g. "0|moe|defaults:24;1|dense|fp8:51,
+# pick:80") `start` runs one orchestrator per lane at once, each with CUDA_VISIBLE_DEVICES=GPU,
+# ACC_MODEL=MODEL, ACC_PLAN=PLAN and its own results folder (res/laneGPU: its own cache root),
+# so the configs of one plan share a host; `wait` waits for every lane and packs each into
+# $OUT/laneGPU. ACC_NO_INSTALL=1 skips the wheels (a dry run of the lanes off the GPU machine).
 set -uo pipefail
 cmd=$1; shift
-acc=/root/acc
+acc=${ACC_DIR:-/root/acc}  # ACC_DIR: elsewhere, for a dry run
 export PYTHONUNBUFFERED=1
 case $cmd in
   start)
     deadline_in=$1; wait_s=${2:-480}
     t0=$(date +%s)
-    cd /root/w || exit 1
-    for first in *.part000; do
-      [ -e "$first" ] || continue
-      whl=${first%.part000}
-      cat "$whl".part* > "$whl" && rm "$whl".part*
-    done
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /root/site \
-      ./*.whl || exit 1
-    cat > /root/site/activate <<'A'
+    if [ "${ACC_NO_INSTALL:-0}" != 1 ]; then
+      cd /root/w || exit 1
+      for first in *.part000; do
+        [ -e "$first" ] || continue
+        whl=${first%.part000}
+        cat "$whl".part* > "$whl" && rm "$whl".part*
+      done
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --target /root/site ./*.whl || exit 1
+      cat > /root/site/activate <<'A'
 export PYTHONPATH=/root/site${PYTHONPATH:+:$PYTHONPATH} PATH=/root/site/bin:$PATH
 A
-    cd - > /dev/null || exit 1
-    source /root/site/activate
-    echo "installed in $(( $(date +%s) - t0 )) s"
+      cd - > /dev/null || exit 1
+      source /root/site/activate
+      echo "installed in $(( $(date +%s) - t0 )) s"
+    fi
     mkdir -p $acc/res
     rm -rf $acc/at && mkdir -p $acc/at
     tar --exclude=./.gpu --exclude=./.git --exclude=./.venv --exclude=./venv --exclude=./docs \
@@ -40,31 +47,49 @@ A
     setsid nohup nvidia-smi --query-gpu=timestamp,clocks_event_reasons.active --format=csv -l 5 \
       > $acc/res/gpu-reasons.csv 2>&1 < /dev/null &
     setsid nohup vmstat -t 5 > $acc/res/vmstat.log 2>&1 < /dev/null &
-    setsid nohup python3 scripts/gpu/moe_accept.py run --res $acc/res \
-      --deadline $(( t0 + deadline_in )) > $acc/res/orchestrator.log 2>&1 < /dev/null &
-    echo $! > $acc/pid
-    echo "started (pid $(cat $acc/pid)), deadline in $(( t0 + deadline_in - $(date +%s) )) s"
+    : > $acc/pids
+    if [ -n "${ACC_LANES:-}" ]; then
+      IFS=';' read -ra lanes <<< "$ACC_LANES"
+      for lane in "${lanes[@]}"; do
+        IFS='|' read -r gpu model plan <<< "$lane"
+        mkdir -p $acc/res/lane$gpu
+        CUDA_VISIBLE_DEVICES=$gpu ACC_MODEL=$model ACC_PLAN=$plan setsid nohup python3 \
+          scripts/gpu/moe_accept.py run --res $acc/res/lane$gpu \
+          --deadline $(( t0 + deadline_in )) > $acc/res/lane$gpu/orchestrator.log 2>&1 \
+          < /dev/null &
+        echo "$! lane$gpu" >> $acc/pids
+        echo "lane $gpu: $model $plan (pid $!)"
+      done
+    else
+      setsid nohup python3 scripts/gpu/moe_accept.py run --res $acc/res \
+        --deadline $(( t0 + deadline_in )) > $acc/res/orchestrator.log 2>&1 < /dev/null &
+      echo "$! ." >> $acc/pids
+    fi
+    echo "started, deadline in $(( t0 + deadline_in - $(date +%s) )) s"
     cd - > /dev/null || exit 1
     ;;
   wait)
     wait_s=${1:-540}
-    source /root/site/activate
+    [ -e /root/site/activate ] && source /root/site/activate
     ;;
   *) echo "start or wait" >&2; exit 2 ;;
 esac
-pid=$(cat $acc/pid)
 end=$((SECONDS + wait_s))
-while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 3; done
-kill -0 "$pid" 2>/dev/null && echo "STILL RUNNING" || echo "FINISHED"
-python3 $acc/at/scripts/gpu/moe_accept.py pack --res $acc/res --out "$OUT"
-# a file over 16 MiB does not come back: split the tarball (cat acc.tgz.part* > acc.tgz here)
-if [ "$(stat -c %s "$OUT/acc.tgz")" -gt 15000000 ]; then
-  (cd "$OUT" && split -b 14M acc.tgz acc.tgz.part && rm acc.tgz)
-fi
-nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
-python3 - <<'PY'
-import json
-for line in open("/root/acc/res/results.jsonl"):
+running() { local p; for p in $(cut -d' ' -f1 $acc/pids); do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+while running && [ $SECONDS -lt $end ]; do sleep 3; done
+running && echo "STILL RUNNING" || echo "FINISHED"
+while read -r pid sub; do
+  res=$acc/res/$sub out=$OUT/$sub
+  [ "$sub" = . ] && res=$acc/res out=$OUT
+  python3 $acc/at/scripts/gpu/moe_accept.py pack --res "$res" --out "$out"
+  # a file over 16 MiB does not come back: split the tarball (cat acc.tgz.part* > acc.tgz here)
+  if [ "$(stat -c %s "$out/acc.tgz")" -gt 15000000 ]; then
+    (cd "$out" && split -b 14M acc.tgz acc.tgz.part && rm acc.tgz)
+  fi
+  echo "== $sub"
+  RES=$res python3 - <<'PY'
+import json, os
+for line in open(os.path.join(os.environ["RES"], "results.jsonl")):
     r = json.loads(line)
     if r.get("kind") == "boot":
         print(r["step"], "rc", r["rc"], "wall", r["wall_s"], "cap", r.get("capacity"),
@@ -74,5 +99,10 @@ for line in open("/root/acc/res/results.jsonl"):
     else:
         print(json.dumps(r)[:700])
 PY
-tail -c 1200 $acc/res/orchestrator.log | grep -v '^{' | tail -4
-for f in $(ls -t $acc/res/*.out 2>/dev/null | head -1); do echo "== $f"; tail -c 1500 "$f"; done
+  tail -c 1200 "$res/orchestrator.log" | grep -v '^{' | tail -4
+  for f in $(ls -t "$res"/*.out 2>/dev/null | head -1); do echo "== $f"; tail -c 1500 "$f"; done
+done < $acc/pids
+if [ -n "${ACC_LANES:-}" ]; then  # the host's telemetry, shared by the lanes
+  cp $acc/res/gpu-telemetry.csv $acc/res/gpu-reasons.csv $acc/res/vmstat.log "$OUT"/ 2>/dev/null
+fi
+nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
