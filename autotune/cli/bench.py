@@ -175,17 +175,17 @@ def bench(model: str, tokenizer: str | None, url: str | None, server_log: Path |
     if vllm_cmd:
         data2["executable"] = vllm_cmd
     server = parse_model(ServerConfig, data2, "bench")
-    if url is None:
-        server.check_executable()
-    elif vllm_args:
-        raise ConfigError("--url: the server is already running; vLLM flags after -- cannot "
-                          "apply to it")
     if server_log is not None and url is None:
         raise ConfigError("--server-log: a server bench boots is read from its own log; it is "
                           "for a running server (--url): add --url, or leave --server-log out")
     if server_log is not None and not server_log.is_file():
         raise ConfigError(f"--server-log: {str(server_log)!r} is not a file; give the running "
                           "server's log (e.g. `vllm serve ... > server.log 2>&1`)")
+    if url is None:
+        server.check_executable()
+    elif vllm_args:
+        raise ConfigError("--url: the server is already running; vLLM flags after -- cannot "
+                          "apply to it")
     if profile.name == "dataset":  # read it whole before any boot: a bad line is an error
         from autotune.load.datasets import load_dataset, load_tokenizer
 

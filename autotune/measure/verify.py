@@ -172,7 +172,7 @@ def pooled(label: str, load: float, samples: list[RateCheck], slos: Sequence[SLO
     server = {k: statistics.median(c.server[k] for c in samples) for k in keys}
     return {"label": label, "rate": load, "samples_n": len(samples), "metrics": med,
             "server": server,
-            "misses": misses, "verdict": "misses" if misses else "meets",
+            "misses": misses, "verdict": "misses" if misses else "meets", "failed": failed,
             "meets_share": sum(c.verdict == "meets" for c in samples) / len(samples),
             "jit_events": None if any(c.jit_events is None for c in samples) else
             sum(c.jit_events or 0 for c in samples),
@@ -220,7 +220,7 @@ def verify(ref: Reference, target: Target, slos: Sequence[SLOConfig], samples: i
     # the knee one sample's p99 TPOT spanned 34-66% at a fixed rate (warm-server-h100)
     want = ["meets", "misses"]
     doc["split"] = [c["label"] for c, w in zip(doc["rates"], want, strict=False)
-                    if c["verdict"] != w and 0 < c["meets_share"] < 1]
+                    if c["verdict"] != w and 0 < c["meets_share"] < 1 and not c["failed"]]
     doc["jit_events_in_measured"] = (None if ref.log is None else
                                      sum(c["jit_events"] or 0 for c in doc["rates"]))
     return doc

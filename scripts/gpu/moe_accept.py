@@ -161,12 +161,17 @@ class Run:
         return rc, now() - t0
 
     def gpu_free(self) -> int | None:
-        """Wait (up to 60 s) until the GPU holds under 2 GiB: the last server is gone."""
+        """Wait (up to 60 s) until this run's GPUs hold under 2 GiB each: the last server is
+        gone. A lane's GPUs only (CUDA_VISIBLE_DEVICES, counted in PCI order as nvidia-smi
+        counts them: moe_accept.sh sets CUDA_DEVICE_ORDER=PCI_BUS_ID)."""
         used = None
+        ids = os.environ.get("CUDA_VISIBLE_DEVICES")
         for _ in range(30):
-            q = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
+            q = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", *(["-i", ids] if ids
+                                                                          else []),
                                 "--format=csv,noheader,nounits"], capture_output=True, text=True)
-            used = int(q.stdout.split()[0]) if q.returncode == 0 and q.stdout.strip() else None
+            used = max(int(x) for x in q.stdout.split()) if q.returncode == 0 and \
+                q.stdout.strip() else None
             if used is None or used < 2048:
                 break
             time.sleep(2)

@@ -19,6 +19,16 @@ export PYTHONUNBUFFERED=1
 case $cmd in
   start)
     deadline_in=$1; wait_s=${2:-480}
+    IFS=';' read -ra lanes <<< "${ACC_LANES// /}"
+    seen=,
+    for lane in "${lanes[@]}"; do  # every lane checked before anything starts
+      [ -n "$lane" ] || continue
+      IFS='|' read -r gpu model plan <<< "$lane"
+      if [ -z "$gpu" ] || [ -z "$model" ] || [ -z "$plan" ] || [[ $seen == *",$gpu,"* ]]; then
+        echo "ACC_LANES: lane '$lane' needs GPU|MODEL|PLAN, each GPU once" >&2; exit 2
+      fi
+      seen+="$gpu,"
+    done
     t0=$(date +%s)
     if [ "${ACC_NO_INSTALL:-0}" != 1 ]; then
       cd /root/w || exit 1
@@ -49,13 +59,16 @@ A
     setsid nohup vmstat -t 5 > $acc/res/vmstat.log 2>&1 < /dev/null &
     : > $acc/pids
     if [ -n "${ACC_LANES:-}" ]; then
-      IFS=';' read -ra lanes <<< "$ACC_LANES"
       for lane in "${lanes[@]}"; do
+        [ -n "$lane" ] || continue
         IFS='|' read -r gpu model plan <<< "$lane"
-        mkdir -p $acc/res/lane$gpu
-        CUDA_VISIBLE_DEVICES=$gpu ACC_MODEL=$model ACC_PLAN=$plan setsid nohup python3 \
-          scripts/gpu/moe_accept.py run --res $acc/res/lane$gpu \
-          --deadline $(( t0 + deadline_in )) > $acc/res/lane$gpu/orchestrator.log 2>&1 \
+        mkdir -p "$acc/res/lane$gpu"
+        # a lane runs its plan only: ACC_REF, ACC_CHECK and ACC_AB would boot stock servers
+        # on one fixed port in every lane
+        env -u ACC_REF -u ACC_CHECK -u ACC_AB CUDA_DEVICE_ORDER=PCI_BUS_ID \
+          CUDA_VISIBLE_DEVICES="$gpu" ACC_MODEL="$model" ACC_PLAN="$plan" setsid nohup python3 \
+          scripts/gpu/moe_accept.py run --res "$acc/res/lane$gpu" \
+          --deadline $(( t0 + deadline_in )) > "$acc/res/lane$gpu/orchestrator.log" 2>&1 \
           < /dev/null &
         echo "$! lane$gpu" >> $acc/pids
         echo "lane $gpu: $model $plan (pid $!)"
@@ -81,7 +94,7 @@ running && echo "STILL RUNNING" || echo "FINISHED"
 while read -r pid sub; do
   res=$acc/res/$sub out=$OUT/$sub
   [ "$sub" = . ] && res=$acc/res out=$OUT
-  python3 $acc/at/scripts/gpu/moe_accept.py pack --res "$res" --out "$out"
+  python3 $acc/at/scripts/gpu/moe_accept.py pack --res "$res" --out "$out" < /dev/null
   # a file over 16 MiB does not come back: split the tarball (cat acc.tgz.part* > acc.tgz here)
   if [ "$(stat -c %s "$out/acc.tgz")" -gt 15000000 ]; then
     (cd "$out" && split -b 14M acc.tgz acc.tgz.part && rm acc.tgz)
@@ -102,7 +115,7 @@ PY
   tail -c 1200 "$res/orchestrator.log" | grep -v '^{' | tail -4
   for f in $(ls -t "$res"/*.out 2>/dev/null | head -1); do echo "== $f"; tail -c 1500 "$f"; done
 done < $acc/pids
-if [ -n "${ACC_LANES:-}" ]; then  # the host's telemetry, shared by the lanes
+if grep -qv ' \.$' $acc/pids; then  # lanes (a later `wait` has no ACC_LANES): the host's telemetry
   cp $acc/res/gpu-telemetry.csv $acc/res/gpu-reasons.csv $acc/res/vmstat.log "$OUT"/ 2>/dev/null
 fi
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader

@@ -125,6 +125,22 @@ def test_a_disagreement_decided_by_split_samples_says_it_is_inside_their_spread(
     monkeypatch.setattr(v, "check_rate", _fake(seen, 55.0))  # every sample meets above C
     doc = v.verify(REF, v.Target(8.0, "rate", 0.1, 10, 2.0), SLOS, 3, tmp_path, warmup=0)
     assert doc["split"] == [] and "split" not in " ".join(v.lines(doc))
+    # a miss at C from a failed request is no spread of a figure: not called a split
+    values.update({"C": [40.0, 41.0, 42.0], "C x 1.1": [70.0, 71.0, 72.0], "": [40.0]})
+    lost = iter([99, 100, 100])
+
+    def failing(ref: v.Reference, target: v.Target, slos: object, label: str, load: float,
+                seed: int, out_dir: Path, n: int | None = None) -> v.RateCheck:
+        m = {"p99_ttft_ms": 300.0, "p99_tpot_ms": values[label].pop(0),
+             "completed": next(lost) if label == "C" else 100}
+        misses = v.judge(m, SLOS, 100)
+        return v.RateCheck(label, load, 100, seed, m, misses, "misses" if misses else "meets")
+
+    monkeypatch.setattr(v, "check_rate", failing)
+    doc = v.verify(REF, v.Target(24.95, "rate", 0.1, 10, 20.0), SLOS, 3, tmp_path)
+    c = doc["rates"][0]
+    assert c["verdict"] == "misses" and 0 < c["meets_share"] < 1 and c["failed"] == 1
+    assert doc["split"] == []
 
 
 def test_nothing_to_check_says_so(tmp_path: Path) -> None:
