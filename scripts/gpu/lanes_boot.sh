@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# On a host of several GPUs, after the chunk calls of scripts/gpu/prepare.sh: one cold
+# `vllm serve` per GPU at once (the MoE on the first two, the dense 8B shape on the rest), each
+# with its own cache root as moe_accept.sh's ACC_LANES gives each lane, and the time each takes
+# to answer /health. What four cold boots at once cost before a lanes run is planned on it.
+#   bash scripts/gpu/lanes_boot.sh LIMIT_S      (results under $OUT as they land)
+set -uo pipefail
+limit=${1:-300}
+t0=$(date +%s)
+cd /root/w || exit 1
+for first in *.part000; do
+  [ -e "$first" ] || continue
+  whl=${first%.part000}
+  cat "$whl".part* > "$whl" && rm "$whl".part*
+done
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /root/site \
+  ./*.whl || exit 1
+cd - > /dev/null || exit 1
+export PYTHONPATH=/root/site${PYTHONPATH:+:$PYTHONPATH} PATH=/root/site/bin:$PATH
+echo "installed in $(( $(date +%s) - t0 )) s" | tee "$OUT/boots.txt"
+n=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+nvidia-smi --query-gpu=index,name,uuid,memory.total --format=csv,noheader >> "$OUT/boots.txt"
+nproc >> "$OUT/boots.txt"
+moe=$PWD/scripts/gpu/models/qwen3-30b-a3b-dummy
+t1=$(date +%s)
+for g in $(seq 0 $((n - 1))); do
+  model=/root/w/qwen3-8b-dummy; [ "$g" -lt 2 ] && model=$moe
+  c=/root/lanes/cache$g; mkdir -p $c
+  CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=$g VLLM_CACHE_ROOT=$c/vllm \
+    TRITON_CACHE_DIR=$c/triton TORCHINDUCTOR_CACHE_DIR=$c/inductor \
+    FLASHINFER_WORKSPACE_BASE=$c/flashinfer CUDA_CACHE_PATH=$c/cuda \
+    setsid nohup vllm serve "$model" --load-format dummy --port $((8010 + g)) \
+    > "$OUT/boot$g.log" 2>&1 < /dev/null &
+  echo "gpu $g: $(basename "$model") (pid $!)" >> "$OUT/boots.txt"
+done
+up=""
+while [ $(( $(date +%s) - t1 )) -lt "$limit" ]; do
+  for g in $(seq 0 $((n - 1))); do
+    [[ $up == *",$g,"* ]] && continue
+    if curl -sf "localhost:$((8010 + g))/health" > /dev/null; then
+      up+=",$g,"; echo "gpu $g up after $(( $(date +%s) - t1 )) s" | tee -a "$OUT/boots.txt"
+    fi
+  done
+  [ "$(echo "$up" | tr -cd ',' | wc -c)" -ge $((2 * n)) ] && break
+  sleep 2
+done
+echo "after $(( $(date +%s) - t1 )) s: up ${up:-none}" | tee -a "$OUT/boots.txt"
+uptime >> "$OUT/boots.txt"
+for g in $(seq 0 $((n - 1))); do grep -h "init engine\|torch.compile takes\|Loading weights took\|Available KV cache" "$OUT/boot$g.log" | sed "s/^/gpu $g: /" | cut -c1-220; done >> "$OUT/boots.txt"
+pkill -f "vllm serve"
+true
