@@ -251,10 +251,30 @@ def bench(model: str, tokenizer: str | None, url: str | None, server_log: Path |
                 doc = {"url": url, "metrics": metrics.flat(), "errors": metrics.errors,
                        "server_stats": pt.server_stats}
         out.print(metrics_table(metrics, title=f"autotune bench: {profile.name}"))
+    log = server_log if url is not None else doc.get("log_path")
+    if log and (note := untuned_note(Path(log))):
+        out.print(note, highlight=False, soft_wrap=True, markup=False)
     dest = output or run_dir / "result.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     console.print(f"result written to {dest}")
+
+
+def untuned_note(log: Path) -> str | None:
+    """One line when the server's log says vLLM's fused-MoE kernel ran without a tuned config
+    for this GPU (autotune.server.jit.untuned_moe): a knob outside vLLM's flags."""
+    from autotune.server.jit import untuned_moe
+
+    try:
+        names = untuned_moe(log.read_text(errors="replace"))
+    except OSError:
+        return None
+    if not names:
+        return None
+    return (f"vLLM ran its fused-MoE kernel on default tile sizes: no tuned config "
+            f"{', '.join(names)} for this GPU. One tuned for it (vLLM's "
+            "benchmarks/kernels/benchmark_moe.py --tune, then serve with "
+            "VLLM_TUNED_CONFIG_FOLDER=<its folder>) may serve faster; autotune does not tune it")
 
 
 COMMANDS = [bench]

@@ -26,6 +26,24 @@ _DURING_INFERENCE = re.compile(
 MONITOR_ON = "Kernel JIT monitor activated"
 
 
+# vLLM's fused-MoE kernel without a tuned config for this expert shape and GPU (fused_moe.py,
+# warning_once): it runs on generic tile sizes
+_UNTUNED_MOE = re.compile(r"Using default MoE config\. .*Config file not found at (?P<paths>.+)$")
+
+
+def untuned_moe(text: str) -> list[str]:
+    """The tuned fused-MoE config files vLLM looked for and did not find (file names, in
+    order, once each): its MoE layers ran on default tile sizes. On the H100 every MoE server
+    logged one, e.g. E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3.json."""
+    names: list[str] = []
+    for line in text.splitlines():
+        if m := _UNTUNED_MOE.search(line.strip()):
+            for path in m.group("paths").split(", "):
+                if (name := Path(path.strip()).name) not in names:
+                    names.append(name)
+    return names
+
+
 @dataclass(frozen=True)
 class JitEvent:
     kernel: str

@@ -14,7 +14,7 @@ from autotune.load.record import Request, RequestRecord
 from autotune.measure import on_server
 from autotune.measure.metrics import compute_metrics
 from autotune.measure.on_server import Point, capacity_on
-from autotune.server.jit import MONITOR_ON, LogSpan, jit_events
+from autotune.server.jit import MONITOR_ON, LogSpan, jit_events, untuned_moe
 
 # docs/results/warm-server-h100/summary.json jit_lines: the MoE servers' first points, and lines
 # of the same boots that are not runtime compilations
@@ -40,6 +40,35 @@ def test_the_monitors_warning_is_a_runtime_compilation_and_boot_lines_are_not() 
     assert events[0].line == JIT_LINE
     assert jit_events("\n".join(BOOT_LINES)) == []
     assert MONITOR_ON in BOOT_LINES[0]
+
+
+# machine D's MoE defaults server, 2026-11-27 (raw/2026-11-27-moe-defaults): bf16, one path
+UNTUNED_BF16 = ("(EngineCore pid=887) WARNING 11-27 14:39:06 [fused_moe.py:1107] Using default MoE "
+                "config. Performance might be sub-optimal! Config file not found at /root/site/"
+                "vllm/model_executor/layers/fused_moe/configs/E=128,N=768,device_name=NVIDIA_"
+                "H100_80GB_HBM3.json")
+
+
+def test_an_untuned_fused_moe_config_is_named_once(tmp_path: Path) -> None:
+    """vLLM's fused-MoE kernel without a tuned config for the GPU says so once per process; the
+    file names it looked for are what a user would tune. A user folder comes first in the
+    line (VLLM_TUNED_CONFIG_FOLDER), then vLLM's own."""
+    from autotune.cli.bench import untuned_note
+
+    assert untuned_moe("\n".join([*BOOT_LINES, UNTUNED_BF16, UNTUNED_BF16])) == [
+        "E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json",
+        "E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3.json"]
+    both = UNTUNED_BF16.replace("found at /root", "found at /tuned/E=128,N=768,device_name="
+                                "NVIDIA_H100_80GB_HBM3.json, /root")
+    assert untuned_moe(both) == ["E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3.json"]
+    assert untuned_moe("\n".join([BOOT_LINES[0], JIT_LINE])) == []
+    log = tmp_path / "server.log"
+    log.write_text(UNTUNED_BF16 + "\n")
+    note = untuned_note(log)
+    assert note is not None and "no tuned config E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3" \
+        ".json" in note and "VLLM_TUNED_CONFIG_FOLDER" in note
+    log.write_text(BOOT_LINES[0] + "\n")
+    assert untuned_note(log) is None and untuned_note(tmp_path / "gone.log") is None
 
 
 def test_a_span_sees_only_what_was_logged_since_its_mark(tmp_path: Path) -> None:
