@@ -26,9 +26,12 @@ t1=$(date +%s)
 for g in $(seq 0 $((n - 1))); do
   model=/root/w/qwen3-8b-dummy; [ "$g" -lt 2 ] && model=$moe
   c=/root/lanes/cache$g; mkdir -p $c
-  CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=$g VLLM_CACHE_ROOT=$c/vllm \
-    TRITON_CACHE_DIR=$c/triton TORCHINDUCTOR_CACHE_DIR=$c/inductor \
-    FLASHINFER_WORKSPACE_BASE=$c/flashinfer CUDA_CACHE_PATH=$c/cuda \
+  # the caches as a study lays them under one root (autotune.measure.runner.cache_env); the
+  # run of 2026-11-27 spelled the same five variables out, under $c/vllm and beside it
+  mapfile -t caches < <(python3 -c 'import sys; from pathlib import Path
+from autotune.measure.runner import cache_env
+print("\n".join(f"{k}={v}" for k, v in cache_env(Path(sys.argv[1])).items()))' "$c")
+  env "${caches[@]}" CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=$g \
     setsid nohup vllm serve "$model" --load-format dummy --port $((8010 + g)) \
     > "$OUT/boot$g.log" 2>&1 < /dev/null &
   echo "gpu $g: $(basename "$model") (pid $!)" >> "$OUT/boots.txt"

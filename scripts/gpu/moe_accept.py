@@ -166,12 +166,12 @@ class Run:
         counts them: moe_accept.sh sets CUDA_DEVICE_ORDER=PCI_BUS_ID)."""
         used = None
         ids = os.environ.get("CUDA_VISIBLE_DEVICES")
+        only = ["-i", ids] if ids else []
         for _ in range(30):
-            q = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", *(["-i", ids] if ids
-                                                                          else []),
+            q = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", *only,
                                 "--format=csv,noheader,nounits"], capture_output=True, text=True)
-            used = max(int(x) for x in q.stdout.split()) if q.returncode == 0 and \
-                q.stdout.strip() else None
+            mib = [int(x) for x in q.stdout.split()] if q.returncode == 0 else []
+            used = max(mib) if mib else None
             if used is None or used < 2048:
                 break
             time.sleep(2)
