@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from autotune.config.metric_names import FAILED
 from autotune.config.paths import check_file, check_folder
 from autotune.config.study import ServerConfig
 from autotune.config.workload import Axis, SLOConfig
-from autotune.errors import ConfigError, LoadError
+from autotune.errors import ConfigError, LoadError, MeasurementWarning
 from autotune.outputs.console import console, metrics_table, out, trial_progress
 from autotune.server.health import still_serving
 
@@ -195,6 +196,9 @@ def bench(model: str, tokenizer: str | None, url: str | None, server_log: Path |
         check_server(url, model)
     run_dir = workdir / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
+    if url is not None and server_log is None:
+        console.print("kernel compilations are not watched (no --server-log): a load that "
+                      "overlaps one is kept as measured", highlight=False)
     if cap is not None:
         with trial_progress("capacity", 0) as tp:
             if url is None:
@@ -204,9 +208,6 @@ def bench(model: str, tokenizer: str | None, url: str | None, server_log: Path |
             else:
                 serving = still_serving(url, advice="read its log, restart it, and search again "
                                         f"(the points measured before: {run_dir / 'points'})")
-                if server_log is None:
-                    console.print("kernel compilations are not watched (no --server-log): a "
-                                  "point that overlaps one is kept as measured", highlight=False)
                 result = on_server.capacity_on(url, model, server.tokenizer_dir, profile, cap, slos,
                                          run_dir, on_phase=tp.phase, check=serving,
                                          log_path=server_log)
@@ -233,7 +234,7 @@ def bench(model: str, tokenizer: str | None, url: str | None, server_log: Path |
                               f"{t.stop_s:.1f} s; log {res.log_path}")
             else:
                 from autotune.load.datasets import build_requests
-                from autotune.server.jit import LogSpan
+                from autotune.server.jit import LogSpan, compiled_note
 
                 tp.phase("benchmarking")
                 reqs = build_requests(profile, server.tokenizer_dir,
@@ -242,7 +243,10 @@ def bench(model: str, tokenizer: str | None, url: str | None, server_log: Path |
                 span.mark()
                 pt = on_server.measure(url, model, profile, reqs[:profile.num_prompts],
                                  on_request=tp.request_done, warm=reqs[profile.num_prompts:])
-                pt.server_stats.update(span.counted())  # warm-up included; none without a log
+                jit = span.events()  # warm-up included; no count without a log
+                pt.server_stats.update(span.counted(n=len(jit)))
+                if note := compiled_note(jit, "a larger --warmup"):
+                    warnings.warn(note, MeasurementWarning, stacklevel=1)
                 on_server.write_records(pt.records, run_dir / "requests.csv")
                 metrics = pt.metrics
                 if metrics.completed == 0:

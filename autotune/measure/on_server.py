@@ -46,7 +46,7 @@ from autotune.measure.capacity import (
 from autotune.measure.metrics import BenchMetrics, compute_metrics, per_request, too_short
 from autotune.measure.search import search
 from autotune.measure.settle import Settle
-from autotune.server.jit import LogSpan
+from autotune.server.jit import LogSpan, compiled_note
 from autotune.server.lifecycle import ServerProcess
 from autotune.server.machine import has_gpu
 from autotune.server.scrape import last_split, spec_counts
@@ -181,11 +181,8 @@ def measure_profile(proc: ServerProcess, model: str, profile: ProfileConfig,
                  on_request=on_request, alive=proc.alive, warm=reqs[profile.num_prompts:])
     jit = span.events()
     pt.server_stats["jit_events"] = float(len(jit))
-    if jit:
-        warnings.warn(f"vLLM compiled {len(jit)} kernel(s) during this load or its warm-up "
-                      f"({', '.join(sorted({e.kernel for e in jit}))}): its latencies may "
-                      "hold the compile time; a larger profile.warmup covers them",
-                      MeasurementWarning, stacklevel=2)
+    if note := compiled_note(jit):
+        warnings.warn(note, MeasurementWarning, stacklevel=2)
     proc.check_alive()
     if pt.metrics.completed == 0:
         first = pt.metrics.root_error or "no request succeeded"

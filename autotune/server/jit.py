@@ -90,3 +90,13 @@ class LogSpan:
         if self.path is None:
             return {}
         return {name: float(len(self.events()) if n is None else n)}
+
+
+def compiled_note(events: list[JitEvent], fix: str = "a larger profile.warmup") -> str | None:
+    """What a fixed load that overlapped runtime compilations warns (None where it overlapped
+    none): how many, which kernels, and what covers them (`fix`)."""
+    if not events:
+        return None
+    return (f"vLLM compiled {len(events)} kernel(s) during this load or its warm-up "
+            f"({', '.join(sorted({e.kernel for e in events}))}): its latencies may hold the "
+            f"compile time; {fix} covers them")
