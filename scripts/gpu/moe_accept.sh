@@ -11,7 +11,10 @@
 # pick:80") `start` runs one orchestrator per lane at once, each with CUDA_VISIBLE_DEVICES=GPU,
 # ACC_MODEL=MODEL, ACC_PLAN=PLAN and its own results folder (res/laneGPU: its own cache root),
 # so the configs of one plan share a host; `wait` waits for every lane and packs each into
-# $OUT/laneGPU. ACC_NO_INSTALL=1 skips the wheels (a dry run of the lanes off the GPU machine).
+# $OUT/laneGPU, then tars $OUT into one all.tar (a call brings back at most 8 files: four lanes'
+# files and the host's telemetry are 15). ACC_NO_INSTALL=1 skips the wheels (a dry run of the
+# lanes off the GPU machine). ACC_DIR holds the cache roots too (res/laneGPU/work/vllm-cache):
+# a second run with a new ACC_DIR boots cold (2026-11-27: four searches lost at their deadline).
 set -uo pipefail
 cmd=$1; shift
 acc=${ACC_DIR:-/root/acc}  # ACC_DIR: elsewhere, for a dry run
@@ -117,5 +120,8 @@ PY
 done < $acc/pids
 if grep -qv ' \.$' $acc/pids; then  # lanes (a later `wait` has no ACC_LANES): the host's telemetry
   cp $acc/res/gpu-telemetry.csv $acc/res/gpu-reasons.csv $acc/res/vmstat.log "$OUT"/ 2>/dev/null
+  # one file back instead of 15 (tar xf all.tar here; split over 15 MB: cat all.tar.part* first)
+  (cd "$OUT" && tar cf all.tar --remove-files lane* gpu-*.csv vmstat.log 2>/dev/null
+   if [ "$(stat -c %s all.tar)" -gt 15000000 ]; then split -b 14M all.tar all.tar.part && rm all.tar; fi)
 fi
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
