@@ -4,18 +4,8 @@
 # (autotune/server/vllm_help.py with server/vllm_kinds.py), time it, and check a few values.
 # Writes kinds.json and kinds.txt into $OUT.
 set -uo pipefail
-t0=$(date +%s)
-cd /root/w || exit 1
-for first in *.part000; do  # wheels over a chunk's size travel in parts
-  [ -e "$first" ] || continue
-  whl=${first%.part000}
-  cat "$whl".part* > "$whl" && rm "$whl".part*
-done
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /root/site \
-  ./*.whl || exit 1
-cd - > /dev/null || exit 1
+bash scripts/gpu/install_wheels.sh --upgrade || exit 1
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH AUTOTUNE_CACHE_DIR=/root/kinds-cache
-echo "installed in $(( $(date +%s) - t0 )) s"
 python3 - <<'PY' 2>&1 | tee "$OUT/kinds.txt"
 import json, os, time
 from autotune.server.vllm_help import check_flags, get_vllm_info

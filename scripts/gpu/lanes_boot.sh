@@ -6,18 +6,9 @@
 #   bash scripts/gpu/lanes_boot.sh LIMIT_S      (results under $OUT as they land)
 set -uo pipefail
 limit=${1:-300}
-t0=$(date +%s)
-cd /root/w || exit 1
-for first in *.part000; do
-  [ -e "$first" ] || continue
-  whl=${first%.part000}
-  cat "$whl".part* > "$whl" && rm "$whl".part*
-done
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /root/site \
-  ./*.whl || exit 1
-cd - > /dev/null || exit 1
-export PYTHONPATH=/root/site${PYTHONPATH:+:$PYTHONPATH} PATH=/root/site/bin:$PATH
-echo "installed in $(( $(date +%s) - t0 )) s" | tee "$OUT/boots.txt"
+bash scripts/gpu/install_wheels.sh > "$OUT/boots.txt" || exit 1
+cat "$OUT/boots.txt"
+source /root/site/activate
 n=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 nvidia-smi --query-gpu=index,name,uuid,memory.total --format=csv,noheader >> "$OUT/boots.txt"
 nproc >> "$OUT/boots.txt"

@@ -15,20 +15,8 @@ case $cmd in
   start)
     deadline=$1; wait_s=${2:-480}; shift 2
     t0=$(date +%s)
-    cd /root/w || exit 1
-    for first in *.part000; do
-      [ -e "$first" ] || continue
-      whl=${first%.part000}
-      cat "$whl".part* > "$whl" && rm "$whl".part*
-    done
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /root/site \
-      ./*.whl || exit 1
-    cat > /root/site/activate <<'A'
-export PYTHONPATH=/root/site${PYTHONPATH:+:$PYTHONPATH} PATH=/root/site/bin:$PATH
-A
-    cd - > /dev/null || exit 1
+    bash scripts/gpu/install_wheels.sh || exit 1
     source /root/site/activate
-    echo "installed in $(( $(date +%s) - t0 )) s"
     mkdir -p $ab/res
     rm -rf $ab/at && mkdir -p $ab/at
     tar --exclude=./.gpu --exclude=./.git --exclude=./.venv --exclude=./docs -cf - . \

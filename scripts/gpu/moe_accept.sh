@@ -34,20 +34,8 @@ case $cmd in
     done
     t0=$(date +%s)
     if [ "${ACC_NO_INSTALL:-0}" != 1 ]; then
-      cd /root/w || exit 1
-      for first in *.part000; do
-        [ -e "$first" ] || continue
-        whl=${first%.part000}
-        cat "$whl".part* > "$whl" && rm "$whl".part*
-      done
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-        --target /root/site ./*.whl || exit 1
-      cat > /root/site/activate <<'A'
-export PYTHONPATH=/root/site${PYTHONPATH:+:$PYTHONPATH} PATH=/root/site/bin:$PATH
-A
-      cd - > /dev/null || exit 1
+      bash scripts/gpu/install_wheels.sh || exit 1
       source /root/site/activate
-      echo "installed in $(( $(date +%s) - t0 )) s"
     fi
     mkdir -p $acc/res
     rm -rf $acc/at && mkdir -p $acc/at

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# On the GPU machine, after the chunk calls (../shared/gpu/prepare.sh): the carried wheels made
+# whole (a wheel over a chunk's size travels as NAME.whl.part000, .part001, ...) and installed
+# into one folder, with an activate file beside them. Every scripts/gpu/*.sh that installs
+# runs this, then `source "$GPU_SITE/activate"`. Run from anywhere; prints the time it took.
+#   bash scripts/gpu/install_wheels.sh [PIP_ARG ...]      (e.g. --upgrade on a warm machine)
+# GPU_WHEELS (default /root/w) and GPU_SITE (default /root/site) move it (the tests do).
+set -uo pipefail
+wheels=${GPU_WHEELS:-/root/w}
+site=${GPU_SITE:-/root/site}
+t0=$(date +%s)
+for first in "$wheels"/*.part000; do
+  [ -e "$first" ] || continue
+  whl=${first%.part000}
+  cat "$whl".part* > "$whl" && rm "$whl".part*
+done
+"${GPU_PYTHON:-python3}" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+  --target "$site" "$@" "$wheels"/*.whl || exit 1
+echo "export PYTHONPATH=$site\${PYTHONPATH:+:\$PYTHONPATH} PATH=$site/bin:\$PATH" \
+  > "$site/activate"
+echo "installed in $(( $(date +%s) - t0 )) s"
