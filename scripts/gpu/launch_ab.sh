@@ -2,7 +2,7 @@
 # On the GPU machine, for scripts/gpu/launch_ab.py (issue #46 step 1), after the chunk calls of
 # scripts/gpu/prepare.sh. Run from the project root (the call's working directory).
 #   bash scripts/gpu/launch_ab.sh start DEADLINE_IN [WAIT] [launch_ab.py run args...]
-#       installs the chunks' wheels (what /root/w/install.sh does, minus its imports), copies the
+#       installs the chunks' wheels (scripts/gpu/install_wheels.sh), copies the
 #       checkout to /root/ab/at, starts the A/B there detached (setsid), then waits as `wait`
 #   bash scripts/gpu/launch_ab.sh wait [WAIT]
 #       waits up to WAIT seconds (default 560) for the A/B to end, then packs what it has into
