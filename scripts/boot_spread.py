@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Capacity searches of one config on several boots, side by side: each boot's capacity, their
+spread ((max - min) / median, as docs/results/warm-server-h100 states it), and, at every load
+that two or more boots measured, each boot's verdict, client p99/mean TPOT and p99 TTFT beside
+vLLM's own means from /metrics (mean TPOT, prefill, queue, time outside the engine core). Where
+boots part, this says at which load and whether the time went inside vLLM's engine or outside.
+
+    python3 scripts/boot_spread.py BENCH_JSON [BENCH_JSON ...] [--name NAME ...] [--out FILE]
+
+Each BENCH_JSON is what `autotune bench --capacity-axis ... --output FILE` wrote (one boot's
+search); --name labels them in order (default: the file names). Exit 2 on a file that is not one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+CLIENT = ("p99_tpot_ms", "mean_tpot_ms", "p99_ttft_ms")
+SERVER = ("server_mean_tpot_ms", "server_mean_prefill_ms", "server_mean_queue_ms",
+          "server_mean_outside_engine_ms")
+
+
+def load(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return refuse(f"{path}: not readable as JSON ({e})")
+    if not isinstance(doc, dict) or "points" not in doc or "capacity" not in doc:
+        return refuse(f"{path}: not a capacity search's JSON (no points/capacity); give the "
+                      "--output of `autotune bench --capacity-axis ...`")
+    return doc
+
+
+def refuse(why: str) -> Any:
+    print(f"error: {why}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def spread(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    caps = {name: float(d["capacity"]) for name, d in docs.items() if d.get("capacity")}
+    med = statistics.median(caps.values()) if caps else None
+    loads: dict[float, dict[str, Any]] = {}
+    for name, d in docs.items():
+        for p in d["points"]:
+            row = {"met": bool(p.get("passed")),
+                   **{k: _round(p.get("metrics", {}).get(k)) for k in CLIENT},
+                   **{k: _round(p.get("server", {}).get(k)) for k in SERVER}}
+            loads.setdefault(round(float(p["load"]), 4), {})[name] = row
+    common = {f"{load:g}": by for load, by in sorted(loads.items()) if len(by) > 1}
+    return {"capacities": caps, "median": med,
+            "spread_pct": round((max(caps.values()) - min(caps.values())) / med * 100, 1)
+            if med else None,
+            "spread_rule": "(max - min) / median * 100", "common_loads": common}
+
+
+def _round(x: Any) -> float | None:
+    return round(float(x), 1) if isinstance(x, int | float) else None
+
+
+def lines(doc: dict[str, Any]) -> list[str]:
+    out = [f"capacities: {', '.join(f'{n} {c:g}' for n, c in doc['capacities'].items())}; "
+           f"spread {doc['spread_pct']}% of the median {doc['median']:g}"]
+    for load, by in doc["common_loads"].items():
+        out.append(f"at {load}:")
+        for name, r in by.items():
+            out.append(f"  {name}: {'met' if r['met'] else 'missed'}, p99 TPOT "
+                       f"{r['p99_tpot_ms']} ms, mean TPOT {r['mean_tpot_ms']} (vLLM's own "
+                       f"{r['server_mean_tpot_ms']}), p99 TTFT {r['p99_ttft_ms']}, vLLM's "
+                       f"prefill {r['server_mean_prefill_ms']}, queue "
+                       f"{r['server_mean_queue_ms']}, outside the engine "
+                       f"{r['server_mean_outside_engine_ms']}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", type=Path, nargs="+")
+    ap.add_argument("--name", action="append", default=[])
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args(argv)
+    if a.name and len(a.name) != len(a.files):
+        ap.error(f"--name: {len(a.name)} names for {len(a.files)} files; give one per file")
+    names = a.name or [f.name for f in a.files]
+    if len(set(names)) != len(names):
+        ap.error("--name: the labels must differ")
+    doc = spread({n: load(f) for n, f in zip(names, a.files, strict=True)})
+    print("\n".join(lines(doc)))
+    if a.out:
+        a.out.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
