@@ -2,8 +2,9 @@
 """Capacity searches of one config on several boots, side by side: each boot's capacity, their
 spread ((max - min) / median, as docs/results/warm-server-h100 states it), and, at every load
 that two or more boots measured, each boot's verdict, client p99/mean TPOT and p99 TTFT beside
-vLLM's own means from /metrics (mean TPOT, prefill, queue, time outside the engine core). Where
-boots part, this says at which load and whether the time went inside vLLM's engine or outside.
+vLLM's own means from /metrics (mean TPOT and TTFT, prefill, queue, time outside the engine
+core; a search that predates a field has None for it). Where boots part, this says at which
+load and whether the time went inside vLLM's engine or outside.
 
     python3 scripts/boot_spread.py BENCH_JSON [BENCH_JSON ...] [--name NAME ...] [--out FILE]
 
@@ -21,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 CLIENT = ("p99_tpot_ms", "mean_tpot_ms", "p99_ttft_ms")
-SERVER = ("server_mean_tpot_ms", "server_mean_prefill_ms", "server_mean_queue_ms",
-          "server_mean_outside_engine_ms")
+SERVER = ("server_mean_tpot_ms", "server_mean_ttft_ms", "server_mean_prefill_ms",
+          "server_mean_queue_ms", "server_mean_outside_engine_ms")
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -70,8 +71,9 @@ def lines(doc: dict[str, Any]) -> list[str]:
         for name, r in by.items():
             out.append(f"  {name}: {'met' if r['met'] else 'missed'}, p99 TPOT "
                        f"{r['p99_tpot_ms']} ms, mean TPOT {r['mean_tpot_ms']} (vLLM's own "
-                       f"{r['server_mean_tpot_ms']}), p99 TTFT {r['p99_ttft_ms']}, vLLM's "
-                       f"prefill {r['server_mean_prefill_ms']}, queue "
+                       f"{r['server_mean_tpot_ms']}), p99 TTFT {r['p99_ttft_ms']} (vLLM's own mean "
+                       f"{r['server_mean_ttft_ms']}), vLLM's prefill "
+                       f"{r['server_mean_prefill_ms']}, queue "
                        f"{r['server_mean_queue_ms']}, outside the engine "
                        f"{r['server_mean_outside_engine_ms']}")
     return out
