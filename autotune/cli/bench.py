@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from autotune.config.metric_names import FAILED
 from autotune.config.paths import check_file, check_folder
 from autotune.config.study import ServerConfig
 from autotune.config.workload import Axis, SLOConfig
-from autotune.errors import ConfigError, LoadError, MeasurementWarning
+from autotune.errors import ConfigError, LoadError
 from autotune.outputs.console import console, metrics_table, out, trial_progress
 from autotune.server.health import still_serving
 
@@ -234,19 +233,12 @@ def bench(model: str, tokenizer: str | None, url: str | None, server_log: Path |
                               f"{t.stop_s:.1f} s; log {res.log_path}")
             else:
                 from autotune.load.datasets import build_requests
-                from autotune.server.jit import LogSpan, compiled_note
 
                 tp.phase("benchmarking")
                 reqs = build_requests(profile, server.tokenizer_dir,
                                       server.args.get("max_model_len"))
-                span = LogSpan(server_log)
-                span.mark()
-                pt = on_server.measure(url, model, profile, reqs[:profile.num_prompts],
-                                 on_request=tp.request_done, warm=reqs[profile.num_prompts:])
-                jit = span.events()  # warm-up included; no count without a log
-                pt.server_stats.update(span.counted(n=len(jit)))
-                if note := compiled_note(jit, "a larger --warmup"):
-                    warnings.warn(note, MeasurementWarning, stacklevel=1)
+                pt = on_server.watched(url, server_log, model, profile, reqs,
+                                       fix="a larger --warmup", on_request=tp.request_done)
                 on_server.write_records(pt.records, run_dir / "requests.csv")
                 metrics = pt.metrics
                 if metrics.completed == 0:

@@ -46,7 +46,7 @@ from autotune.measure.capacity import (
 from autotune.measure.metrics import BenchMetrics, compute_metrics, per_request, too_short
 from autotune.measure.search import search
 from autotune.measure.settle import Settle
-from autotune.server.jit import LogSpan, compiled_note
+from autotune.server.jit import LogSpan
 from autotune.server.lifecycle import ServerProcess
 from autotune.server.machine import has_gpu
 from autotune.server.scrape import last_split, spec_counts
@@ -168,21 +168,24 @@ def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Re
     return Point(metrics, records, result.server_stats, settings)
 
 
+def watched(url: str, log: Path | None, model: str, profile: ProfileConfig,
+            reqs: list[Request], *, fix: str = "a larger profile.warmup", **kw: Any) -> Point:
+    """The profile's requests, after its warm-up (the requests past `num_prompts`), with the
+    server's `log` read meanwhile (LogSpan.compiled: `jit_events`, none without a log)."""
+    span = LogSpan(log).mark()
+    pt = measure(url, model, profile, reqs[:profile.num_prompts],
+                 warm=reqs[profile.num_prompts:], **kw)
+    pt.server_stats.update(span.compiled(fix))
+    return pt
+
+
 def measure_profile(proc: ServerProcess, model: str, profile: ProfileConfig,
                     reqs: list[Request], *, label: str = "",
                     on_request: OnRequest | None = None) -> Point:
-    """The profile's requests, after its warm-up (the requests past `num_prompts`), on a running
-    server. A server that died raises its cause; a run in which every request failed raises
-    with the first error. Kernels vLLM compiled meanwhile (warm-up included) are counted
-    (`jit_events`) and warned of: the run's latencies may hold them."""
-    span = LogSpan(proc.log_path)
-    span.mark()
-    pt = measure(proc.base_url, model, profile, reqs[:profile.num_prompts],
-                 on_request=on_request, alive=proc.alive, warm=reqs[profile.num_prompts:])
-    jit = span.events()
-    pt.server_stats["jit_events"] = float(len(jit))
-    if note := compiled_note(jit):
-        warnings.warn(note, MeasurementWarning, stacklevel=2)
+    """`watched` on a server autotune started. A server that died raises its cause; a run in
+    which every request failed raises with the first error."""
+    pt = watched(proc.base_url, proc.log_path, model, profile, reqs, on_request=on_request,
+                 alive=proc.alive)
     proc.check_alive()
     if pt.metrics.completed == 0:
         first = pt.metrics.root_error or "no request succeeded"

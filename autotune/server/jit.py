@@ -17,8 +17,11 @@ compilation of the same kernel leaves no line, so no line is no proof of none.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+
+from autotune.errors import MeasurementWarning
 
 # the monitor's warning, which names the kernel
 _DURING_INFERENCE = re.compile(
@@ -63,8 +66,9 @@ class LogSpan:
         self.path = path
         self.start = 0
 
-    def mark(self) -> None:
+    def mark(self) -> LogSpan:
         self.start = self._size()
+        return self
 
     def _size(self) -> int:
         try:
@@ -91,12 +95,13 @@ class LogSpan:
             return {}
         return {name: float(len(self.events()) if n is None else n)}
 
-
-def compiled_note(events: list[JitEvent], fix: str = "a larger profile.warmup") -> str | None:
-    """What a fixed load that overlapped runtime compilations warns (None where it overlapped
-    none): how many, which kernels, and what covers them (`fix`)."""
-    if not events:
-        return None
-    return (f"vLLM compiled {len(events)} kernel(s) during this load or its warm-up "
-            f"({', '.join(sorted({e.kernel for e in events}))}): its latencies may hold the "
-            f"compile time; {fix} covers them")
+    def compiled(self, fix: str = "a larger profile.warmup") -> dict[str, float]:
+        """`counted()`, and a MeasurementWarning naming the kernels compiled since the mark and
+        what covers them (`fix`): a fixed load's latencies may hold their compile time."""
+        events = self.events()
+        if events:
+            warnings.warn(f"vLLM compiled {len(events)} kernel(s) during this load or its "
+                          f"warm-up ({', '.join(sorted({e.kernel for e in events}))}): its "
+                          f"latencies may hold the compile time; {fix} covers them",
+                          MeasurementWarning, stacklevel=3)
+        return self.counted(n=len(events))
