@@ -4,7 +4,7 @@
 # into one folder, with an activate file beside them. Every scripts/gpu/*.sh that installs
 # runs this, then `source "$GPU_SITE/activate"`. Run from anywhere; prints the time it took.
 # It is ../shared/gpu/install.sh (the last chunk call's /root/w/install.sh) without that
-# script's version check, which imports vLLM (about 85 s on a fresh machine).
+# script's version check, which imports vLLM, optuna, mlflow and torch (slow on a fresh machine).
 #   bash scripts/gpu/install_wheels.sh [PIP_ARG ...]      (e.g. --upgrade on a warm machine)
 # GPU_WHEELS (default /root/w) and GPU_SITE (default /root/site) move it (the tests do).
 set -uo pipefail
