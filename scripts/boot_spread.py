@@ -3,7 +3,8 @@
 spread ((max - min) / median, as docs/results/warm-server-h100 states it), and, at every load
 that two or more boots measured, each boot's verdict, client p99/mean TPOT and p99 TTFT beside
 vLLM's own means from /metrics (mean TPOT and TTFT, prefill, queue, time outside the engine
-core; a search that predates a field has None for it). Where boots part, this says at which
+core, the tokens an engine step carried and the wall time a step; a search that predates a field
+has None for it). Where boots part, this says at which
 load and whether the time went inside vLLM's engine or outside.
 
     python3 scripts/boot_spread.py BENCH_JSON [BENCH_JSON ...] [--name NAME ...] [--out FILE]
@@ -23,7 +24,8 @@ from typing import Any
 
 CLIENT = ("p99_tpot_ms", "mean_tpot_ms", "p99_ttft_ms")
 SERVER = ("server_mean_tpot_ms", "server_mean_ttft_ms", "server_mean_prefill_ms",
-          "server_mean_queue_ms", "server_mean_outside_engine_ms")
+          "server_mean_queue_ms", "server_mean_outside_engine_ms", "server_mean_step_tokens",
+          "server_wall_ms_per_step")
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -75,7 +77,8 @@ def lines(doc: dict[str, Any]) -> list[str]:
                        f"{r['server_mean_ttft_ms']}), vLLM's prefill "
                        f"{r['server_mean_prefill_ms']}, queue "
                        f"{r['server_mean_queue_ms']}, outside the engine "
-                       f"{r['server_mean_outside_engine_ms']}")
+                       f"{r['server_mean_outside_engine_ms']}, {r['server_mean_step_tokens']} "
+                       f"tokens a step in {r['server_wall_ms_per_step']} ms")
     return out
 
 

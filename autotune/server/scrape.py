@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -68,6 +69,14 @@ MEANS_MS = {
     "mean_tpot_ms": "vllm:request_time_per_output_token_seconds",
 }
 SPLIT_COUNTS = 0.1  # TTFT's, queue's and prefill's counts this close: the split holds
+# vLLM's tokens an engine step (prompt tokens computed plus tokens generated), a histogram its
+# front end observes once per step's outputs: over a run, its count is the engine's steps and its
+# mean the batch a step carried; the wall time between the first and the last scrape over the
+# steps is the wall time a step, a ceiling on the step time (the engine idles between arrivals
+# at a light load). Two servers at one load that carried the same tokens a step in different
+# times differ in the engine (GPU, kernels), not in what was queued. Exact with one API server:
+# with more, each counts the steps that carried its own requests (vLLM's note on the metric).
+STEP_TOKENS = "vllm:iteration_tokens_total"
 GAUGES = {
     "kv_cache_usage": "vllm:kv_cache_usage_perc",
     "requests_waiting": "vllm:num_requests_waiting",
@@ -91,11 +100,14 @@ class ServerStats:
     first: dict[str, float] = field(default_factory=dict)
     last: dict[str, float] = field(default_factory=dict)
     peaks: dict[str, float] = field(default_factory=dict)
+    times: list[float] = field(default_factory=list)  # the first scrape's and the last's
 
-    def add(self, sample: dict[str, float]) -> None:
+    def add(self, sample: dict[str, float], at: float | None = None) -> None:
+        """One scrape; `at`: when it was taken (time.monotonic(), the default)."""
+        at = time.monotonic() if at is None else at
         if not self.first:
-            self.first = sample
-        self.last = sample
+            self.first, self.times = sample, [at, at]
+        self.last, self.times[1] = sample, at
         self.scrapes += 1
         for key, name in GAUGES.items():
             if name in sample:
@@ -121,6 +133,7 @@ class ServerStats:
         if None not in parts and max(n) <= (1 + SPLIT_COUNTS) * min(n):
             ttft, queue, prefill = (float(x or 0.0) for x in parts)
             out["server_mean_outside_engine_ms"] = max(0.0, ttft - queue - prefill)
+        out.update(self.steps())
         # gauges sampled during the run (every scrape but the first and the last); a benchmark
         # shorter than the sampling interval has none, and then no peak is reported
         samples = max(self.scrapes - 2, 0)
@@ -132,6 +145,17 @@ class ServerStats:
                 "prefix_cache_queries"]
         out.update({f"server_{k}": v for k, v in spec_rates(d).items()})
         return out
+
+
+    def steps(self) -> dict[str, float]:
+        """The engine's steps between the first and the last scrape (STEP_TOKENS), the tokens
+        a step carried and the wall time a step; nothing where vLLM stepped none."""
+        n, tokens = (self.last.get(f"{STEP_TOKENS}_{k}", 0.0)
+                     - self.first.get(f"{STEP_TOKENS}_{k}", 0.0) for k in ("count", "sum"))
+        if n <= 0:
+            return {}
+        return {"server_engine_steps": n, "server_mean_step_tokens": tokens / n,
+                "server_wall_ms_per_step": 1000.0 * (self.times[1] - self.times[0]) / n}
 
 
 def spec_rates(d: dict[str, float]) -> dict[str, float]:

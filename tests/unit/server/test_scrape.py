@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.server.scrape import ServerStats, last_split
+from autotune.server.scrape import ServerStats, last_split, parse
 
 
 def scrape(n: float, ttft_s: float, queue_s: float, prefill_s: float | None) -> dict[str, float]:
@@ -52,3 +52,34 @@ def test_a_point_keeps_the_last_split_that_held() -> None:
     assert last_split([settled, full]) == full
     assert last_split([settled]) == {}
     assert last_split([]) == {}
+
+
+def step_text(steps: float, tokens: float) -> str:
+    """vLLM's tokens-a-step histogram as its /metrics writes it (one engine, labels as 0.26's)."""
+    return ("# HELP vllm:iteration_tokens_total Histogram of number of tokens per engine_step.\n"
+            "# TYPE vllm:iteration_tokens_total histogram\n"
+            f'vllm:iteration_tokens_total_bucket{{engine="0",le="+Inf",model_name="m"}} {steps}\n'
+            f'vllm:iteration_tokens_total_count{{engine="0",model_name="m"}} {steps}\n'
+            f'vllm:iteration_tokens_total_sum{{engine="0",model_name="m"}} {tokens}\n')
+
+
+def test_engine_steps_their_tokens_and_wall_time_a_step() -> None:
+    stats = ServerStats()
+    stats.add(parse(step_text(500, 40_000)), at=100.0)
+    # 60 s of load: 4,000 steps of 140 tokens each, 15 ms of wall time a step
+    stats.add(parse(step_text(4_500, 40_000 + 4_000 * 140)), at=160.0)
+    out = stats.summary()
+    assert out["server_engine_steps"] == 4_000
+    assert out["server_mean_step_tokens"] == pytest.approx(140.0)
+    assert out["server_wall_ms_per_step"] == pytest.approx(15.0)
+
+
+def test_no_step_figures_where_the_engine_did_not_step() -> None:
+    stats = ServerStats()
+    stats.add(parse(step_text(500, 40_000)), at=100.0)
+    stats.add(parse(step_text(500, 40_000)), at=110.0)
+    assert not {"server_engine_steps", "server_wall_ms_per_step"} & stats.summary().keys()
+    older = ServerStats()  # a vLLM without the histogram
+    older.add(scrape(0, 0.0, 0.0, None))
+    older.add(scrape(10, 5.0, 1.0, None))
+    assert "server_mean_step_tokens" not in older.summary()
