@@ -4,7 +4,8 @@ spread ((max - min) / median, as docs/results/warm-server-h100 states it), and, 
 that two or more boots measured, each boot's verdict, client p99/mean TPOT and p99 TTFT beside
 vLLM's own means from /metrics (mean TPOT and TTFT, prefill, queue, time outside the engine
 core, the tokens an engine step carried and the wall time a step; a search that predates a field
-has None for it). Where boots part, this says at which
+has None for it), and at each such load whether the engines differed (wall time a step per token a
+step) or only the batch they carried (tokens a step). Where boots part, this says at which
 load and whether the time went inside vLLM's engine or outside.
 
     python3 scripts/boot_spread.py BENCH_JSON [BENCH_JSON ...] [--name NAME ...] [--out FILE]
@@ -50,15 +51,41 @@ def spread(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     loads: dict[float, dict[str, Any]] = {}
     for name, d in docs.items():
         for p in d["points"]:
+            server = p.get("server", {})
             row = {"met": bool(p.get("passed")),
                    **{k: _round(p.get("metrics", {}).get(k)) for k in CLIENT},
-                   **{k: _round(p.get("server", {}).get(k)) for k in SERVER}}
+                   **{k: _round(server.get(k)) for k in SERVER},
+                   "ms_per_step_token": round(server["server_wall_ms_per_step"]
+                                              / server["server_mean_step_tokens"], 4)
+                   if server.get("server_wall_ms_per_step") and server.get(
+                       "server_mean_step_tokens") else None}
             loads.setdefault(round(float(p["load"]), 4), {})[name] = row
     common = {f"{load:g}": by for load, by in sorted(loads.items()) if len(by) > 1}
-    return {"capacities": caps, "median": med,
-            "spread_pct": round((max(caps.values()) - min(caps.values())) / med * 100, 1)
-            if med else None,
-            "spread_rule": "(max - min) / median * 100", "common_loads": common}
+    return {"capacities": caps, "median": med, "spread_pct": _spread(list(caps.values())),
+            "spread_rule": "(max - min) / median * 100", "common_loads": common,
+            "engine": {load: e for load, by in common.items() if (e := engine(by))}}
+
+
+def engine(by: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """At one load, whether the boots' engines differed or only what they carried: each boot's
+    wall time a step per token a step (vLLM's iteration histogram; the wall time a step is a
+    ceiling, see autotune/server/scrape.py STEP_TOKENS) beside the tokens a step, and the spread
+    of each over the boots. Boots on one line (ms per token alike) whose tokens a step differ ran
+    one engine at different batches. Empty where fewer than two boots have the figures."""
+    per = {name: (r["ms_per_step_token"], r["server_mean_step_tokens"])
+           for name, r in by.items() if r.get("ms_per_step_token")}
+    if len(per) < 2:
+        return {}
+    return {"ms_per_step_token": {n: v[0] for n, v in per.items()},
+            "step_tokens": {n: v[1] for n, v in per.items()},
+            "ms_per_step_token_spread_pct": _spread([v[0] for v in per.values()]),
+            "step_tokens_spread_pct": _spread([v[1] for v in per.values()])}
+
+
+def _spread(xs: list[float]) -> float | None:
+    """(max - min) / median, in percent (None for no values)."""
+    med = statistics.median(xs) if xs else None
+    return round((max(xs) - min(xs)) / med * 100, 1) if med else None
 
 
 def _round(x: Any) -> float | None:
@@ -79,6 +106,10 @@ def lines(doc: dict[str, Any]) -> list[str]:
                        f"{r['server_mean_queue_ms']}, outside the engine "
                        f"{r['server_mean_outside_engine_ms']}, {r['server_mean_step_tokens']} "
                        f"tokens a step in {r['server_wall_ms_per_step']} ms")
+    for load, e in doc["engine"].items():
+        out.append(f"engine at {load}: wall ms a step per token a step spread "
+                   f"{e['ms_per_step_token_spread_pct']}%, tokens a step spread "
+                   f"{e['step_tokens_spread_pct']}%")
     return out
 
 

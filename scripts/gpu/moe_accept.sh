@@ -42,12 +42,18 @@ case $cmd in
     tar --exclude=./.gpu --exclude=./.git --exclude=./.venv --exclude=./venv --exclude=./docs \
       --exclude=./mlruns -cf - . | tar -C $acc/at -xf -
     cd $acc/at || exit 1
-    # the machine while it runs: GPU clocks, power, temperature and the host's CPU (steal)
+    # the machine while it runs: GPU clocks, power, temperature and the host's CPU (steal); an
+    # earlier run's loggers stop first (2026-11-27: a second `start` on one machine left them
+    # writing into the new files, which came back holding NUL bytes)
+    [ -f $acc/telemetry.pids ] && kill $(cat $acc/telemetry.pids) 2>/dev/null
     setsid nohup nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu \
       --format=csv -l 5 > $acc/res/gpu-telemetry.csv 2>&1 < /dev/null &
+    echo $! > $acc/telemetry.pids
     setsid nohup nvidia-smi --query-gpu=timestamp,clocks_event_reasons.active --format=csv -l 5 \
       > $acc/res/gpu-reasons.csv 2>&1 < /dev/null &
+    echo $! >> $acc/telemetry.pids
     setsid nohup vmstat -t 5 > $acc/res/vmstat.log 2>&1 < /dev/null &
+    echo $! >> $acc/telemetry.pids
     : > $acc/pids
     if [ -n "${ACC_LANES:-}" ]; then
       for lane in "${lanes[@]}"; do

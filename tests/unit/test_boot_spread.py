@@ -51,6 +51,33 @@ def test_boots_side_by_side_at_the_loads_they_share(tmp_path: Path) -> None:
     assert at["gpu0"]["server_mean_outside_engine_ms"] is None  # not in that point: not invented
     assert "spread 32.6% of the median 37.475" in p.stdout
     assert "gpu0: missed, p99 TPOT 104.7 ms" in p.stdout
+    assert doc["engine"] == {}  # searches before the step figures: no engine comparison
+
+
+def _stepped(path: Path, capacity: float, met: bool, tokens: float, wall_ms: float) -> Path:
+    """One boot's first point at 26 req/s with vLLM's step figures."""
+    path.write_text(json.dumps({"capacity": capacity, "points": [
+        {"load": 26.0, "passed": met, "metrics": {"p99_tpot_ms": 40.0},
+         "server": {"server_mean_step_tokens": tokens, "server_wall_ms_per_step": wall_ms}}]}))
+    return path
+
+
+def test_one_engine_at_different_batches(tmp_path: Path) -> None:
+    """The H200 host's six MoE fp8 boots of 2026-11-27 at 26 req/s, three of them: the boot that
+    missed carried 154.5 tokens a step against 88.5 and 94.4, at the same wall time a token
+    (0.108-0.115 ms): one engine, a different batch."""
+    files = [_stepped(tmp_path / "a.json", 34.6, True, 88.5, 9.53),
+             _stepped(tmp_path / "b.json", 23.75, False, 154.5, 17.73),
+             _stepped(tmp_path / "c.json", 30.3, True, 94.4, 10.06)]
+    out = tmp_path / "spread.json"
+    p = run(*map(str, files), "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    e = json.loads(out.read_text())["engine"]["26"]
+    assert e["step_tokens"] == {"a.json": 88.5, "b.json": 154.5, "c.json": 94.4}
+    assert e["ms_per_step_token"]["b.json"] == round(17.73 / 154.5, 4)
+    assert e["step_tokens_spread_pct"] == round((154.5 - 88.5) / 94.4 * 100, 1)
+    assert e["ms_per_step_token_spread_pct"] < 8 < e["step_tokens_spread_pct"]
+    assert "engine at 26: wall ms a step per token a step spread" in p.stdout
 
 
 def test_a_file_that_is_not_a_search_is_one_error(tmp_path: Path) -> None:
