@@ -54,6 +54,12 @@ def test_random_profile_numbers_are_consistent(live_server: ServerProcess,
     # a sampled gauge: the samples taken are counted; a sample may catch the cache empty
     assert res.server_stats["server_gauge_samples"] >= 3
     assert 0 <= res.server_stats["server_peak_kv_cache_usage"] <= 1
+    # vLLM's engine steps over the run (its tokens-a-step histogram): every token generated and
+    # every prompt token computed (a prefix-cache hit is not) went through some step; the two
+    # warm-up requests may end inside the run
+    steps = res.server_stats["server_engine_steps"]
+    assert 32 * 16 <= steps * res.server_stats["server_mean_step_tokens"] <= 34 * 80
+    assert steps * res.server_stats["server_wall_ms_per_step"] >= 1000 * res.duration_s
     # exact token counts under ignore_eos, and the server agrees on the prompt length
     assert all(r.output_tokens == 16 and r.prompt_tokens == 64 for r in res.records)
     assert m.total_input_tokens == 32 * 64 and m.total_output_tokens == 32 * 16
