@@ -1,6 +1,7 @@
 """The report's look inside a capacity: the recommended config's TTFT request by request through
 its capacity point and the first failing point above it, with each run's median TTFT per fifth
-of its arrivals (autotune/measure/drift.py) and vLLM's own split of its TTFT.
+of its arrivals (autotune/measure/drift.py), vLLM's own split of its TTFT and its engine's steps
+(the tokens a step carried, the wall time a step).
 
 A flat TTFT says the server kept up through the point; a growing one that a queue was building,
 in vLLM's engine queue or outside its engine core: which one is the fix's first question
@@ -41,6 +42,18 @@ def _split(p: LoadPoint) -> str:
             f"{s['server_mean_outside_engine_ms']:,.0f}{split_from(s)}")
 
 
+def _steps(p: LoadPoint) -> str:
+    """The engine's steps over the point's last run (autotune/server/scrape.py STEP_TOKENS): a
+    batch that grew between the capacity point and the miss above it, at about the same time a
+    token, is a queue the engine carried; a longer time a token at the same batch, a slower
+    engine."""
+    s = p.server
+    if "server_wall_ms_per_step" not in s:
+        return "not recorded"
+    return (f"{s['server_mean_step_tokens']:,.0f} tokens a step, "
+            f"{s['server_wall_ms_per_step']:,.1f} ms a step")
+
+
 def inside_markdown(rec: TrialRecord, trial_dir: Path, slos: list[SLOConfig],
                     out_dir: Path) -> list[str]:
     """The section's lines, and inside_points.png beside the report (nothing without a capacity
@@ -58,12 +71,13 @@ def inside_markdown(rec: TrialRecord, trial_dir: Path, slos: list[SLOConfig],
     lines = ["", f"## Inside the load points of trial {rec.number}", "",
              "![TTFT through the points](inside_points.png)", "",
              "| point | load | runs | TTFT p50 by fifth of the arrivals, ms (each run) | "
-             "vLLM's mean TTFT |", "| --- | ---: | ---: | --- | --- |"]
+             "vLLM's mean TTFT | vLLM's engine |", "| --- | ---: | ---: | --- | --- | --- |"]
     growing = []
     for name, p, _ in found:
         drifts = [run_drift(r) for r in runs[p.load]]
         cells = "; ".join(" → ".join(f"{v:,.0f}" for v in d.ttft_p50_ms) for d in drifts)
-        lines.append(f"| {name} | {p.load:g} | {len(drifts)} | {cells} | {_split(p)} |")
+        lines.append(f"| {name} | {p.load:g} | {len(drifts)} | {cells} | {_split(p)} | "
+                     f"{_steps(p)} |")
         growing += [f"{p.load:g}"] if any((d.growth or 0) >= GROWS for d in drifts) else []
     lines += ["", f"TTFT grew at least {GROWS:g}x from the first fifth of the arrivals to the "
               f"last at load {', '.join(growing)}: a queue was building through the point "

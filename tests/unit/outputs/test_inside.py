@@ -42,7 +42,9 @@ def test_a_growing_ttft_reads_as_a_queue_building(tmp_path: Path) -> None:
 
 def test_the_report_section_names_the_points_and_where_the_queue_was(tmp_path: Path) -> None:
     server = {"server_mean_ttft_ms": 605.0, "server_mean_queue_ms": 0.0,
-              "server_mean_prefill_ms": 40.0, "server_mean_outside_engine_ms": 565.0}
+              "server_mean_prefill_ms": 40.0, "server_mean_outside_engine_ms": 565.0,
+              "server_engine_steps": 2979.0, "server_mean_step_tokens": 160.9,
+              "server_wall_ms_per_step": 10.08}
     met = LoadPoint(57.325, True, (), {"p99_ttft_ms": 1120.0}, 88.0, server)
     missed = LoadPoint(61.4125, False, ("p99_ttft_ms",), {"p99_ttft_ms": 2100.0}, 80.0, {})
     search = CapacityResult("rate", 57.325, met, (missed, met), 61.4125, None)
@@ -58,6 +60,8 @@ def test_the_report_section_names_the_points_and_where_the_queue_was(tmp_path: P
     assert "| capacity | 57.325 | 1 |" in text and "| missed above | 61.4125 | 1 |" in text
     assert "605 ms = queue 0 + prefill 40 + outside the engine 565" in text
     assert "not recorded" in text  # the failing point predates the split
+    assert "| 161 tokens a step, 10.1 ms a step |" in text  # vLLM's engine at the capacity
+    assert text.count("not recorded") == 2  # the failing point has neither
     assert "a queue was building through the point" in text and "57.325, 61.4125" in text
     assert (tmp_path / "report" / "inside_points.png").stat().st_size > 10_000
     # no per-request records (or no capacity search): no section
