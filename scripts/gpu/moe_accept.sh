@@ -97,7 +97,9 @@ while read -r pid sub; do
     (cd "$out" && split -b 14M acc.tgz acc.tgz.part && rm acc.tgz)
   fi
   echo "== $sub"
-  RES=$res python3 - <<'PY'
+  # a lane that stopped before its first step (a bad plan) has no results.jsonl: its reason is
+  # the orchestrator.log tail below
+  [ -f "$res/results.jsonl" ] && RES=$res python3 - <<'PY'
 import json, os
 for line in open(os.path.join(os.environ["RES"], "results.jsonl")):
     r = json.loads(line)
