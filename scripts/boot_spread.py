@@ -4,9 +4,9 @@ spread ((max - min) / median, as docs/results/warm-server-h100 states it), and, 
 that two or more boots measured, each boot's verdict, client p99/mean TPOT and p99 TTFT beside
 vLLM's own means from /metrics (mean TPOT and TTFT, prefill, queue, time outside the engine
 core, the tokens an engine step carried and the wall time a step; a search that predates a field
-has None for it), and at each such load whether the engines differed (wall time a step per token a
-step) or only the batch they carried (tokens a step). Where boots part, this says at which
-load and whether the time went inside vLLM's engine or outside.
+has None for it); and whether a boot's engine was slower: each boot's points set against one
+curve of vLLM's step time over the tokens a step, fitted to every boot's points. Where boots
+part, this says at which load and whether the time went inside vLLM's engine or outside.
 
     python3 scripts/boot_spread.py BENCH_JSON [BENCH_JSON ...] [--name NAME ...] [--out FILE]
 
@@ -51,35 +51,58 @@ def spread(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     loads: dict[float, dict[str, Any]] = {}
     for name, d in docs.items():
         for p in d["points"]:
-            server = p.get("server", {})
             row = {"met": bool(p.get("passed")),
                    **{k: _round(p.get("metrics", {}).get(k)) for k in CLIENT},
-                   **{k: _round(server.get(k)) for k in SERVER},
-                   "ms_per_step_token": round(server["server_wall_ms_per_step"]
-                                              / server["server_mean_step_tokens"], 4)
-                   if server.get("server_wall_ms_per_step") and server.get(
-                       "server_mean_step_tokens") else None}
+                   **{k: _round(p.get("server", {}).get(k)) for k in SERVER}}
             loads.setdefault(round(float(p["load"]), 4), {})[name] = row
     common = {f"{load:g}": by for load, by in sorted(loads.items()) if len(by) > 1}
     return {"capacities": caps, "median": med, "spread_pct": _spread(list(caps.values())),
             "spread_rule": "(max - min) / median * 100", "common_loads": common,
-            "engine": {load: e for load, by in common.items() if (e := engine(by))}}
+            "engine": engine(docs)}
 
 
-def engine(by: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """At one load, whether the boots' engines differed or only what they carried: each boot's
-    wall time a step per token a step (vLLM's iteration histogram; the wall time a step is a
-    ceiling, see autotune/server/scrape.py STEP_TOKENS) beside the tokens a step, and the spread
-    of each over the boots. Boots on one line (ms per token alike) whose tokens a step differ ran
-    one engine at different batches. Empty where fewer than two boots have the figures."""
-    per = {name: (r["ms_per_step_token"], r["server_mean_step_tokens"])
-           for name, r in by.items() if r.get("ms_per_step_token")}
-    if len(per) < 2:
+def engine(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Whether a boot's engine was slower: vLLM's wall time a step against the tokens a step,
+    a quadratic least-squares fit. Each boot's residuals (% of the curve, by load) are taken
+    against the curve of the other boots' points, so a slow boot does not pull its own curve
+    up; the RMS of one fit over every point is the noise to read them by. A boot whose every
+    point sits above its curve by more than that RMS took longer for the tokens it carried; one
+    on the curve whose steps carried more tokens at a load the others shared ran a larger
+    batch. The fit knows tokens only, not the prompt/decode mix (which differs by load and
+    sample). A server with several API servers reads too many steps (autotune/server/scrape.py
+    STEP_TOKENS): compare such boots only with each other. Empty with fewer than two boots of
+    figures or fewer than 4 points besides any boot's."""
+    import numpy as np
+
+    pts = [(name, float(p["load"]), s["server_mean_step_tokens"], s["server_wall_ms_per_step"])
+           for name, d in docs.items() for p in d["points"]
+           if (s := p.get("server", {})).get("server_wall_ms_per_step")
+           and s.get("server_mean_step_tokens")]
+    names = list(dict.fromkeys(p[0] for p in pts))
+    if len(names) < 2 or any(sum(p[0] != n for p in pts) < 4 for n in names):
         return {}
-    return {"ms_per_step_token": {n: v[0] for n, v in per.items()},
-            "step_tokens": {n: v[1] for n, v in per.items()},
-            "ms_per_step_token_spread_pct": _spread([v[0] for v in per.values()]),
-            "step_tokens_spread_pct": _spread([v[1] for v in per.values()])}
+
+    def fit(rows: list[tuple[str, float, float, float]]) -> Any:
+        return np.polyfit([r[2] for r in rows], [r[3] for r in rows], 2)
+
+    def off(coef: Any, rows: list[tuple[str, float, float, float]]) -> list[float]:
+        return [float((r[3] - np.polyval(coef, r[2])) / np.polyval(coef, r[2]) * 100)
+                for r in rows]
+
+    coef = fit(pts)
+    rms = float(np.sqrt(np.mean(np.square(off(coef, pts)))))
+    by: dict[str, dict[str, float]] = {}
+    for n in names:
+        own = [p for p in pts if p[0] == n]
+        by[n] = {f"{p[1]:g}": round(r, 1)
+                 for p, r in zip(own, off(fit([p for p in pts if p[0] != n]), own), strict=True)}
+    return {"fit": "wall ms a step = a + b * tokens a step + c * tokens a step ^ 2",
+            "a_b_c_every_point": [float(f"{x:.4g}") for x in coef[::-1]], "points": len(pts),
+            "rms_pct": round(rms, 1), "residual_pct_against_the_others": by,
+            "above_beyond_rms_at_every_point": [n for n, r in by.items()
+                                                if min(r.values()) > rms],
+            "below_beyond_rms_at_every_point": [n for n, r in by.items()
+                                                if max(r.values()) < -rms]}
 
 
 def _spread(xs: list[float]) -> float | None:
@@ -106,10 +129,13 @@ def lines(doc: dict[str, Any]) -> list[str]:
                        f"{r['server_mean_queue_ms']}, outside the engine "
                        f"{r['server_mean_outside_engine_ms']}, {r['server_mean_step_tokens']} "
                        f"tokens a step in {r['server_wall_ms_per_step']} ms")
-    for load, e in doc["engine"].items():
-        out.append(f"engine at {load}: wall ms a step per token a step spread "
-                   f"{e['ms_per_step_token_spread_pct']}%, tokens a step spread "
-                   f"{e['step_tokens_spread_pct']}%")
+    if e := doc["engine"]:
+        out.append(f"engine: wall ms a step against tokens a step over {e['points']} points, "
+                   f"RMS {e['rms_pct']}% off one curve; above the other boots' curve by more "
+                   f"at every point: {', '.join(e['above_beyond_rms_at_every_point']) or 'none'};"
+                   f" below: {', '.join(e['below_beyond_rms_at_every_point']) or 'none'}")
+        out += [f"  {n}: {', '.join(f'{load} {r:+}%' for load, r in rs.items())}"
+                for n, rs in e["residual_pct_against_the_others"].items()]
     return out
 
 

@@ -29,7 +29,7 @@ from autotune.config.workload import PRESETS, ProfileConfig, SLOConfig
 from autotune.errors import ConfigError
 from autotune.measure.reference import run_reference
 from autotune.server.jit import LogSpan
-from autotune.server.scrape import ServerStats, scrape_url
+from autotune.server.scrape import STEP_KEYS, ServerStats, scrape_url
 
 # the reference's mean TPOT this far from the server's own (vLLM's per-request TPOT histogram)
 # is its client's reading, not the server's: on 2 busy cores it read 12-34% low in 3 of 5 runs
@@ -135,15 +135,16 @@ def check_rate(ref: Reference, target: Target, slos: Sequence[SLOConfig], label:
         span.mark()
         out = out_dir / f"reference-r{load:g}-s{seed}-{attempt}.json"
         # vLLM's own histograms over the run (its --num-warmups requests too: a few short ones)
-        before = scrape_url(ref.url)
+        before, t_before = scrape_url(ref.url), time.monotonic()
         res = run_reference(ref.vllm, ref.url, ref.model, ref.tokenizer, profile, out)
-        after = scrape_url(ref.url)
+        after, t_after = scrape_url(ref.url), time.monotonic()
         server: dict[str, float] = {}
         if before and after:  # a failed scrape would read the server's whole life as the run's
             stats = ServerStats()
-            stats.add(before)
-            stats.add(after)
-            server = {k: v for k, v in stats.summary().items() if k.startswith("server_mean")}
+            stats.add(before, at=t_before)
+            stats.add(after, at=t_after)
+            server = {k: v for k, v in stats.summary().items()
+                      if k.startswith("server_mean") or k in STEP_KEYS}
         events = len(span.events()) if ref.log is not None else None
         misses = judge(res.metrics, slos, n)
         # a run with a kernel compiling inside it is measured once again (a warm-up is kept)

@@ -42,16 +42,33 @@ def _split(p: LoadPoint) -> str:
             f"{s['server_mean_outside_engine_ms']:,.0f}{split_from(s)}")
 
 
-def _steps(p: LoadPoint) -> str:
-    """The engine's steps over the point's last run (autotune/server/scrape.py STEP_TOKENS): a
-    batch that grew between the capacity point and the miss above it, at about the same time a
-    token, is a queue the engine carried; a longer time a token at the same batch, a slower
-    engine."""
+def _steps(p: LoadPoint, fronts: int) -> str:
+    """The engine's steps over the point's last run (autotune/server/scrape.py STEP_TOKENS):
+    the tokens a step carried and the wall time a step, to be read against the engine's curve
+    of step time over tokens (scripts/boot_spread.py): more tokens in the time the curve gives
+    them is a batch that grew, longer than the curve a slower engine. `fronts`: the server's
+    API servers; with more than one vLLM counts a step once for each that had requests in it."""
     s = p.server
     if "server_wall_ms_per_step" not in s:
         return "not recorded"
+    if fronts > 1:
+        return f"not comparable ({fronts} API servers count a step once each)"
     return (f"{s['server_mean_step_tokens']:,.0f} tokens a step, "
             f"{s['server_wall_ms_per_step']:,.1f} ms a step")
+
+
+def api_servers(argv: list[str] | None) -> int:
+    """How many API server processes a `vllm serve` argv starts: --api-server-count, else
+    vLLM's default, one per data-parallel engine (--data-parallel-size, -dp)."""
+    def flag(*names: str) -> int | None:
+        args = argv or []
+        for i, a in enumerate(args):
+            name, eq, value = a.partition("=")
+            if name in names:
+                value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+                return int(value) if value.isdigit() else None
+        return None
+    return flag("--api-server-count", "-asc") or flag("--data-parallel-size", "-dp") or 1
 
 
 def inside_markdown(rec: TrialRecord, trial_dir: Path, slos: list[SLOConfig],
@@ -77,7 +94,7 @@ def inside_markdown(rec: TrialRecord, trial_dir: Path, slos: list[SLOConfig],
         drifts = [run_drift(r) for r in runs[p.load]]
         cells = "; ".join(" → ".join(f"{v:,.0f}" for v in d.ttft_p50_ms) for d in drifts)
         lines.append(f"| {name} | {p.load:g} | {len(drifts)} | {cells} | {_split(p)} | "
-                     f"{_steps(p)} |")
+                     f"{_steps(p, api_servers(rec.facts.argv))} |")
         growing += [f"{p.load:g}"] if any((d.growth or 0) >= GROWS for d in drifts) else []
     lines += ["", f"TTFT grew at least {GROWS:g}x from the first fifth of the arrivals to the "
               f"last at load {', '.join(growing)}: a queue was building through the point "

@@ -70,13 +70,20 @@ MEANS_MS = {
 }
 SPLIT_COUNTS = 0.1  # TTFT's, queue's and prefill's counts this close: the split holds
 # vLLM's tokens an engine step (prompt tokens computed plus tokens generated), a histogram its
-# front end observes once per step's outputs: over a run, its count is the engine's steps and its
-# mean the batch a step carried; the wall time between the first and the last scrape over the
-# steps is the wall time a step, a ceiling on the step time (the engine idles between arrivals
-# at a light load). Two servers at one load that carried the same tokens a step in different
-# times differ in the engine (GPU, kernels), not in what was queued. Exact with one API server:
-# with more, each counts the steps that carried its own requests (vLLM's note on the metric).
+# front end observes once per step that returned outputs: over a run, its count is the engine's
+# steps and its mean the batch a step carried; the wall time between the first and the last
+# scrape over an engine's steps is the wall time a step, a ceiling on the step time (an engine
+# idles between arrivals at a light load). Set against the tokens a step over many points, a
+# boot whose steps take longer for the same tokens had a slower engine (scripts/boot_spread.py);
+# the time a token (wall time over tokens) is only the run's throughput inverted. Each data-
+# parallel engine has its own series (label `engine`): the steps are an engine's, the mean of
+# theirs. With more than one API server each observes the steps that carried its own requests
+# (vLLM's note on the metric), so the steps read up to that many times too many: not comparable
+# there (autotune/outputs/inside.py says so).
 STEP_TOKENS = "vllm:iteration_tokens_total"
+ENGINES = "autotune:step_engines"  # parse's count of the engines with a STEP_TOKENS series
+# what ServerStats.steps gives besides server_mean_step_tokens
+STEP_KEYS = ("server_engine_steps", "server_wall_ms_per_step", "server_step_engines")
 GAUGES = {
     "kv_cache_usage": "vllm:kv_cache_usage_perc",
     "requests_waiting": "vllm:num_requests_waiting",
@@ -84,13 +91,19 @@ GAUGES = {
 
 
 def parse(text: str) -> dict[str, float]:
-    """Sample name -> value summed over label sets (engines, models)."""
+    """Sample name -> value summed over label sets (engines, models), and under ENGINES the
+    number of engines that report STEP_TOKENS."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, float] = {}
+    engines = set()
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             out[s.name] = out.get(s.name, 0.0) + float(s.value)
+            if s.name == f"{STEP_TOKENS}_count":
+                engines.add(s.labels.get("engine", ""))
+    if engines:
+        out[ENGINES] = float(len(engines))
     return out
 
 
@@ -148,14 +161,20 @@ class ServerStats:
 
 
     def steps(self) -> dict[str, float]:
-        """The engine's steps between the first and the last scrape (STEP_TOKENS), the tokens
-        a step carried and the wall time a step; nothing where vLLM stepped none."""
+        """An engine's steps between the first and the last scrape (STEP_TOKENS; the mean over
+        data-parallel engines), the tokens a step carried and the wall time a step; nothing
+        where vLLM stepped none or a scrape lacks the histogram."""
+        key = f"{STEP_TOKENS}_count"
+        if key not in self.first or key not in self.last or len(self.times) != 2:
+            return {}
         n, tokens = (self.last.get(f"{STEP_TOKENS}_{k}", 0.0)
                      - self.first.get(f"{STEP_TOKENS}_{k}", 0.0) for k in ("count", "sum"))
         if n <= 0:
             return {}
-        return {"server_engine_steps": n, "server_mean_step_tokens": tokens / n,
-                "server_wall_ms_per_step": 1000.0 * (self.times[1] - self.times[0]) / n}
+        engines = self.last.get(ENGINES, 1.0)
+        return {"server_engine_steps": n / engines, "server_mean_step_tokens": tokens / n,
+                "server_wall_ms_per_step": 1000.0 * (self.times[1] - self.times[0]) * engines / n,
+                "server_step_engines": engines}
 
 
 def spec_rates(d: dict[str, float]) -> dict[str, float]:

@@ -10,7 +10,7 @@ import pytest
 from autotune.config.workload import SLOConfig
 from autotune.measure.capacity import CapacityResult, LoadPoint
 from autotune.measure.drift import GROWS, drift, point_drift
-from autotune.outputs.inside import inside_markdown
+from autotune.outputs.inside import api_servers, inside_markdown
 from autotune.tuning.record import Status, TrialFacts, TrialRecord
 
 SLOS = [SLOConfig(metric="p99_ttft_ms", max=2000.0)]
@@ -66,3 +66,29 @@ def test_the_report_section_names_the_points_and_where_the_queue_was(tmp_path: P
     assert (tmp_path / "report" / "inside_points.png").stat().st_size > 10_000
     # no per-request records (or no capacity search): no section
     assert inside_markdown(rec, tmp_path / "nothing", SLOS, tmp_path / "report") == []
+
+
+def test_step_figures_of_several_api_servers_are_not_compared(tmp_path: Path) -> None:
+    """With more than one API server vLLM counts a step once for each: the column says so."""
+    server = {"server_engine_steps": 4814.0, "server_mean_step_tokens": 123.2,
+              "server_wall_ms_per_step": 6.18}
+    met = LoadPoint(86.425, True, (), {"p99_ttft_ms": 447.0}, 73.0, server)
+    search = CapacityResult("rate", 86.425, met, (met,), None, None)
+    argv = ["vllm", "serve", "m", "--tensor-parallel-size", "2", "--api-server-count", "2"]
+    rec = TrialRecord(4, Status.OK, TrialFacts(capacity=search.to_json(), argv=argv), {},
+                      {"capacity": 86.425})
+    trial = tmp_path / "trial-0004"
+    write_point(trial / "points" / "load-86.425.csv", [[60.0 + i for i in range(100)]])
+    (tmp_path / "report").mkdir()
+    text = "\n".join(inside_markdown(rec, trial, SLOS, tmp_path / "report"))
+    assert "not comparable (2 API servers count a step once each)" in text
+    assert "ms a step" not in text
+
+
+@pytest.mark.parametrize(("argv", "n"), [
+    (None, 1), (["vllm", "serve", "m"], 1), (["--api-server-count", "4"], 4),
+    (["--api-server-count=3"], 3), (["-asc", "2"], 2),
+    (["--data-parallel-size", "2"], 2),  # vLLM's default: one API server an engine
+    (["-dp", "2", "--api-server-count", "1"], 1), (["--api-server-count"], 1)])
+def test_api_servers_from_the_serve_line(argv: list[str] | None, n: int) -> None:
+    assert api_servers(argv) == n

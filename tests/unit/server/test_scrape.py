@@ -54,13 +54,17 @@ def test_a_point_keeps_the_last_split_that_held() -> None:
     assert last_split([]) == {}
 
 
-def step_text(steps: float, tokens: float) -> str:
-    """vLLM's tokens-a-step histogram as its /metrics writes it (one engine, labels as 0.26's)."""
-    return ("# HELP vllm:iteration_tokens_total Histogram of number of tokens per engine_step.\n"
-            "# TYPE vllm:iteration_tokens_total histogram\n"
-            f'vllm:iteration_tokens_total_bucket{{engine="0",le="+Inf",model_name="m"}} {steps}\n'
-            f'vllm:iteration_tokens_total_count{{engine="0",model_name="m"}} {steps}\n'
-            f'vllm:iteration_tokens_total_sum{{engine="0",model_name="m"}} {tokens}\n')
+def step_text(steps: float, tokens: float, engines: int = 1) -> str:
+    """vLLM's tokens-a-step histogram as its /metrics writes it (labels as 0.26's), each engine
+    with the given steps and tokens."""
+    lines = ["# HELP vllm:iteration_tokens_total Histogram of number of tokens per engine_step.",
+             "# TYPE vllm:iteration_tokens_total histogram"]
+    for e in range(engines):
+        labels = f'engine="{e}",model_name="m"'
+        lines += [f'vllm:iteration_tokens_total_bucket{{{labels},le="+Inf"}} {steps}',
+                  f"vllm:iteration_tokens_total_count{{{labels}}} {steps}",
+                  f"vllm:iteration_tokens_total_sum{{{labels}}} {tokens}"]
+    return "\n".join(lines) + "\n"
 
 
 def test_engine_steps_their_tokens_and_wall_time_a_step() -> None:
@@ -83,3 +87,20 @@ def test_no_step_figures_where_the_engine_did_not_step() -> None:
     older.add(scrape(0, 0.0, 0.0, None))
     older.add(scrape(10, 5.0, 1.0, None))
     assert "server_mean_step_tokens" not in older.summary()
+    late = ServerStats()  # the histogram only in the last scrape: not its whole life as the run
+    late.add(scrape(0, 0.0, 0.0, None), at=0.0)
+    late.add(parse(step_text(500, 40_000)), at=10.0)
+    assert "server_engine_steps" not in late.summary()
+
+
+def test_data_parallel_engines_give_an_engines_steps() -> None:
+    """Two engines (data parallel 2), each 2,000 steps of 140 tokens in 30 s: an engine's step
+    takes 15 ms, not the 7.5 ms that the summed count would read."""
+    stats = ServerStats()
+    stats.add(parse(step_text(0, 0, engines=2)), at=0.0)
+    stats.add(parse(step_text(2_000, 2_000 * 140, engines=2)), at=30.0)
+    out = stats.summary()
+    assert out["server_step_engines"] == 2
+    assert out["server_engine_steps"] == 2_000
+    assert out["server_mean_step_tokens"] == pytest.approx(140.0)
+    assert out["server_wall_ms_per_step"] == pytest.approx(15.0)
