@@ -159,7 +159,6 @@ class ServerStats:
         out.update({f"server_{k}": v for k, v in spec_rates(d).items()})
         return out
 
-
     def steps(self) -> dict[str, float]:
         """An engine's steps between the first and the last scrape (STEP_TOKENS; the mean over
         data-parallel engines), the tokens a step carried and the wall time a step; nothing
