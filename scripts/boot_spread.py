@@ -4,9 +4,10 @@ spread ((max - min) / median, as docs/results/warm-server-h100 states it), and, 
 that two or more boots measured, each boot's verdict, client p99/mean TPOT and p99 TTFT beside
 vLLM's own means from /metrics (mean TPOT and TTFT, prefill, queue, time outside the engine
 core, the tokens an engine step carried and the wall time a step; a search that predates a field
-has None for it); and whether a boot's engine was slower: each boot's points set against one
-curve of vLLM's step time over the tokens a step, fitted to every boot's points. Where boots
-part, this says at which load and whether the time went inside vLLM's engine or outside.
+has None for it); and whether a boot's engine may have been slower: each boot's points set
+against the curve of vLLM's step time over the tokens a step that the other boots' points make.
+Where boots part, this says at which load and whether the time went inside vLLM's engine or
+outside.
 
     python3 scripts/boot_spread.py BENCH_JSON [BENCH_JSON ...] [--name NAME ...] [--out FILE]
 
@@ -62,16 +63,18 @@ def spread(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def engine(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Whether a boot's engine was slower: vLLM's wall time a step against the tokens a step,
-    a quadratic least-squares fit. Each boot's residuals (% of the curve, by load) are taken
-    against the curve of the other boots' points, so a slow boot does not pull its own curve
-    up; the RMS of one fit over every point is the noise to read them by. A boot whose every
-    point sits above its curve by more than that RMS took longer for the tokens it carried; one
-    on the curve whose steps carried more tokens at a load the others shared ran a larger
-    batch. The fit knows tokens only, not the prompt/decode mix (which differs by load and
-    sample). A server with several API servers reads too many steps (autotune/server/scrape.py
-    STEP_TOKENS): compare such boots only with each other. Empty with fewer than two boots of
-    figures or fewer than 4 points besides any boot's."""
+    """Whether a boot's engine may have been slower: vLLM's wall time a step against the tokens
+    a step, a quadratic least-squares fit. Each boot's points are set against the curve of the
+    other boots' points (so a slow boot does not pull its own curve up), as % of that curve;
+    the noise to read them by is the RMS of every such residual. A point beyond the tokens the
+    other boots measured is extrapolation: kept apart and read by nothing. A boot with at least
+    two points inside that range, all above (below) the noise, is listed. The fit knows tokens
+    only, not the prompt/decode mix (which differs by load and sample), and the wall time a step
+    includes the engine's idle time, which lifts light-load points: a listing points at a slower
+    engine, it does not show one. A server with several API servers reads too many steps
+    (autotune/server/scrape.py STEP_TOKENS): compare such boots only with each other. A boot
+    whose others hold fewer than 3 distinct token figures is not fitted; nothing with fewer than
+    two boots of figures."""
     import numpy as np
 
     pts = [(name, float(p["load"]), s["server_mean_step_tokens"], s["server_wall_ms_per_step"])
@@ -79,30 +82,36 @@ def engine(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
            if (s := p.get("server", {})).get("server_wall_ms_per_step")
            and s.get("server_mean_step_tokens")]
     names = list(dict.fromkeys(p[0] for p in pts))
-    if len(names) < 2 or any(sum(p[0] != n for p in pts) < 4 for n in names):
+    if len(names) < 2:
         return {}
-
-    def fit(rows: list[tuple[str, float, float, float]]) -> Any:
-        return np.polyfit([r[2] for r in rows], [r[3] for r in rows], 2)
-
-    def off(coef: Any, rows: list[tuple[str, float, float, float]]) -> list[float]:
-        return [float((r[3] - np.polyval(coef, r[2])) / np.polyval(coef, r[2]) * 100)
-                for r in rows]
-
-    coef = fit(pts)
-    rms = float(np.sqrt(np.mean(np.square(off(coef, pts)))))
-    by: dict[str, dict[str, float]] = {}
+    inside: dict[str, dict[str, float]] = {}
+    beyond: dict[str, dict[str, float]] = {}
     for n in names:
-        own = [p for p in pts if p[0] == n]
-        by[n] = {f"{p[1]:g}": round(r, 1)
-                 for p, r in zip(own, off(fit([p for p in pts if p[0] != n]), own), strict=True)}
-    return {"fit": "wall ms a step = a + b * tokens a step + c * tokens a step ^ 2",
-            "a_b_c_every_point": [float(f"{x:.4g}") for x in coef[::-1]], "points": len(pts),
-            "rms_pct": round(rms, 1), "residual_pct_against_the_others": by,
-            "above_beyond_rms_at_every_point": [n for n, r in by.items()
-                                                if min(r.values()) > rms],
-            "below_beyond_rms_at_every_point": [n for n, r in by.items()
-                                                if max(r.values()) < -rms]}
+        others = [p for p in pts if p[0] != n]
+        if len({p[2] for p in others}) < 3:
+            continue
+        coef = np.polyfit([p[2] for p in others], [p[3] for p in others], 2)
+        low, high = min(p[2] for p in others), max(p[2] for p in others)
+        for _, load, tokens, ms in (p for p in pts if p[0] == n):
+            curve = float(np.polyval(coef, tokens))
+            where = inside if low <= tokens <= high and curve > 0 else beyond
+            where.setdefault(n, {})[f"{load:g}"] = round((ms - curve) / curve * 100, 1)
+    every = [r for rs in inside.values() for r in rs.values()]
+    if not every:
+        return {}
+    noise = float(np.sqrt(np.mean(np.square(every))))
+
+    def listed(side: int) -> list[str]:
+        return [n for n, rs in inside.items()
+                if len(rs) >= 2 and all(side * r > noise for r in rs.values())]
+
+    return {"fit": "wall ms a step = a + b * tokens a step + c * tokens a step ^ 2, "
+                   "each boot against the other boots' points",
+            "points": len(pts), "noise_rms_pct": round(noise, 1),
+            "residual_pct_against_the_others": inside,
+            "beyond_the_others_tokens_pct": beyond,
+            "above_beyond_noise_at_every_point": listed(1),
+            "below_beyond_noise_at_every_point": listed(-1)}
 
 
 def _spread(xs: list[float]) -> float | None:
@@ -130,10 +139,10 @@ def lines(doc: dict[str, Any]) -> list[str]:
                        f"{r['server_mean_outside_engine_ms']}, {r['server_mean_step_tokens']} "
                        f"tokens a step in {r['server_wall_ms_per_step']} ms")
     if e := doc["engine"]:
-        out.append(f"engine: wall ms a step against tokens a step over {e['points']} points, "
-                   f"RMS {e['rms_pct']}% off one curve; above the other boots' curve by more "
-                   f"at every point: {', '.join(e['above_beyond_rms_at_every_point']) or 'none'};"
-                   f" below: {', '.join(e['below_beyond_rms_at_every_point']) or 'none'}")
+        out.append(f"engine: wall ms a step against tokens a step, each boot against the other "
+                   f"boots' curve; noise (RMS) {e['noise_rms_pct']}%; above it at every point: "
+                   f"{', '.join(e['above_beyond_noise_at_every_point']) or 'none'}; below: "
+                   f"{', '.join(e['below_beyond_noise_at_every_point']) or 'none'}")
         out += [f"  {n}: {', '.join(f'{load} {r:+}%' for load, r in rs.items())}"
                 for n, rs in e["residual_pct_against_the_others"].items()]
     return out

@@ -29,7 +29,7 @@ from autotune.config.workload import PRESETS, ProfileConfig, SLOConfig
 from autotune.errors import ConfigError
 from autotune.measure.reference import run_reference
 from autotune.server.jit import LogSpan
-from autotune.server.scrape import STEP_KEYS, ServerStats, scrape_url
+from autotune.server.scrape import ServerStats, scrape_url
 
 # the reference's mean TPOT this far from the server's own (vLLM's per-request TPOT histogram)
 # is its client's reading, not the server's: on 2 busy cores it read 12-34% low in 3 of 5 runs
@@ -143,8 +143,9 @@ def check_rate(ref: Reference, target: Target, slos: Sequence[SLOConfig], label:
             stats = ServerStats()
             stats.add(before, at=t_before)
             stats.add(after, at=t_after)
-            server = {k: v for k, v in stats.summary().items()
-                      if k.startswith("server_mean") or k in STEP_KEYS}
+            # vLLM's means (the tokens a step among them); not the wall time a step, whose
+            # window here also holds `vllm bench serve` starting up and its warm-ups
+            server = {k: v for k, v in stats.summary().items() if k.startswith("server_mean")}
         events = len(span.events()) if ref.log is not None else None
         misses = judge(res.metrics, slos, n)
         # a run with a kernel compiling inside it is measured once again (a warm-up is kept)

@@ -46,7 +46,8 @@ def _steps(p: LoadPoint, fronts: int) -> str:
     """The engine's steps over the point's last run (autotune/server/scrape.py STEP_TOKENS):
     the tokens a step carried and the wall time a step, to be read against the engine's curve
     of step time over tokens (scripts/boot_spread.py): more tokens in the time the curve gives
-    them is a batch that grew, longer than the curve a slower engine. `fronts`: the server's
+    them points at a batch that grew, longer than the curve at a slower engine or at idle time
+    between steps. `fronts`: the server's
     API servers; with more than one vLLM counts a step once for each that had requests in it."""
     s = p.server
     if "server_wall_ms_per_step" not in s:
@@ -59,15 +60,18 @@ def _steps(p: LoadPoint, fronts: int) -> str:
 
 def api_servers(argv: list[str] | None) -> int:
     """How many API server processes a `vllm serve` argv starts: --api-server-count, else
-    vLLM's default, one per data-parallel engine (--data-parallel-size, -dp)."""
+    vLLM's default, one per data-parallel engine (--data-parallel-size, -dp). As argparse
+    reads them: the last of a repeated flag, `_` for `-` in a long name. vLLM's other defaults
+    (one with an external load balancer, ...) read as more: the figures then show as not
+    comparable, never the wrong way."""
     def flag(*names: str) -> int | None:
-        args = argv or []
+        args, found = argv or [], None
         for i, a in enumerate(args):
             name, eq, value = a.partition("=")
-            if name in names:
+            if (name.replace("_", "-") if name.startswith("--") else name) in names:
                 value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
-                return int(value) if value.isdigit() else None
-        return None
+                found = int(value) if value.isdigit() else None
+        return found
     return flag("--api-server-count", "-asc") or flag("--data-parallel-size", "-dp") or 1
 
 

@@ -194,5 +194,7 @@ def test_capacity_study_carries_curves_to_mlflow(tiny_model: Path, tmp_path: Pat
     (c,) = doc["rates"]
     assert c["rate"] == 8 and c["verdict"] == "meets" and c["metrics"]["median_ttft_ms"] > 0
     assert c["server"]["server_mean_tpot_ms"] > 0  # vLLM's own TPOT over the same runs
-    # and its engine's steps over them, timed from the scrapes around the run (not back to back)
-    assert c["server"]["server_engine_steps"] > 0 and c["server"]["server_wall_ms_per_step"] > 1
+    # and the tokens its engine's steps carried; not their wall time, whose window holds
+    # `vllm bench serve` starting up
+    assert c["server"]["server_mean_step_tokens"] > 0
+    assert "server_wall_ms_per_step" not in c["server"]

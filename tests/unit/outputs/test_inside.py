@@ -89,6 +89,8 @@ def test_step_figures_of_several_api_servers_are_not_compared(tmp_path: Path) ->
     (None, 1), (["vllm", "serve", "m"], 1), (["--api-server-count", "4"], 4),
     (["--api-server-count=3"], 3), (["-asc", "2"], 2),
     (["--data-parallel-size", "2"], 2),  # vLLM's default: one API server an engine
-    (["-dp", "2", "--api-server-count", "1"], 1), (["--api-server-count"], 1)])
+    (["-dp", "2", "--api-server-count", "1"], 1), (["--api-server-count"], 1),
+    (["--api-server-count", "1", "--api-server-count", "4"], 4),  # argparse: the last one
+    (["--api_server_count", "2"], 2), (["--data_parallel_size=2"], 2)])
 def test_api_servers_from_the_serve_line(argv: list[str] | None, n: int) -> None:
     assert api_servers(argv) == n

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.server.scrape import ServerStats, last_split, parse
+from autotune.server.scrape import ENGINES, ServerStats, last_split, parse
 
 
 def scrape(n: float, ttft_s: float, queue_s: float, prefill_s: float | None) -> dict[str, float]:
@@ -104,3 +104,14 @@ def test_data_parallel_engines_give_an_engines_steps() -> None:
     assert out["server_engine_steps"] == 2_000
     assert out["server_mean_step_tokens"] == pytest.approx(140.0)
     assert out["server_wall_ms_per_step"] == pytest.approx(15.0)
+
+
+def test_a_histogram_without_an_engine_label_is_one_engine() -> None:
+    text = ("# TYPE vllm:iteration_tokens_total histogram\n"
+            'vllm:iteration_tokens_total_count{model_name="m"} 100\n'
+            'vllm:iteration_tokens_total_sum{model_name="m"} 5000\n')
+    assert parse(text)[ENGINES] == 1
+    stats = ServerStats()
+    stats.add(parse(text.replace(" 100\n", " 0\n").replace(" 5000\n", " 0\n")), at=0.0)
+    stats.add(parse(text), at=1.0)
+    assert stats.summary()["server_wall_ms_per_step"] == pytest.approx(10.0)
