@@ -140,7 +140,9 @@ def test_sigterm_during_benchmark_then_resume(tiny_model: Path, tmp_path: Path) 
 
 
 def test_engine_killed_mid_benchmark(tiny_model: Path, tmp_path: Path) -> None:
-    cfg = make_study(tmp_path, tiny_model, "crash", n_trials=2, prompts=FAULT_PROMPTS)
+    # paced: 192 arrivals over 24 s however fast the server, so the kill lands inside them
+    cfg = make_study(tmp_path, tiny_model, "crash", n_trials=2, prompts=FAULT_PROMPTS,
+                     profile__request_rate=8.0)
     proc = start(cfg)
     log = tmp_path / "mlruns" / "studies" / "crash" / "trial-0000" / "server.log"
     wait_for_requests(log)
@@ -159,7 +161,11 @@ def test_engine_killed_mid_benchmark(tiny_model: Path, tmp_path: Path) -> None:
     t0, t1 = trials(cfg)
     assert t0.state == optuna.trial.TrialState.COMPLETE
     assert any(v > 0 for v in t0.constraints.values())  # infeasible, not a measurement
-    assert "requests failed" in t0.user_attrs["cause"] and t0.user_attrs["request_errors"]
+    # the dead engine as the requests saw it, or as vLLM's log names it once its server died
+    # under the paced arrivals (the benchmark still sending)
+    cause = t0.user_attrs["cause"]
+    assert ("requests failed" in cause and t0.user_attrs["request_errors"]) or \
+        "EngineDeadError" in cause, cause
     assert t1.state == optuna.trial.TrialState.COMPLETE
     assert servers_of(tiny_model) == []
     assert took < 60
@@ -182,8 +188,8 @@ def engine_cores(study: int, model: Path) -> list[int]:
     of its model's servers. Another xdist worker's engine is not ours to stop (on 2026-11-27 a
     SIGSTOP of all engines' first hung the other worker's study for 600 s)."""
     cores = [pid for pid in _all_pids() if _comm(pid).startswith("VLLM::EngineCor")]
-    if len(cores) <= 1:  # ours is up (requests were served): the only one is ours, found fast
-        return cores  # (the fault must land while the benchmark still runs)
+    # every core's ancestry, even a lone one's: it may be the other worker's while ours runs
+    # in-process (2026-11-27, eighth session: trial 0 finished feasible after a kill)
     ours = {study, *servers_of(model)}
     found = []
     for pid in cores:
