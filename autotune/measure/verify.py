@@ -135,14 +135,14 @@ def check_rate(ref: Reference, target: Target, slos: Sequence[SLOConfig], label:
         span.mark()
         out = out_dir / f"reference-r{load:g}-s{seed}-{attempt}.json"
         # vLLM's own histograms over the run (its --num-warmups requests too: a few short ones)
-        before, t_before = scrape_url(ref.url), time.monotonic()
+        before = scrape_url(ref.url)
         res = run_reference(ref.vllm, ref.url, ref.model, ref.tokenizer, profile, out)
-        after, t_after = scrape_url(ref.url), time.monotonic()
+        after = scrape_url(ref.url)
         server: dict[str, float] = {}
         if before and after:  # a failed scrape would read the server's whole life as the run's
             stats = ServerStats()
-            stats.add(before, at=t_before)
-            stats.add(after, at=t_after)
+            stats.add(before)
+            stats.add(after)
             # vLLM's means (the tokens a step among them); not the wall time a step, whose
             # window here also holds `vllm bench serve` starting up and its warm-ups
             server = {k: v for k, v in stats.summary().items() if k.startswith("server_mean")}

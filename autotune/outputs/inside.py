@@ -16,6 +16,7 @@ from autotune.config.workload import SLOConfig
 from autotune.measure.capacity import LoadPoint, points_file, split_from
 from autotune.measure.drift import GROWS, read_runs
 from autotune.measure.drift import drift as run_drift
+from autotune.server.command import api_servers
 from autotune.tuning.record import TrialRecord
 
 
@@ -47,8 +48,9 @@ def _steps(p: LoadPoint, fronts: int) -> str:
     the tokens a step carried and the wall time a step, to be read against the engine's curve
     of step time over tokens (scripts/boot_spread.py): more tokens in the time the curve gives
     them points at a batch that grew, longer than the curve at a slower engine or at idle time
-    between steps. `fronts`: the server's
-    API servers; with more than one vLLM counts a step once for each that had requests in it."""
+    between steps. `fronts`: the server's API servers (server.command.api_servers); with more
+    than one vLLM counts a step once for each that had requests in it; the figures then show as
+    not comparable."""
     s = p.server
     if "server_wall_ms_per_step" not in s:
         return "not recorded"
@@ -56,23 +58,6 @@ def _steps(p: LoadPoint, fronts: int) -> str:
         return f"not comparable ({fronts} API servers count a step once each)"
     return (f"{s['server_mean_step_tokens']:,.0f} tokens a step, "
             f"{s['server_wall_ms_per_step']:,.1f} ms a step")
-
-
-def api_servers(argv: list[str] | None) -> int:
-    """How many API server processes a `vllm serve` argv starts: --api-server-count, else
-    vLLM's default, one per data-parallel engine (--data-parallel-size, -dp). As argparse
-    reads them: the last of a repeated flag, `_` for `-` in a long name. vLLM's other defaults
-    (one with an external load balancer, ...) read as more: the figures then show as not
-    comparable, never the wrong way."""
-    def flag(*names: str) -> int | None:
-        args, found = argv or [], None
-        for i, a in enumerate(args):
-            name, eq, value = a.partition("=")
-            if (name.replace("_", "-") if name.startswith("--") else name) in names:
-                value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
-                found = int(value) if value.isdigit() else None
-        return found
-    return flag("--api-server-count", "-asc") or flag("--data-parallel-size", "-dp") or 1
 
 
 def inside_markdown(rec: TrialRecord, trial_dir: Path, slos: list[SLOConfig],

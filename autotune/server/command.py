@@ -24,6 +24,32 @@ def param_name(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
+# vLLM's short names of the flags read back from an argv (`vllm serve --help=all`)
+SHORT_FLAGS = {"-asc": "api_server_count", "-dp": "data_parallel_size"}
+
+
+def arg_value(argv: Sequence[str], param: str) -> str | None:
+    """The value `vllm serve` takes for `param` from `argv`, as argparse reads it: the last of a
+    repeated flag, `--flag value` or `--flag=value`, `_` or `-` in a long name, vLLM's short
+    names (SHORT_FLAGS). None when absent or given no value."""
+    found = None
+    for i, a in enumerate(argv):
+        name, eq, value = a.partition("=")
+        if SHORT_FLAGS.get(name, param_name(name) if name.startswith("--") else None) == param:
+            found = value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    return found
+
+
+def api_servers(argv: Sequence[str] | None) -> int:
+    """How many API server processes a `vllm serve` argv starts: --api-server-count, else
+    vLLM's default, one per data-parallel engine (--data-parallel-size). vLLM's other defaults
+    (one with an external load balancer, ...) read as more."""
+    def count(param: str) -> int | None:
+        value = arg_value(argv or [], param)
+        return int(value) if value and value.isdigit() else None
+    return count("api_server_count") or count("data_parallel_size") or 1
+
+
 def params_to_args(params: Mapping[str, Any]) -> list[str]:
     """Render parameters as `vllm serve` arguments, in the mapping's order."""
     args: list[str] = []

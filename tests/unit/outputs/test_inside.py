@@ -10,7 +10,8 @@ import pytest
 from autotune.config.workload import SLOConfig
 from autotune.measure.capacity import CapacityResult, LoadPoint
 from autotune.measure.drift import GROWS, drift, point_drift
-from autotune.outputs.inside import api_servers, inside_markdown
+from autotune.outputs.inside import inside_markdown
+from autotune.server.command import api_servers
 from autotune.tuning.record import Status, TrialFacts, TrialRecord
 
 SLOS = [SLOConfig(metric="p99_ttft_ms", max=2000.0)]
