@@ -156,7 +156,14 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
     if "speculation" in res:
         console.print(speculation_text(res["speculation"]), highlight=False, soft_wrap=True)
     console.print(f"vLLM config file: {res['config_path']}", highlight=False)
-    console.print("benchmark it with:", highlight=False)
+    if "bench_load" in res and cfg.capacity is not None:
+        unit = "requests/s" if cfg.capacity.axis == "rate" else "requests in flight"
+        console.print(f"check it at its capacity ({res['bench_load']:g} {unit}; one sample: "
+                      "`export --verify` judges the capacity and "
+                      f"{cfg.capacity.tolerance:.0%} above it on fresh "
+                      "samples) with:", highlight=False)
+    else:
+        console.print("benchmark it with:", highlight=False)
     for label, line in res.get("bench_commands", {"": res["bench_command"]}).items():
         console.print("  " + (f"{label}: " if label else "") + line, highlight=False,
                       soft_wrap=True, markup=False)

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.config.workload import PRESETS, ProfileConfig, SLOConfig
+from autotune.config.workload import PRESETS, CapacityConfig, ProfileConfig, SLOConfig
 from autotune.errors import ConfigError
 from autotune.measure.reference import run_reference
 from autotune.server.jit import LogSpan
@@ -63,6 +63,21 @@ class Target:
 
     def requests_at(self, load: float) -> int:
         return max(self.requests, math.ceil(self.per_unit * load))
+
+
+def capacity_target(cap: CapacityConfig, capacity: float) -> Target:
+    """A found capacity as the reference checks it, each run sized as the search sized a point;
+    on the concurrency axis the whole slots (a pooled median may fall between two)."""
+    c = float(math.floor(capacity)) if cap.axis == "concurrency" else capacity
+    per = cap.min_duration_s if cap.axis == "rate" else cap.requests_per_slot
+    return Target(c, cap.axis, cap.tolerance, cap.requests_per_point, per)
+
+
+def at_load(profile: ProfileConfig, target: Target, load: float, n: int | None = None
+            ) -> ProfileConfig:
+    """The workload one reference run sends at `load` (requests/s, or requests in flight)."""
+    at = {"request_rate": load} if target.axis == "rate" else {"max_concurrency": int(load)}
+    return profile.model_copy(update={"num_prompts": n or target.requests_at(load), **at})
 
 
 @dataclass(frozen=True)
@@ -126,9 +141,8 @@ class Reference:
 
 def check_rate(ref: Reference, target: Target, slos: Sequence[SLOConfig], label: str,
                load: float, seed: int, out_dir: Path, n: int | None = None) -> RateCheck:
-    n = n or target.requests_at(load)
-    at = {"request_rate": load} if target.axis == "rate" else {"max_concurrency": int(load)}
-    profile = ref.profile.model_copy(update={"num_prompts": n, "seed": seed, **at})
+    profile = at_load(ref.profile, target, load, n).model_copy(update={"seed": seed})
+    n = profile.num_prompts
     span = LogSpan(ref.log)
     keep = (*REPORTED, *(s.metric for s in slos))  # the SLOs' own figures too
     for attempt in range(2):

@@ -91,12 +91,32 @@ def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
     return argv
 
 
+def at_capacity(cfg: StudyConfig, trial: TrialRecord) -> ProfileConfig | None:
+    """The workload at the trial's capacity, sized as the search sized a point: the run
+    `export --verify` judges at C (one sample of it). None without one capacity to check (no
+    capacity: section, a suite's several, or none met)."""
+    from autotune.measure.verify import at_load, capacity_target
+
+    cap, c = cfg.capacity, trial.value("capacity")
+    if cap is None or cfg.profiles or not c:
+        return None
+    target = capacity_target(cap, c)
+    if target.capacity <= 0:
+        return None
+    return at_load(cfg.profile.model_copy(update={"warmup": cap.warmup}), target,
+                   target.capacity)
+
+
 def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) -> dict[str, Any]:
-    """Everything export prints, and the files it writes (config YAML, JSON summary)."""
+    """Everything export prints, and the files it writes (config YAML, JSON summary). In a
+    capacity study the `vllm bench serve` line runs at the capacity found: the profile alone
+    sets no load there (the search sets it per point), so its line would send every request at
+    once."""
     serve = serve_line(cfg, trial)
+    checked = at_capacity(cfg, trial)
     benches = {p.key: shell_join(bench_command(p, cfg.server.model, cfg.server.tokenizer_dir,
                                                cfg.server.executable))
-               for p in cfg.workloads()}
+               for p in ([checked] if checked else cfg.workloads())}
     result = {
         "trial": trial.number,
         "values": dict(trial.values),
@@ -104,6 +124,9 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
         "serve_command": serve,
         "bench_command": next(iter(benches.values())),
     }
+    if checked is not None:  # the line is one sample at C; --verify judges C and above
+        result["bench_load"] = checked.request_rate if cfg.capacity and \
+            cfg.capacity.axis == "rate" else float(checked.max_concurrency or 0)
     if trial.speculation:  # vLLM's acceptance counters for a config that speculates
         result["speculation"] = trial.speculation
     if cfg.profiles:  # a suite: one line per profile, and each profile's values

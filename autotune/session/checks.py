@@ -8,7 +8,6 @@ only formats what was measured.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -85,7 +84,7 @@ def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
     from autotune.measure.capacity import stopped_early
     from autotune.measure.on_server import samples_of
     from autotune.measure.runner import booted
-    from autotune.measure.verify import Reference, Target, can_judge, verify
+    from autotune.measure.verify import Reference, can_judge, capacity_target, verify
 
     cap, c = cfg.capacity, trial.value("capacity")
     if cfg.profiles:
@@ -94,8 +93,8 @@ def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
     if cap is None or c is None:
         raise StudyError("--verify checks a capacity: this study measured none (its config has "
                          "no capacity: section); use --validate")
-    if cap.axis == "concurrency":
-        c = float(math.floor(c))  # a pooled median may fall between whole slots
+    target = capacity_target(cap, c)
+    c = target.capacity
     if c < (1 if cap.axis == "concurrency" else 1e-9):
         raise StudyError(f"--verify: trial {trial.number} met the SLOs at no load (capacity "
                          f"{c:g}): pick another with --prefer capacity or --trial")
@@ -105,8 +104,6 @@ def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
     workdir.mkdir(parents=True, exist_ok=True)
     # stock, as a user deploys it: no fork server (server.preload), whatever the study used
     server = cfg.server.model_copy(update={"preload": False})
-    per = cap.min_duration_s if cap.axis == "rate" else cap.requests_per_slot
-    target = Target(c, cap.axis, cap.tolerance, cap.requests_per_point, per)
     # no failing load above C was measured (the high end passed, or a search stopped early)
     ceiling = c >= cap.high or any(s.fail is None or stopped_early(s.stopped)
                                    for s in trial.facts.searches().values())

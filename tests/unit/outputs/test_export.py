@@ -170,3 +170,45 @@ def test_a_capacity_trials_speculation_is_summed_over_its_load_points() -> None:
     assert spec == {"source": "measured load", "drafts": 8000.0,
                     "acceptance_rate": 11000.0 / 24000.0,
                     "mean_accepted_length": 1.0 + 11000.0 / 8000.0}
+
+
+def test_a_capacity_studys_bench_line_runs_at_the_capacity_found(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The profile of a capacity study sets no load (the search sets it per point): its line
+    alone sent every request at once (the H100 study of 2026-11-27 printed one for a 99.9 req/s
+    capacity). The line runs at C, sized as a point was (>= min_duration_s of arrivals, the
+    point's warm-up); on the concurrency axis at C's whole slots; with no capacity met, the
+    profile's line."""
+    from autotune.config.study import StudyConfig
+    from autotune.outputs.export import export
+    from autotune.tuning.record import Status, TrialFacts, TrialRecord
+
+    def study(axis: str) -> StudyConfig:
+        return StudyConfig.model_validate({
+            "name": "c", "server": {"model": "/m", "executable": ["vllm"]},
+            "profile": {"name": "random", "input_len": 8, "output_len": 4, "num_prompts": 50},
+            "capacity": {"axis": axis, "low": 1, "high": 256, "tolerance": 0.1,
+                         "requests_per_point": 200, "min_duration_s": 20, "warmup": 8,
+                         "requests_per_slot": 40},
+            "slos": [{"metric": "p99_ttft_ms", "max": 2000}],
+            "objectives": [{"metric": "capacity", "direction": "maximize"}],
+            "search_space": "cpu-demo", "workdir": str(tmp_path)})
+
+    def trial(cap: float) -> TrialRecord:
+        return TrialRecord(3, Status.OK, TrialFacts(flags={}, metrics={"capacity": cap}), {},
+                           {"capacity": cap})
+
+    res = export(study("rate"), trial(99.9))
+    line = res["bench_command"].split()
+    assert res["bench_load"] == 99.9
+    assert line[line.index("--request-rate") + 1] == "99.9"
+    assert line[line.index("--num-prompts") + 1] == "1998"  # 20 s x 99.9 req/s
+    assert line[line.index("--num-warmups") + 1] == "8"
+    low = export(study("rate"), trial(4.0))["bench_command"].split()
+    assert low[low.index("--num-prompts") + 1] == "200"  # requests_per_point at least
+    conc = export(study("concurrency"), trial(7.6))
+    line = conc["bench_command"].split()
+    assert conc["bench_load"] == 7.0 and "--request-rate" not in line
+    assert line[line.index("--max-concurrency") + 1] == "7"
+    assert line[line.index("--num-prompts") + 1] == "280"  # 40 requests a slot
+    none = export(study("rate"), trial(0.0))
+    assert "bench_load" not in none and "--request-rate" not in none["bench_command"]
