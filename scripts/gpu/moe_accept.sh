@@ -22,7 +22,8 @@ export PYTHONUNBUFFERED=1
 case $cmd in
   start)
     deadline_in=$1; wait_s=${2:-480}
-    IFS=';' read -ra lanes <<< "${ACC_LANES// /}"
+    lanes_in=${ACC_LANES:-}  # unset: one run (2026-11-27: `set -u` stopped it unset)
+    IFS=';' read -ra lanes <<< "${lanes_in// /}"
     seen=,
     for lane in "${lanes[@]}"; do  # every lane checked before anything starts
       [ -n "$lane" ] || continue
