@@ -158,10 +158,9 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
     console.print(f"vLLM config file: {res['config_path']}", highlight=False)
     if "bench_load" in res and cfg.capacity is not None:
         unit = "requests/s" if cfg.capacity.axis == "rate" else "requests in flight"
-        console.print(f"check it at its capacity ({res['bench_load']:g} {unit}; one sample: "
-                      "`export --verify` judges the capacity and "
-                      f"{cfg.capacity.tolerance:.0%} above it on fresh "
-                      "samples) with:", highlight=False)
+        console.print(f"check it at its capacity ({res['bench_load']:g} {unit}, one sample; "
+                      "`export --verify` runs the whole check: fresh samples at it and, where "
+                      "the search missed above it, one step above) with:", highlight=False)
     else:
         console.print("benchmark it with:", highlight=False)
     for label, line in res.get("bench_commands", {"": res["bench_command"]}).items():

@@ -85,7 +85,7 @@ def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
     if profile.max_concurrency:
         argv += ["--max-concurrency", str(profile.max_concurrency)]
     if not math.isinf(profile.request_rate):
-        argv += ["--request-rate", str(profile.request_rate)]
+        argv += ["--request-rate", f"{profile.request_rate:g}"]  # 24.95, not 24.950000000000003
     if profile.warmup:
         argv += ["--num-warmups", str(profile.warmup)]
     return argv

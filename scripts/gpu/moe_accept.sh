@@ -56,7 +56,7 @@ case $cmd in
     setsid nohup vmstat -t 5 > $acc/res/vmstat.log 2>&1 < /dev/null &
     echo $! >> $acc/telemetry.pids
     : > $acc/pids
-    if [ -n "${ACC_LANES:-}" ]; then
+    if [ -n "${lanes_in//[ ;]/}" ]; then  # ";" or " ": no lane, one run
       for lane in "${lanes[@]}"; do
         [ -n "$lane" ] || continue
         IFS='|' read -r gpu model plan <<< "$lane"

@@ -203,6 +203,8 @@ def test_a_capacity_studys_bench_line_runs_at_the_capacity_found(tmp_path) -> No
     assert line[line.index("--request-rate") + 1] == "99.9"
     assert line[line.index("--num-prompts") + 1] == "1998"  # 20 s x 99.9 req/s
     assert line[line.index("--num-warmups") + 1] == "8"
+    noisy = export(study("rate"), trial(24.950000000000003))["bench_command"].split()
+    assert noisy[noisy.index("--request-rate") + 1] == "24.95"  # a bisection's float noise
     low = export(study("rate"), trial(4.0))["bench_command"].split()
     assert low[low.index("--num-prompts") + 1] == "200"  # requests_per_point at least
     conc = export(study("concurrency"), trial(7.6))
