@@ -91,10 +91,11 @@ def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
     return argv
 
 
-def at_capacity(cfg: StudyConfig, trial: TrialRecord) -> ProfileConfig | None:
-    """The workload at the trial's capacity, sized as the search sized a point: the run
-    `export --verify` judges at C (one sample of it). None without one capacity to check (no
-    capacity: section, a suite's several, or none met)."""
+def at_capacity(cfg: StudyConfig, trial: TrialRecord) -> tuple[ProfileConfig, float] | None:
+    """The workload at the trial's capacity, sized as the search sized a point, and that load
+    (whole slots on the concurrency axis): the run `export --verify` judges at C (one sample of
+    it). None without one capacity to check (no capacity: section, a suite's several, or none
+    met)."""
     from autotune.measure.verify import at_load, capacity_target
 
     cap, c = cfg.capacity, trial.value("capacity")
@@ -104,7 +105,7 @@ def at_capacity(cfg: StudyConfig, trial: TrialRecord) -> ProfileConfig | None:
     if target.capacity <= 0:
         return None
     return at_load(cfg.profile.model_copy(update={"warmup": cap.warmup}), target,
-                   target.capacity)
+                   target.capacity), target.capacity
 
 
 def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) -> dict[str, Any]:
@@ -116,7 +117,7 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
     checked = at_capacity(cfg, trial)
     benches = {p.key: shell_join(bench_command(p, cfg.server.model, cfg.server.tokenizer_dir,
                                                cfg.server.executable))
-               for p in ([checked] if checked else cfg.workloads())}
+               for p in ([checked[0]] if checked else cfg.workloads())}
     result = {
         "trial": trial.number,
         "values": dict(trial.values),
@@ -125,8 +126,7 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
         "bench_command": next(iter(benches.values())),
     }
     if checked is not None:  # the line is one sample at C; --verify judges C and above
-        result["bench_load"] = checked.request_rate if cfg.capacity and \
-            cfg.capacity.axis == "rate" else float(checked.max_concurrency or 0)
+        result["bench_load"] = checked[1]
     if trial.speculation:  # vLLM's acceptance counters for a config that speculates
         result["speculation"] = trial.speculation
     if cfg.profiles:  # a suite: one line per profile, and each profile's values
