@@ -147,6 +147,7 @@ def bench(model: str, tokenizer: str | None, url: str | None, server_log: Path |
     """
     from autotune.measure import on_server
     from autotune.measure import runner as lib
+    from autotune.measure.capacity import capacity_sentence, capacity_words
 
     profile = profile_from(kw)
     slos = [parse_slo(s) for s in slo_texts]
@@ -191,6 +192,11 @@ def bench(model: str, tokenizer: str | None, url: str | None, server_log: Path |
 
         ds = load_dataset(profile, load_tokenizer(server.tokenizer_dir), server.tokenizer_dir)
         console.print(ds.note(str(profile.path)), highlight=False)
+    if profile.name == "trace":  # so is a trace
+        from autotune.load.datasets import load_tokenizer, load_trace
+
+        console.print(load_trace(profile, load_tokenizer(server.tokenizer_dir),
+                                 server.tokenizer_dir).note(), highlight=False, soft_wrap=True)
     if url is not None:  # after the checks that need no network
         check_server(url, model)
     run_dir = workdir / time.strftime("%Y%m%d-%H%M%S")
@@ -214,8 +220,9 @@ def bench(model: str, tokenizer: str | None, url: str | None, server_log: Path |
         out.print(points_table(list(result.points), cap.axis, slos))
         for line in miss_lines(list(result.points)):
             out.print(line, highlight=False, soft_wrap=True)
-        unit = "requests in flight" if cap.axis == "concurrency" else "requests/s"
-        line = f"capacity: {result.capacity:g} {unit} within {', '.join(s.text() for s in slos)}"
+        slo_text = ", ".join(s.text() for s in slos)
+        line = capacity_sentence(cap.axis, result.capacity, slo_text) if cap.axis == "speedup" \
+            else f"capacity: {capacity_words(cap.axis, result.capacity)} within {slo_text}"
         if result.at is not None:
             line += (f" ({result.at.metrics['request_throughput']:,.2f} req/s, "
                      f"{result.at.metrics['total_token_throughput']:,.0f} tok/s)")

@@ -122,6 +122,10 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
                       + f": trial {trial.number}", highlight=False, soft_wrap=True)
     elif rec.number is not None:
         console.print(f"recommended: {summary.headline()}", highlight=False, soft_wrap=True)
+    from autotune.outputs.tables import capacity_line
+
+    if said := capacity_line(cfg, trial):
+        out.print(said, highlight=False, soft_wrap=True)
     res = export(cfg, trial, out_dir or cfg.study_dir() / "export")
     boots = summary.boots.get(trial.number if trial.facts.repeat_of is None
                               else trial.facts.repeat_of, {})
@@ -157,12 +161,16 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
         console.print(speculation_text(res["speculation"]), highlight=False, soft_wrap=True)
     console.print(f"vLLM config file: {res['config_path']}", highlight=False)
     if "bench_load" in res and cfg.capacity is not None:
-        unit = "requests/s" if cfg.capacity.axis == "rate" else "requests in flight"
-        console.print(f"check it at its capacity ({res['bench_load']:g} {unit}, one sample; "
+        from autotune.measure.capacity import capacity_words
+
+        at = capacity_words(cfg.capacity.axis, res["bench_load"])
+        console.print(f"check it at its capacity ({at}, one sample; "
                       "`export --verify` runs the whole check: fresh samples at it and, where "
                       "the search missed above it, one step above) with:", highlight=False)
     else:
         console.print("benchmark it with:", highlight=False)
+    if "bench_note" in res:
+        console.print(res["bench_note"], highlight=False, soft_wrap=True)
     for label, line in res.get("bench_commands", {"": res["bench_command"]}).items():
         console.print("  " + (f"{label}: " if label else "") + line, highlight=False,
                       soft_wrap=True, markup=False)

@@ -1,5 +1,5 @@
 """`autotune report`, `autotune ui`, `autotune sync`, `autotune make-tiny-model`,
-`autotune make-real-model`, `autotune replay`."""
+`autotune make-real-model`, `autotune make-trace`, `autotune replay`."""
 
 from __future__ import annotations
 
@@ -87,6 +87,55 @@ def make_tiny_model_cmd(out_dir: Path) -> None:
     check_folder(out_dir, "OUT_DIR")
     make_tiny_model(out_dir)
     out.print(str(out_dir))
+
+
+@click.command("make-trace")
+@click.argument("out_path", type=click.Path(path_type=Path))
+@click.option("--tokenizer", required=True, type=click.Path(path_type=Path),
+              help="The model's directory (its tokenizer.json counts ShareGPT's lengths).")
+@click.option("--requests", type=click.IntRange(min=2), default=1000, show_default=True)
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="Mean arrivals per second.")
+@click.option("--arrivals", type=click.Choice(["gamma", "onoff"]), default="gamma",
+              show_default=True, help="gamma: gaps of shape --burstiness; onoff: bursts of "
+              "--on-s seconds between lulls of --off-s at a tenth of the rate.")
+@click.option("--burstiness", type=click.FloatRange(min=0, min_open=True), default=0.5,
+              show_default=True, help="gamma: the gaps' shape (1 Poisson, below 1 burstier).")
+@click.option("--on-s", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True, help="onoff: mean seconds of a burst.")
+@click.option("--off-s", type=click.FloatRange(min=0, min_open=True), default=20.0,
+              show_default=True, help="onoff: mean seconds of a lull.")
+@click.option("--system-prompts", type=click.IntRange(min=0), default=4, show_default=True,
+              help="Shared system prompts (the first most popular); 0: none.")
+@click.option("--system-len", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Tokens of a system prompt (rounded up to whole blocks).")
+@click.option("--block-size", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Tokens a hash id stands for (the study's profile.block_size).")
+@click.option("--max-input-len", type=click.IntRange(min=1),
+              help="Clip ShareGPT prompts (after the system prompt) to this many tokens.")
+@click.option("--max-output-len", type=click.IntRange(min=1),
+              help="Clip ShareGPT replies to this many tokens (a small machine's decode).")
+@click.option("--seed", type=int, default=0, show_default=True)
+def make_trace_cmd(out_path: Path, tokenizer: Path, **kw: object) -> None:
+    """Write a realistic trace (JSONL, or CSV for a .csv name): bursty arrivals, ShareGPT's
+    lengths, shared system prompts; replay it with profile `trace`."""
+    from autotune.config.paths import check_file
+    from autotune.load import maketrace
+    from autotune.load.datasets import load_tokenizer
+
+    check_file(out_path, "OUT_PATH")
+    spec = maketrace.TraceSpec(**kw)  # type: ignore[arg-type]
+    rows = maketrace.rows(spec, load_tokenizer(str(tokenizer)))
+    maketrace.write(rows, out_path)
+    d = maketrace.describe(rows)
+    console.print(f"{d['requests']:.0f} requests over {d['span_s']:,.1f} s ({d['rate']:.3g} "
+                  f"req/s), gaps' coefficient of variation {d['gap_cv']:.2f} (1: Poisson), "
+                  f"busiest 10 s at {d['peak_10s_over_mean']:.2g}x the mean rate; mean input "
+                  f"{d['mean_input_len']:,.0f} and output {d['mean_output_len']:,.0f} tokens; "
+                  f"{d['repeated_block_share']:.0%} of prompt blocks repeat an earlier one "
+                  f"(profile: {{name: trace, path: {out_path}, block_size: "
+                  f"{spec.block_size}}})", highlight=False, soft_wrap=True)
+    out.print(str(out_path))
 
 
 @click.command("make-real-model")
@@ -238,4 +287,5 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
         console.print(f"written to {out_dir}", highlight=False)
 
 
-COMMANDS = [report, sync, ui, make_tiny_model_cmd, make_real_model_cmd, replay_cmd]
+COMMANDS = [report, sync, ui, make_tiny_model_cmd, make_real_model_cmd, make_trace_cmd,
+            replay_cmd]

@@ -13,7 +13,7 @@ from autotune.config.base import StrictModel
 from autotune.config.metric_names import known_metric, min_requests
 
 ProfileName = Literal["sharegpt", "random", "throughput", "long-context", "generation-heavy",
-                      "dataset"]
+                      "dataset", "trace"]
 Endpoint = Literal["completions", "chat"]
 
 # The presets users know from the field: (input tokens, output tokens) of random prompts.
@@ -24,6 +24,8 @@ PRESETS: dict[str, tuple[int, int]] = {
 }
 # profiles whose prompts are token ids, which only the completions endpoint takes
 TOKEN_ID_PROFILES = ("random", *PRESETS)
+# profiles that read a file of the user's (profile.path)
+FILE_PROFILES = ("dataset", "trace")
 
 
 class ProfileConfig(StrictModel):
@@ -59,7 +61,17 @@ class ProfileConfig(StrictModel):
     weight: float = Field(1.0, gt=0, description="Its weight in a suite's weighted score.")
     path: str | None = Field(
         None, description="dataset: a JSONL file, one request a line: {\"prompt\": \"...\"} or "
-        "{\"messages\": [...]} (chat), optional \"output_tokens\" (else output_len, else 128).")
+        "{\"messages\": [...]} (chat), optional \"output_tokens\" (else output_len, else 128). "
+        "trace: a JSONL or CSV file of timestamped requests (docs/workloads.md, \"Your traffic "
+        "as recorded\").")
+    time_unit: Literal["s", "ms"] = Field(
+        "s", description="trace: the unit of numeric timestamps (Mooncake's traces are in ms).")
+    block_size: int = Field(
+        512, ge=1, description="trace: tokens a hash id stands for (Mooncake's traces: 512); "
+        "a request's hash_ids cover ceil(input_length / block_size) blocks.")
+    speedup: float = Field(
+        1.0, gt=0, description="trace: replay its timeline this many times faster (2: twice "
+        "the recorded rate); a capacity search on axis speedup sets it per point.")
     sample: Literal["order", "random"] = Field(
         "order", description="dataset: take the first num_prompts lines in order, or sample "
         "them with the seed.")
@@ -103,11 +115,20 @@ class ProfileConfig(StrictModel):
 
     @model_validator(mode="after")
     def _endpoint_takes_prompts(self) -> ProfileConfig:
-        if self.name == "dataset" and not self.path:
-            raise ValueError("path: the dataset profile needs a JSONL file (path: requests.jsonl)")
-        if self.path and self.name != "dataset":
-            raise ValueError(f"path: only the dataset profile reads a file (name: dataset), not "
-                             f"{self.name!r}")
+        need = {"dataset": "a JSONL file (path: requests.jsonl)", "trace": "a JSONL or CSV file "
+                "of timestamped requests (path: trace.jsonl; `autotune make-trace`)"}
+        if self.name in need and not self.path:
+            raise ValueError(f"path: the {self.name} profile needs {need[self.name]}")
+        if self.path and self.name not in FILE_PROFILES:
+            raise ValueError(f"path: only the dataset and trace profiles read a file (name: "
+                             f"dataset or trace), not {self.name!r}")
+        for key in ("block_size", "speedup", "time_unit") if self.name != "trace" else ():
+            if getattr(self, key) != ProfileConfig.model_fields[key].default:
+                raise ValueError(f"{key}: shapes the replay of a trace (name: trace), not the "
+                                 f"{self.name!r} profile")
+        if self.name == "trace" and not math.isinf(self.request_rate):
+            raise ValueError("request_rate: a trace's requests arrive on its own timeline "
+                             "(speedup replays it faster); remove request_rate")
         shaped = {"prefix_len": self.prefix_len > 0, "num_prefixes": self.num_prefixes > 1,
                   "range_ratio": self.range_ratio > 0}
         for key, used in shaped.items():
@@ -117,7 +138,7 @@ class ProfileConfig(StrictModel):
                                  "profile")
         if self.num_prefixes > 1 and not self.prefix_len:
             raise ValueError("num_prefixes: set prefix_len too (the tokens each prefix has)")
-        if self.endpoint == "chat" and self.name in TOKEN_ID_PROFILES:
+        if self.endpoint == "chat" and self.name in (*TOKEN_ID_PROFILES, "trace"):
             raise ValueError(f"endpoint: chat needs text prompts, and the {self.name!r} profile "
                              "sends token ids; use endpoint: completions, or a text profile "
                              "(sharegpt)")
@@ -139,7 +160,7 @@ class ProfileConfig(StrictModel):
     def required_model_len(self) -> int:
         """Tokens one request can need, which max_model_len must allow (a dataset's requests
         that do not fit are dropped, counted, when it is read)."""
-        if self.name == "dataset":
+        if self.name in FILE_PROFILES:
             return 0
         i, o = self.lengths()
         if i is None or o is None:
@@ -188,7 +209,7 @@ class SLOConfig(StrictModel):
                f"{self.max if self.max is not None else self.min:g}"
 
 
-Axis = Literal["concurrency", "rate"]
+Axis = Literal["concurrency", "rate", "speedup"]
 # how the capacity search steps while it brackets (autotune.measure.search.bracket_steps)
 Bracket = Literal["near", "double"]
 
@@ -198,7 +219,8 @@ class CapacityConfig(StrictModel):
     (autotune.measure.capacity)."""
 
     axis: Axis = Field("concurrency", description="What the load is: requests in flight "
-                       "(concurrency) or Poisson arrivals per second (rate).")
+                       "(concurrency), Poisson arrivals per second (rate), or how many times "
+                       "faster than recorded a trace profile's timeline is replayed (speedup).")
     low: float = Field(1.0, gt=0, description="The lowest load tried (the first, unless a "
                        "trial starts at the incumbent's capacity or at `start`).")
     high: float = Field(1024.0, gt=0, description="Never beyond this load.")
@@ -218,7 +240,8 @@ class CapacityConfig(StrictModel):
     min_duration_s: float = Field(
         20.0, ge=0, description="On the rate axis, at least load x this many requests, so "
         "arrivals last this long (a slowly growing queue shows in TTFT only over tens of "
-        "seconds); a point whose arrivals span under 10 s is a burst and ends the search.")
+        "seconds; on the speedup axis, a window of the trace that lasts this long once "
+        "compressed); a point whose arrivals span under 10 s is a burst and ends the search.")
     warmup: int = Field(8, ge=0, description="Warm-up requests before each point (distinct "
                         "prompts, not measured).")
     warm_windows: int | Literal["auto"] = Field(
@@ -285,6 +308,14 @@ class CapacityConfig(StrictModel):
         if self.axis == "rate" and not math.isinf(profile.request_rate):
             raise ValueError(f"{where}.axis: rate sets the arrival rate; remove "
                              "profile.request_rate (or use axis: concurrency)")
+        if self.axis == "speedup" and profile.name != "trace":
+            raise ValueError(f"{where}.axis: speedup compresses a trace's timeline; it needs "
+                             f"the trace profile (name: trace, path: ...), not {profile.name!r}")
+        if profile.name == "trace" and self.axis != "speedup":
+            raise ValueError(f"{where}.axis: a trace's load is its own timeline; use axis: "
+                             f"speedup (how many times its recorded rate), not {self.axis}")
+        if self.axis == "speedup" and profile.speedup != 1.0:
+            raise ValueError(f"{where}.axis: speedup sets it per point; remove profile.speedup")
         need = max(min_requests(s.metric) for s in slos)
         if self.requests_per_point < need:
             raise ValueError(f"{where}.requests_per_point: {self.requests_per_point} is fewer "

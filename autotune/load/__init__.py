@@ -18,6 +18,7 @@ from autotune.load._run import (
     resolve_processes,
     run_load,
     run_load_async,
+    schedule,
 )
 from autotune.load._slots import SETTLED_REASON, Abort
 
@@ -35,4 +36,5 @@ __all__ = [
     "resolve_processes",
     "run_load",
     "run_load_async",
+    "schedule",
 ]

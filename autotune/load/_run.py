@@ -71,6 +71,22 @@ def arrival_offsets(n: int, rate: float, seed: int, burstiness: float = 1.0) -> 
     return [float(x) for x in cum * ((n / rate) / cum[-1])]
 
 
+def schedule(requests: Sequence[Request], settings: LoadSettings) -> list[float] | None:
+    """Each request's send time in seconds from the clock's zero for an open loop, or None for
+    a closed one (no rate: every slot sends its next request when its last ends): the requests'
+    own arrivals where they carry them (a replayed trace, whatever the settings' rate), else
+    the rate's `arrival_offsets`."""
+    own = [r.arrival_s for r in requests]
+    if own and own[0] is not None:
+        if any(a is None for a in own):
+            raise ValueError("either every request carries its arrival or none does")
+        return [float(a) for a in own if a is not None]
+    if math.isinf(settings.request_rate):
+        return None
+    return arrival_offsets(len(requests), settings.request_rate, settings.seed,
+                           settings.burstiness)
+
+
 def auto_processes(concurrency: int, cpus: int | None = None) -> int:
     """Client processes for a concurrency: one per 128 slots, at most a quarter of the CPUs
     (the server needs the rest), at least one."""
@@ -139,15 +155,15 @@ async def run_load_async(
     With `settings.processes` > 1 the concurrency slots are spread over that many processes
     (not with a `transport`, which cannot leave this process).
     """
-    open_loop = not math.isinf(settings.request_rate)
+    offsets = schedule(requests, settings)
+    open_loop = offsets is not None
     cap = min(settings.max_concurrency or 0, len(requests))
     conc = min(settings.max_concurrency or len(requests), len(requests)) or 1
     warm: list[Request] = []
     if settings.warmup and requests:
         pool = warmup_requests or requests
         warm = [pool[i % len(pool)] for i in range(settings.warmup)]
-    offsets = arrival_offsets(len(requests), settings.request_rate, settings.seed,
-                              settings.burstiness)
+    offsets = offsets or [0.0] * len(requests)
     if on_schedule is not None and open_loop and not cap:
         on_schedule(list(offsets))
     began = time.perf_counter()

@@ -27,7 +27,10 @@ from autotune.config.cache import cache_dir
 from autotune.config.study import StudyConfig, model_max_len
 from autotune.config.workload import ProfileConfig
 from autotune.errors import ConfigError
+from autotune.load import replay
 from autotune.load.record import Request
+from autotune.load.tokens import allowed_ids
+from autotune.load.trace import Trace, read_trace
 from autotune.load.user_dataset import Dataset, read_dataset, sample_dataset
 
 SHAREGPT_CONVERSATIONS = 17_671  # what a streaming parse of the truncated file recovers
@@ -124,11 +127,6 @@ def sample_sharegpt(
     return out
 
 
-def special_ids(tokenizer: Any) -> set[int]:
-    added = tokenizer.get_added_tokens_decoder()
-    return {i for i, t in added.items() if getattr(t, "special", True)}
-
-
 def _spread(rng: np.random.Generator, n: int, length: int, ratio: float) -> list[int]:
     """`n` lengths uniform in [length x (1 - ratio), length x (1 + ratio)] (at least 1)."""
     if ratio <= 0:
@@ -143,8 +141,7 @@ def sample_random(
 ) -> list[Request]:
     """Prompts of random non-special token ids: `input_len` of them (spread by `range_ratio`),
     after shared prefix `i mod num_prefixes` of `prefix_len` ids."""
-    vocab = tokenizer.get_vocab_size(with_added_tokens=True)
-    allowed = np.setdiff1d(np.arange(vocab), np.fromiter(special_ids(tokenizer), dtype=np.int64))
+    allowed = allowed_ids(tokenizer)
     rng = np.random.default_rng(seed)
     prefixes = [rng.choice(allowed, size=prefix_len).tolist() for _ in range(num_prefixes)] \
         if prefix_len else [[]]
@@ -189,11 +186,28 @@ def load_dataset(profile: ProfileConfig, tokenizer: Any, tokenizer_dir: str,
                         source or ("the model's limit" if max_len is None else "max_model_len"))
 
 
+def load_trace(profile: ProfileConfig, tokenizer: Any, tokenizer_dir: str,
+               max_len: int | None = None, source: str | None = None) -> Trace:
+    """A trace profile's file, read and checked (max_len and `source` as `load_dataset`)."""
+    assert profile.path is not None
+    limit = max_len if max_len is not None else model_max_len(tokenizer_dir)
+    return read_trace(profile.path, profile.time_unit, profile.block_size, tokenizer, limit,
+                      source or ("the model's limit" if max_len is None else "max_model_len"))
+
+
 def sample_requests(profile: ProfileConfig, tokenizer: Any, n: int, seed: int,
                     tokenizer_dir: str | None = None, max_len: int | None = None
                     ) -> list[Request]:
-    """`n` requests of the profile's kind, drawn with `seed`."""
+    """`n` requests of the profile's kind, drawn with `seed`. A trace's are `n` in a row from
+    its start (sample: order) or from a start drawn with the seed (random), replayed on their
+    recorded timeline at the profile's speedup (each carries its arrival)."""
     i, o = profile.lengths()
+    if profile.name == "trace":
+        assert tokenizer_dir is not None, "a trace profile needs its tokenizer directory"
+        trace = load_trace(profile, tokenizer, tokenizer_dir, max_len)
+        start = 0 if profile.sample == "order" else replay.window_start(trace, seed)
+        win = replay.window(trace, start, n, 0.0, profile.speedup)
+        return replay.requests(trace, win, replay.Blocks(tokenizer, profile.block_size, seed))
     if profile.name == "dataset":
         assert tokenizer_dir is not None, "a dataset profile needs its tokenizer directory"
         return sample_dataset(load_dataset(profile, tokenizer, tokenizer_dir, max_len), n,

@@ -18,6 +18,9 @@ class Request:
     prompt: str | list[int] | list[dict[str, Any]]
     prompt_len: int
     output_len: int
+    # seconds from the clock's zero at which to send it: a replayed trace's requests carry their
+    # own schedule (autotune.load.trace); None: the run's rate (or concurrency) schedules it
+    arrival_s: float | None = None
 
 
 @dataclass(frozen=True)

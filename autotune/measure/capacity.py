@@ -178,23 +178,25 @@ def late_fix(run_delay_share: float) -> str:
             "spread it over more processes (profile.client_processes)")
 
 
-def client_limit(metrics: dict[str, float], requests: int, load: float, axis: str
-                 ) -> str | None:
+def client_limit(metrics: dict[str, float], requests: int, load: float, axis: str,
+                 span_s: float | None = None) -> str | None:
     """Why a point measured the load generator rather than the server, or None: more than
-    MAX_LATE_READS of its token gaps read late; on the rate axis, a p99 send lag above
-    MAX_SEND_LAG_MS or arrivals spanning under MIN_ARRIVALS_S."""
+    MAX_LATE_READS of its token gaps read late; on the rate and speedup axes (arrivals on a
+    schedule), a p99 send lag above MAX_SEND_LAG_MS or arrivals spanning under MIN_ARRIVALS_S
+    (`span_s`, a trace window's; else requests / load)."""
     late = metrics.get("late_read_share", 0.0)
     if late > MAX_LATE_READS:
         return (f"{LATE_READS}: {late:.0%} of the token gaps reached the client in one read "
                 f"with the token before (> {MAX_LATE_READS:.0%}), so its TPOT and TTFT are "
                 "the client's: give it more processes (profile.client_processes) or a CPU "
                 "of its own (profile.client_cpus)")
-    if axis != "rate":
+    if axis == "concurrency":
         return None
-    span = requests / load
+    span = span_s if span_s is not None else requests / load
     if span < MIN_ARRIVALS_S:
-        return (f"burst: {requests} requests in {span:.1f} s (< {MIN_ARRIVALS_S:g} s of "
-                "arrivals); raise capacity.min_duration_s or requests_per_point")
+        return (f"burst: {'a window of ' if span_s is not None else ''}{requests} requests in "
+                f"{span:.1f} s (< {MIN_ARRIVALS_S:g} s of arrivals); raise "
+                "capacity.min_duration_s or requests_per_point")
     lag = metrics.get("p99_send_lag_ms", 0.0)
     if lag > MAX_SEND_LAG_MS:
         return (f"client limit: p99 send lag {lag:,.0f} ms (> {MAX_SEND_LAG_MS:g} ms): the "
@@ -275,6 +277,25 @@ class CapacityResult:
         at = next((p for p in points if p.passed and p.load == cap), None)
         return cls(str(d.get("axis", "concurrency")), cap, at, points, d.get("fail"),
                    d.get("stopped"))
+
+
+def capacity_words(axis: str, load: float) -> str:
+    """A load as the user reads it: 12 requests in flight, 3.5 requests/s, or 2.3x a trace's
+    recorded rate."""
+    if axis == "speedup":
+        return f"{load:.3g}x its recorded rate"
+    return f"{load:g} requests/s" if axis == "rate" else f"{load:g} requests in flight"
+
+
+def capacity_sentence(axis: str, capacity: float, slos: str) -> str:
+    """What a capacity means, in one sentence (every surface that shows one says it so): on
+    the speedup axis, "serves your traffic at up to 2.3x its recorded rate within the SLOs"."""
+    if capacity <= 0:
+        return f"meets the SLOs ({slos}) at no load the search tried"
+    if axis == "speedup":
+        return (f"serves your traffic at up to {capacity:.3g}x its recorded rate within the "
+                f"SLOs ({slos})")
+    return f"sustains up to {capacity_words(axis, capacity)} within the SLOs ({slos})"
 
 
 def point_seed(seed: int, load: float) -> int:

@@ -23,8 +23,9 @@ from autotune.load import (
     more_processes,
     resolve_processes,
     run_load,
+    schedule,
 )
-from autotune.load.datasets import load_tokenizer, sample_requests
+from autotune.load.datasets import load_tokenizer, load_trace
 from autotune.load.placement import client_cpus
 from autotune.load.record import Request, RequestRecord
 from autotune.measure import sampled
@@ -43,6 +44,7 @@ from autotune.measure.capacity import (
     point_seed,
     points_file,
 )
+from autotune.measure.draw import draw
 from autotune.measure.metrics import BenchMetrics, compute_metrics, per_request, too_short
 from autotune.measure.search import search
 from autotune.measure.settle import Settle
@@ -66,7 +68,6 @@ GPU_SAMPLES = 3  # capacity.samples auto: fresh samples a point is judged on wit
 def samples_of(cap: CapacityConfig) -> int:  # capacity.samples, auto resolved on this machine
     return cap.samples if cap.samples != "auto" else (GPU_SAMPLES if has_gpu() else 1)
 CLOSE_SEED_STEP = 104_729  # a close point's later runs: seeds this far apart (fresh prompts)
-WARMUP_TOKENS = 16  # the output of a capacity point's warm-up requests, at most
 def samples(records: list[RequestRecord]) -> Samples:
     """Per-request values in ms by metric stem, for the intervals of percentile SLOs."""
     return {k: [v * 1000 for v in vals] for k, vals in per_request(records).items()}
@@ -123,17 +124,11 @@ def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Re
     those of the requests that ended before."""
     conc = profile.max_concurrency if max_concurrency is None else max_concurrency
     settings = LoadSettings(
-        max_concurrency=conc,
+        max_concurrency=conc, seed=profile.seed, warmup=profile.warmup,
         request_rate=profile.request_rate if request_rate is None else request_rate,
-        seed=profile.seed,
-        warmup=profile.warmup,
-        endpoint=profile.endpoint,
-        ignore_eos=True,
-        request_timeout_s=profile.request_timeout_s,
+        endpoint=profile.endpoint, ignore_eos=True, request_timeout_s=profile.request_timeout_s,
         processes=resolve_processes(profile.client_processes, conc or len(requests)),
-        cpus=client_cpus(profile.client_cpus),
-        realtime=profile.client_realtime,
-    )
+        cpus=client_cpus(profile.client_cpus), realtime=profile.client_realtime)
     def done(rec: RequestRecord) -> None:
         if settle is not None:
             settle.record(rec)
@@ -161,8 +156,10 @@ def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Re
                       f"with the token before ({metrics.burst_requests} requests mostly so; it "
                       f"waited for a CPU {delay:.0%} of the run): TPOT and ITL read low and TTFT "
                       f"high; {late_fix(delay)}", MeasurementWarning, stacklevel=2)
-    short = too_short(result.records, None if settings.request_rate not in (None, float("inf"))
-                      else conc, result.duration_s) if check_length else None
+    # an open loop (a rate, or a trace's own arrivals) is not judged by the closed loop's rule
+    closed = schedule(requests, settings) is None
+    short = too_short(result.records, conc if closed else None, result.duration_s) \
+        if check_length else None
     if short:
         warnings.warn(short, MeasurementWarning, stacklevel=2)
     return Point(metrics, records, result.server_stats, settings)
@@ -208,6 +205,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
     the run kept) and whether it was measured again (`jit_remeasured`); no log, no field."""
     phase = on_phase or (lambda _p: None)
     tok = load_tokenizer(tokenizer_dir)
+    trace = load_trace(profile, tok, tokenizer_dir) if cap.axis == "speedup" else None
     at_point = profile.model_copy(update={"warmup": cap.warmup})
     (workdir / "points").mkdir(parents=True, exist_ok=True)
     told: list[str] = []
@@ -218,30 +216,29 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                settling: bool = True) -> tuple[Point, Settle | None]:
         t0 = time.monotonic()
         span.mark()
-        n = n or cap.requests_at(load)
-        # a dataset is drawn at random with the point's seed, so points do not share prompts
-        drawn = profile.model_copy(update={"sample": "random"}) if profile.path else profile
-        reqs = sample_requests(drawn, tok, n + cap.warmup, seed, tokenizer_dir)
-        # a warm-up opens connections and wakes the server's paths: a few tokens do that, and
-        # a long ShareGPT reply would only make every point wait for it
-        warm = [Request(r.prompt, r.prompt_len, min(r.output_len, WARMUP_TOKENS))
-                for r in reqs[n:]]
-        sampled_s = time.monotonic() - t0
+        got = draw(profile, cap, tok, tokenizer_dir, trace, load, seed, n)
+        reqs, sampled_s = got.requests, time.monotonic() - t0
         conc = int(load) if cap.axis == "concurrency" else profile.max_concurrency
         rate = load if cap.axis == "rate" else profile.request_rate
         # the load generator hands settle its arrival schedule when it sends on it
-        settle = Settle(slos, reqs[:n]) if cap.settle and settling else None
+        settle = Settle(slos, reqs) if cap.settle and settling else None
         update: dict[str, Any] = {"seed": seed}
         if raised:  # once a point was read late, later points start raised (or above)
             update["client_processes"] = max(raised[-1], resolve_processes(
-                profile.client_processes, conc or n))
-        pt = measure(base_url, model, at_point.model_copy(update=update), reqs[:n],
-                     max_concurrency=conc, request_rate=rate, alive=alive, warm=warm,
+                profile.client_processes, conc or len(reqs)))
+        pt = measure(base_url, model, at_point.model_copy(update=update), reqs,
+                     max_concurrency=conc, request_rate=rate, alive=alive, warm=got.warm,
                      check_length=False, settle=settle)
         pt.server_stats["point_sample_s"] = sampled_s
+        pt.server_stats.update(got.stats())
         pt.server_stats.update(span.counted())  # none without a log: unwatched is not 0
         check()  # the server died: its cause, not a failing verdict
         return pt, settle if settle is not None and settle.reason is not None else None
+
+    def limit(pt: Point, load: float) -> str | None:  # a trace window's: its own span
+        return client_limit(pt.metrics.flat(), int(pt.server_stats.get(
+            "window_requests", cap.requests_at(load))), load, cap.axis,
+            pt.server_stats.get("arrivals_s"))
 
     windows = cap.warm_windows if cap.warm_windows != "auto" else \
         (GPU_WARM_WINDOWS if has_gpu() else 0)
@@ -275,7 +272,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
             first, settled = run_at(load, point_seed(seed + 1, load))
             first.server_stats["jit_remeasured"] = 1.0
             first.server_stats["jit_events_discarded"] = seen
-        flag = client_limit(first.metrics.flat(), cap.requests_at(load), load, cap.axis)
+        flag = limit(first, load)
         if flag is not None and flag.startswith(LATE_READS):  # the client's, not the server's
             raised.append(more_processes(first.settings.processes))
             phase(f"load {load:g} (read late: again" + (
@@ -283,7 +280,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                 else ")"))
             first, settled = run_at(load, point_seed(point_seed(seed, load), load))
             first.server_stats["late_reads_remeasured"] = 1.0
-            flag = client_limit(first.metrics.flat(), cap.requests_at(load), load, cap.axis)
+            flag = limit(first, load)
         runs = [first]
         flat = first.metrics.flat()
         bounds = intervals(slos, samples(first.records)) if pool else {}
@@ -302,7 +299,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
             flat = compute_metrics(records, sum(pt.metrics.duration_s for pt in runs)).flat()
             bounds = intervals(slos, samples(records))
             state, misses, _close, missed = judge(flat, slos, bounds)
-            flag = client_limit(runs[-1].metrics.flat(), cap.requests_at(load), load, cap.axis)
+            flag = limit(runs[-1], load)
         if state == "close":  # still close after close_runs: the pooled value decides
             _state, misses, _close, missed = judge(flat, slos, {})
         return Sampled(runs, flat, bounds, misses, missed, flag, settled)

@@ -56,14 +56,25 @@ def reference_argv(vllm: Sequence[str], url: str, model: str, tokenizer: str,
                  "--random-range-ratio", f"{profile.range_ratio:g}"]
         if profile.prefix_len:
             argv += ["--random-prefix-len", str(profile.prefix_len)]
+    elif profile.name == "trace":
+        argv += trace_args(profile)
     elif profile.name == "sharegpt":
         argv += ["--dataset-name", "sharegpt", "--dataset-path", str(sharegpt_json_for_vllm())]
         if profile.output_len:
             argv += ["--sharegpt-output-len", str(profile.output_len)]
     else:
-        raise LoadError(f"the reference client runs the random, preset and sharegpt "
+        raise LoadError(f"the reference client runs the random, preset, sharegpt and trace "
                         f"profiles, not {profile.name!r}")
     return argv
+
+
+def trace_args(profile: ProfileConfig) -> list[str]:
+    """`vllm bench serve`'s options that replay a trace profile whose path is a window written
+    as vLLM's timed_trace dataset reads it (autotune.load.replay.write_vllm_trace: arrivals in
+    seconds, hash ids covering every prompt), its timeline divided by the profile's speedup."""
+    return ["--dataset-name", "timed_trace", "--dataset-path", str(profile.path),
+            "--timed-trace-chunk-hash-size", str(profile.block_size),
+            "--timed-trace-sec-multiplier", f"{1 / profile.speedup:.6g}"]
 
 
 def same_read(itls: list[list[float]]) -> tuple[float, int]:

@@ -27,6 +27,8 @@ from typing import Any
 
 from autotune.config.workload import PRESETS, CapacityConfig, ProfileConfig, SLOConfig
 from autotune.errors import ConfigError
+from autotune.load import replay
+from autotune.load.trace import Trace
 from autotune.measure.reference import run_reference
 from autotune.server.jit import LogSpan
 from autotune.server.scrape import ServerStats, scrape_url
@@ -58,8 +60,8 @@ class Target:
         """C x (1 + tolerance); on the concurrency axis the whole slots under it (the search's
         failing load was at most that), one slot above C at least."""
         up = self.capacity * (1 + self.tolerance)
-        return up if self.axis == "rate" else float(max(math.floor(up + 1e-9),
-                                                        int(self.capacity) + 1))
+        return up if self.axis != "concurrency" else float(max(math.floor(up + 1e-9),
+                                                               int(self.capacity) + 1))
 
     def requests_at(self, load: float) -> int:
         return max(self.requests, math.ceil(self.per_unit * load))
@@ -69,15 +71,30 @@ def capacity_target(cap: CapacityConfig, capacity: float) -> Target:
     """A found capacity as the reference checks it, each run sized as the search sized a point;
     on the concurrency axis the whole slots (a pooled median may fall between two)."""
     c = float(math.floor(capacity)) if cap.axis == "concurrency" else capacity
-    per = cap.min_duration_s if cap.axis == "rate" else cap.requests_per_slot
+    per = cap.requests_per_slot if cap.axis == "concurrency" else cap.min_duration_s
     return Target(c, cap.axis, cap.tolerance, cap.requests_per_point, per)
 
 
 def at_load(profile: ProfileConfig, target: Target, load: float, n: int | None = None
             ) -> ProfileConfig:
-    """The workload one reference run sends at `load` (requests/s, or requests in flight)."""
-    at = {"request_rate": load} if target.axis == "rate" else {"max_concurrency": int(load)}
+    """The workload one reference run sends at `load` (requests/s, requests in flight, or a
+    trace's speed-up; a trace's window is written per run, `trace_window`)."""
+    key = {"concurrency": "max_concurrency", "speedup": "speedup"}.get(target.axis,
+                                                                      "request_rate")
+    at: dict[str, Any] = {key: int(load) if key == "max_concurrency" else load}
     return profile.model_copy(update={"num_prompts": n or target.requests_at(load), **at})
+
+
+def trace_window(trace: Trace, profile: ProfileConfig, target: Target, load: float, seed: int,
+                 out_dir: Path, n: int | None = None) -> ProfileConfig:
+    """A trace's reference run at speed-up `load`: a window drawn with `seed` and sized as a
+    capacity point's (or `n` requests: the warm-up), written as vLLM's timed_trace reads it;
+    the profile points at that file and sends its requests."""
+    win = replay.window(trace, replay.window_start(trace, seed), n or target.requests,
+                        0.0 if n else target.per_unit, load)
+    path = replay.write_vllm_trace(trace, win, out_dir / f"window-x{load:g}-s{seed}.jsonl")
+    return profile.model_copy(update={"path": str(path), "num_prompts": len(win.picks),
+                                      "speedup": load})
 
 
 @dataclass(frozen=True)
@@ -100,10 +117,10 @@ class RateCheck:
 def can_judge(profile: ProfileConfig, slos: Sequence[SLOConfig]) -> None:
     """Whether the reference can run this workload and judge these SLOs (ConfigError naming the
     field if not): checked before a server boots."""
-    if profile.name not in ("random", "sharegpt", *PRESETS):
+    if profile.name not in ("random", "sharegpt", "trace", *PRESETS):
         raise ConfigError(f"profile.name: {profile.name}: the reference check runs `vllm bench "
-                          "serve` on the random, preset and sharegpt profiles only; check this "
-                          "config with `export --validate`")
+                          "serve` on the random, preset, sharegpt and trace profiles only; "
+                          "check this config with `export --validate`")
     for i, s in enumerate(slos):
         if not JUDGED.fullmatch(s.metric):
             raise ConfigError(f"slos[{i}].metric: {s.metric} is not a figure `vllm bench serve` "
@@ -137,11 +154,14 @@ class Reference:
     tokenizer: str
     profile: ProfileConfig  # the workload; its load and size are set per run
     log: Path | None = None  # the server's log, to find kernels compiling during a run
+    trace: Trace | None = None  # a trace profile's requests, read (a window is sent per run)
 
 
 def check_rate(ref: Reference, target: Target, slos: Sequence[SLOConfig], label: str,
                load: float, seed: int, out_dir: Path, n: int | None = None) -> RateCheck:
     profile = at_load(ref.profile, target, load, n).model_copy(update={"seed": seed})
+    if ref.trace is not None:
+        profile = trace_window(ref.trace, profile, target, load, seed, out_dir, n)
     n = profile.num_prompts
     span = LogSpan(ref.log)
     keep = (*REPORTED, *(s.metric for s in slos))  # the SLOs' own figures too
@@ -244,7 +264,7 @@ def verify(ref: Reference, target: Target, slos: Sequence[SLOConfig], samples: i
 
 def lines(doc: dict[str, Any]) -> list[str]:
     """The check in a few lines: each rate's verdict and figures, then whether it agrees."""
-    unit = "req/s" if doc["axis"] == "rate" else "in flight"
+    unit = {"rate": "req/s", "speedup": "x rate"}.get(doc["axis"], "in flight")
     out = []
     for c in doc["rates"]:
         m = c["metrics"]

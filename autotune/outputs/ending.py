@@ -8,7 +8,7 @@ from pathlib import Path
 
 from autotune.config.study import StudyConfig
 from autotune.outputs.console import command_hint, console, out
-from autotune.outputs.tables import confirm_lines, confirm_table, trials_table
+from autotune.outputs.tables import capacity_line, confirm_lines, confirm_table, trials_table
 from autotune.tuning.confirm import ConfirmResult
 from autotune.tuning.summary import StudySummary
 
@@ -40,7 +40,9 @@ def deploy_lines(summary: StudySummary, cfg: StudyConfig, config_path: Path) -> 
     pick = summary.picked
     if pick is None:
         return []
-    return [f"deploy: {summary.headline()}", "  " + serve_line(cfg, pick),
+    said = capacity_line(cfg, pick)
+    return [f"deploy: {summary.headline()}", *([f"  {said}"] if said else []),
+            "  " + serve_line(cfg, pick),
             "full export (YAML, bench line, sizing): "
             + command_hint(f"export --config {config_path}")]
 

@@ -70,6 +70,10 @@ def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
         argv += ["--dataset-name", "sharegpt", "--dataset-path", str(sharegpt_json_for_vllm())]
         if o is not None:
             argv += ["--sharegpt-output-len", str(o)]
+    elif profile.name == "trace":  # a window of it, as vLLM's timed_trace reads it
+        from autotune.measure.reference import trace_args
+
+        argv += trace_args(profile)
     elif profile.name == "dataset":  # vLLM's custom dataset reads the prompt lines
         argv += ["--dataset-name", "custom", "--dataset-path", str(profile.path),
                  "--custom-output-len", str(o or 128)]
@@ -108,6 +112,29 @@ def at_capacity(cfg: StudyConfig, trial: TrialRecord) -> tuple[ProfileConfig, fl
                    target.capacity), target.capacity
 
 
+def trace_window(cfg: StudyConfig, profile: ProfileConfig, sized: bool, where: Path
+                 ) -> tuple[ProfileConfig, str | None]:
+    """A trace profile's line replays a window of it from its start, written where `vllm bench
+    serve --dataset-name timed_trace` reads it: a capacity point's (`sized`: at least
+    requests_per_point, min_duration_s of arrivals at the profile's speedup) or num_prompts
+    requests. With the note to print when the trace has text, which vLLM cannot send."""
+    from autotune.load import replay
+    from autotune.load.datasets import load_tokenizer, load_trace
+
+    tok_dir = cfg.server.tokenizer_dir
+    trace = load_trace(profile, load_tokenizer(tok_dir), tok_dir,
+                       cfg.server.args.get("max_model_len"))
+    cap = cfg.capacity
+    win = replay.window(trace, 0, cap.requests_per_point, cap.min_duration_s, profile.speedup) \
+        if sized and cap is not None else replay.window(trace, 0, profile.num_prompts, 0.0,
+                                                        profile.speedup)
+    path = replay.write_vllm_trace(trace, win, where / "trace-window.jsonl")
+    note = ("vLLM's timed_trace sends no text: its line replays the window's arrivals and "
+            "lengths, the prompts written as text sent as random tokens of their length"
+            if trace.has_text else None)
+    return profile.model_copy(update={"path": str(path), "num_prompts": len(win.picks)}), note
+
+
 def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) -> dict[str, Any]:
     """Everything export prints, and the files it writes (config YAML, JSON summary). In a
     capacity study the `vllm bench serve` line runs at the capacity found: the profile alone
@@ -115,9 +142,16 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
     once."""
     serve = serve_line(cfg, trial)
     checked = at_capacity(cfg, trial)
+    notes = []
+    profiles = [checked[0]] if checked else cfg.workloads()
+    for i, p in enumerate(profiles):
+        if p.name == "trace":
+            profiles[i], note = trace_window(cfg, p, checked is not None,
+                                             out_dir or cfg.study_dir() / "export")
+            notes += [note] if note else []
     benches = {p.key: shell_join(bench_command(p, cfg.server.model, cfg.server.tokenizer_dir,
                                                cfg.server.executable))
-               for p in ([checked[0]] if checked else cfg.workloads())}
+               for p in profiles}
     result = {
         "trial": trial.number,
         "values": dict(trial.values),
@@ -127,6 +161,8 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
     }
     if checked is not None:  # the line is one sample at C; --verify judges C and above
         result["bench_load"] = checked[1]
+    if notes:
+        result["bench_note"] = "; ".join(notes)
     if trial.speculation:  # vLLM's acceptance counters for a config that speculates
         result["speculation"] = trial.speculation
     if cfg.profiles:  # a suite: one line per profile, and each profile's values

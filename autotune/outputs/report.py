@@ -13,7 +13,7 @@ import optuna
 from autotune.config.study import StudyConfig
 from autotune.measure.stats import interval_name
 from autotune.outputs.console import params_text, short_cause, short_metric, speculation_text
-from autotune.outputs.tables import confirm_lines, gain_text, is_base
+from autotune.outputs.tables import capacity_line, confirm_lines, gain_text, is_base
 from autotune.tuning.machines import machines_line
 from autotune.tuning.quality import QUALITY_OK, drop_text
 from autotune.tuning.record import TrialRecord, curve_profiles, study_facts
@@ -206,6 +206,8 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
     rec = summary.picked
     spec = [f"- the recommended config's {speculation_text(rec.speculation)}"] \
         if rec is not None and rec.speculation else []
+    said = capacity_line(cfg, rec)
+    spec = ([f"- {said}"] if said else []) + spec
     lines = [f"# Study `{cfg.name}`", "", f"**Recommended: {summary.headline()}**", "", *spec,
              f"- vLLM {study_facts(study).vllm_version or '?'}; model `{cfg.server.model}`; "
              f"fixed args `{params_text(cfg.server.args)}`",

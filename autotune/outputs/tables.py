@@ -35,6 +35,19 @@ def gain_text(g: Gain) -> str:
     return f"{g.text()}, {g.n} boots"
 
 
+def capacity_line(cfg: StudyConfig, rec: TrialRecord | None) -> str | None:
+    """What a trial's capacity means, in the words every surface says it in ("trial 3 serves
+    your traffic at up to 2.3x its recorded rate within the SLOs (...)"); None outside a
+    one-profile capacity study, or for a trial without a capacity."""
+    from autotune.measure.capacity import capacity_sentence
+
+    c = None if rec is None else rec.values.get("capacity", rec.metrics.get("capacity"))
+    if cfg.capacity is None or cfg.profiles or rec is None or c is None:
+        return None
+    who = f"vLLM's defaults (trial {rec.number})" if rec.baseline else f"trial {rec.number}"
+    return f"{who} {capacity_sentence(cfg.capacity.axis, c, ', '.join(s.text() for s in cfg.slos))}"
+
+
 def value_text(r: TrialRecord, m: str, v: Any, g: Gain | None) -> str:
     """A trial's value of `m` with its change against the baseline (and, where the change
     pools several boots of the config, their median, which the change is of). A capacity search that

@@ -99,6 +99,18 @@ def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
         raise StudyError(f"--verify: trial {trial.number} met the SLOs at no load (capacity "
                          f"{c:g}): pick another with --prefer capacity or --trial")
     can_judge(cfg.profile, cfg.slos)
+    trace = None
+    if cfg.profile.name == "trace":  # read before the boot: a window of it per run
+        from autotune.load.datasets import load_tokenizer, load_trace
+
+        tok_dir = cfg.server.tokenizer_dir
+        trace = load_trace(cfg.profile, load_tokenizer(tok_dir), tok_dir,
+                           cfg.server.args.get("max_model_len"))
+        if trace.has_text:
+            raise StudyError(f"--verify: {cfg.profile.path} holds prompts as text, and vLLM's "
+                             "timed_trace dataset sends prompts built from hash ids only, so "
+                             "`vllm bench serve` cannot replay this trace's requests; give "
+                             "their input_length (and hash_ids) instead of the text")
     k = samples or samples_of(cap)
     workdir = cfg.study_dir() / f"verify-trial-{trial.number:04d}"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -112,7 +124,7 @@ def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
                  + f" ({k} sample{'s' if k > 1 else ''} each)")
         ref = Reference(cfg.server.executable, proc.base_url, cfg.server.model,
                         cfg.server.tokenizer_dir, cfg.profile.model_copy(
-                            update={"warmup": cap.warmup}), proc.log_path)
+                            update={"warmup": cap.warmup}), proc.log_path, trace)
         doc = verify(ref, target, cfg.slos, k, workdir / "runs", cfg.profile.seed,
                      ceiling=ceiling)
     doc = {"trial": trial.number, "serve_command": serve_line(cfg, trial)} | doc

@@ -105,17 +105,20 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
 
 def check_dataset(cfg: StudyConfig, max_len: int | None = None,
                   source: str | None = None) -> str | None:
-    """A dataset profile's file is read in full (a bad line is an error naming it); returns
-    what was kept and what was dropped as longer than `max_len` (`source` sets it)."""
-    from autotune.load.datasets import load_dataset, load_tokenizer
+    """A dataset or trace profile's file is read in full (a bad line is an error naming it);
+    returns what was kept and what was dropped as longer than `max_len` (`source` sets it)."""
+    from autotune.load.datasets import load_dataset, load_tokenizer, load_trace
 
     notes = []
     for profile in cfg.workloads():
+        tok_dir = cfg.server.tokenizer_dir
+        limit = max_len or cfg.server.args.get("max_model_len")
         if profile.name == "dataset":
-            tok_dir = cfg.server.tokenizer_dir
-            ds = load_dataset(profile, load_tokenizer(tok_dir), tok_dir,
-                              max_len or cfg.server.args.get("max_model_len"), source)
+            ds = load_dataset(profile, load_tokenizer(tok_dir), tok_dir, limit, source)
             notes.append(ds.note(str(profile.path)))
+        elif profile.name == "trace":
+            notes.append(load_trace(profile, load_tokenizer(tok_dir), tok_dir, limit,
+                                    source).note())
     return "; ".join(notes) or None
 
 

@@ -138,10 +138,16 @@ def test_shared_prefixes_and_spread_lengths(tiny_model: Path) -> None:
 
 @pytest.mark.parametrize("profile, expect", [
     ({"name": "dataset"}, "path: the dataset profile needs a JSONL file"),
-    ({"name": "random", "path": "x.jsonl"}, "path: only the dataset profile reads a file"),
+    ({"name": "random", "path": "x.jsonl"}, "path: only the dataset and trace profiles read a file"),
     ({"name": "sharegpt", "prefix_len": 8}, "prefix_len: shapes random prompts"),
     ({"name": "random", "num_prefixes": 4}, "num_prefixes: set prefix_len too"),
     ({"name": "random", "range_ratio": 1.0}, "range_ratio"),
+    ({"name": "trace"}, "path: the trace profile needs a JSONL or CSV file"),
+    ({"name": "random", "speedup": 2}, "speedup: shapes the replay of a trace (name: trace)"),
+    ({"name": "sharegpt", "time_unit": "ms"}, "time_unit: shapes the replay of a trace"),
+    ({"name": "trace", "path": "t.jsonl", "request_rate": 2},
+     "request_rate: a trace's requests arrive on its own timeline"),
+    ({"name": "trace", "path": "t.jsonl", "endpoint": "chat"}, "endpoint: chat needs text"),
 ])
 def test_workload_config_errors(profile: dict, expect: str) -> None:
     from pydantic import ValidationError
@@ -189,3 +195,22 @@ def test_a_jsonl_over_the_spaces_fixed_max_model_len_is_dropped_and_counted(
                     profile={"name": "dataset", "path": only_long, "num_prompts": 4})
     with pytest.raises(ConfigError, match="fixed: max_model_len.*raise that limit"):
         check_dataset(cfg, limit, source)
+
+
+@pytest.mark.parametrize("axis, profile, expect", [
+    ("speedup", {"name": "random"}, "capacity.axis: speedup compresses a trace's timeline; it "
+     "needs the trace profile"),
+    ("rate", {"name": "trace", "path": "t.jsonl"}, "capacity.axis: a trace's load is its own "
+     "timeline; use axis: speedup"),
+    ("speedup", {"name": "trace", "path": "t.jsonl", "speedup": 2},
+     "capacity.axis: speedup sets it per point; remove profile.speedup"),
+])
+def test_the_speedup_axis_goes_with_a_trace(axis: str, profile: dict, expect: str) -> None:
+    from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
+
+    cap = CapacityConfig(axis=axis)  # type: ignore[arg-type]
+    slo = SLOConfig(metric="p99_ttft_ms", max=1000)
+    with pytest.raises(ValueError, match=re.escape(expect)):
+        cap.check(ProfileConfig.model_validate(profile), [slo])
+    if axis == "speedup":  # with a trace it passes
+        cap.check(ProfileConfig(name="trace", path="t.jsonl", time_unit="ms"), [slo])

@@ -309,6 +309,33 @@ def test_open_loop_sends_on_schedule_over_reused_connections(processes: int) -> 
     assert res.duration_s >= offs[-1]
 
 
+@pytest.mark.parametrize("processes", [1, 2])
+def test_requests_that_carry_their_arrivals_are_sent_on_them(processes: int) -> None:
+    """A replayed trace: each request is sent at its own arrival (whatever the settings' rate),
+    its send lag recorded as the rate's is, and the caller hears that schedule."""
+    peers: set[int] = set()
+    handed: list[list[float]] = []
+    at = [0.0, 0.0, 0.05, 0.3, 0.31, 0.32, 0.6]  # a burst, a lull, a burst
+
+    async def main():  # type: ignore[no-untyped-def]
+        server = await _sse_server(peers, [0, 0])
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            reqs = [Request(prompt=[1, 2], prompt_len=2, output_len=3, arrival_s=a) for a in at]
+            return await run_load_async(f"http://127.0.0.1:{port}", "m", reqs,
+                                        LoadSettings(processes=processes),
+                                        on_schedule=handed.append)
+
+    res = asyncio.run(main())
+    assert all(r.success for r in res.records)
+    assert [r.scheduled_time for r in res.records] == at and handed == [at]
+    assert all(r.send_lag is not None and -0.001 <= r.send_lag < 1.0 for r in res.records)
+    assert res.duration_s >= at[-1]
+    with pytest.raises(ValueError, match="every request carries its arrival or none"):
+        asyncio.run(run_load_async("http://fake", "m", [
+            Request([1], 1, 1, 0.0), Request([1], 1, 1)], LoadSettings()))
+
+
 def test_open_loop_without_reuse_opens_a_connection_per_request() -> None:
     """The old rate mode, kept for the fidelity harness: one new connection per request."""
     peers: set[int] = set()

@@ -11,7 +11,7 @@ import pytest
 from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
 from autotune.load import LoadSettings
 from autotune.load.record import Request, RequestRecord
-from autotune.measure import on_server
+from autotune.measure import draw, on_server
 from autotune.measure.metrics import compute_metrics
 from autotune.measure.on_server import Point, capacity_on
 
@@ -39,7 +39,7 @@ def _search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: list[Point],
 
     monkeypatch.setattr(on_server, "measure", fake_measure)
     monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
-    monkeypatch.setattr(on_server, "sample_requests",
+    monkeypatch.setattr(draw, "sample_requests",
                         lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
     c = CapacityConfig(axis="concurrency", low=4, high=4, settle=False, warm_windows=0, **cap)
     res = capacity_on("http://x", "m", "tok", ProfileConfig(name="random", input_len=1,

@@ -11,7 +11,7 @@ import pytest
 from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
 from autotune.load import LoadSettings
 from autotune.load.record import Request, RequestRecord
-from autotune.measure import on_server
+from autotune.measure import draw, on_server
 from autotune.measure.metrics import compute_metrics
 from autotune.measure.on_server import Point, capacity_on
 from autotune.server.jit import MONITOR_ON, LogSpan, jit_events, untuned_moe
@@ -110,7 +110,7 @@ def test_a_point_that_overlapped_a_compile_is_measured_again(
 
     monkeypatch.setattr(on_server, "measure", fake_measure)
     monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
-    monkeypatch.setattr(on_server, "sample_requests",
+    monkeypatch.setattr(draw, "sample_requests",
                         lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
     cap = CapacityConfig(axis="concurrency", low=4, high=4, settle=False)
     res = capacity_on("http://x", "m", "tok", ProfileConfig(name="random", input_len=1,
@@ -143,7 +143,7 @@ def test_the_first_point_waits_for_a_warm_server(tmp_path: Path,
 
     monkeypatch.setattr(on_server, "measure", fake_measure)
     monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
-    monkeypatch.setattr(on_server, "sample_requests",
+    monkeypatch.setattr(draw, "sample_requests",
                         lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
     cap = CapacityConfig(axis="concurrency", low=4, high=8, start=4, settle=False,
                          warm_windows=4, tolerance=0.9)
@@ -175,7 +175,7 @@ def test_a_server_without_its_log_is_not_watched(tmp_path: Path,
 
     monkeypatch.setattr(on_server, "measure", fake_measure)
     monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
-    monkeypatch.setattr(on_server, "sample_requests",
+    monkeypatch.setattr(draw, "sample_requests",
                         lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
     cap = CapacityConfig(axis="concurrency", low=4, high=4, start=4, settle=False,
                          warm_windows=2)
@@ -195,7 +195,7 @@ def test_no_warm_up_windows_where_they_are_off(tmp_path: Path,
     monkeypatch.setattr(on_server, "measure",
                         lambda *a, **kw: calls.append(1) or _point(0.01))
     monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
-    monkeypatch.setattr(on_server, "sample_requests",
+    monkeypatch.setattr(draw, "sample_requests",
                         lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
     monkeypatch.setattr(on_server, "has_gpu", lambda: False)
     cap = CapacityConfig(axis="concurrency", low=4, high=4, settle=False)  # auto, no GPU: off
@@ -229,7 +229,7 @@ def test_a_point_read_late_is_measured_again_with_more_client_processes(
 
     monkeypatch.setattr(on_server, "measure", fake_measure)
     monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
-    monkeypatch.setattr(on_server, "sample_requests",
+    monkeypatch.setattr(draw, "sample_requests",
                         lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
     monkeypatch.setattr("autotune.load._run.os.sched_getaffinity", lambda pid: set(range(16)))
     cap = CapacityConfig(axis="concurrency", low=4, high=8, start=4, settle=False,

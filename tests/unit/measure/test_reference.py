@@ -29,7 +29,7 @@ def test_argv_carries_the_profiles_load(tmp_path: Path) -> None:
     preset = " ".join(reference_argv(["vllm"], "u", "m", "t", ProfileConfig(name="throughput"),
                                      tmp_path / "r"))
     assert "--random-input-len 1024 --random-output-len 128" in preset
-    with pytest.raises(LoadError, match="random, preset and sharegpt"):
+    with pytest.raises(LoadError, match="random, preset, sharegpt and trace"):
         reference_argv(["vllm"], "u", "m", "t", ProfileConfig(name="dataset", path=str(
             tmp_path / "d.jsonl")), tmp_path)
 

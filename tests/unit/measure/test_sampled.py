@@ -12,7 +12,7 @@ import pytest
 from autotune.config.metric_names import FAILED
 from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
 from autotune.load.record import Request
-from autotune.measure import on_server
+from autotune.measure import draw, on_server
 from autotune.measure.on_server import Point, capacity_on
 from autotune.measure.sampled import Sample, decided, medians, verdict
 from tests.unit.measure.test_jit import _point
@@ -76,7 +76,7 @@ def _fake(monkeypatch: pytest.MonkeyPatch, tpots: list[float]) -> list[int]:
 
     monkeypatch.setattr(on_server, "measure", fake_measure)
     monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
-    monkeypatch.setattr(on_server, "sample_requests",
+    monkeypatch.setattr(draw, "sample_requests",
                         lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
     monkeypatch.setattr(on_server, "has_gpu", lambda: False)
     return seeds

@@ -220,6 +220,43 @@ def test_a_run_sets_its_load_on_its_axis_and_reruns_over_a_kernel_compiling(
     assert rate.server["server_mean_tpot_ms"] == pytest.approx(10.0)  # 0.1 s over 10 requests
 
 
+def test_a_trace_run_sends_a_window_as_vllms_timed_trace_reads_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the speedup axis each reference run writes its own window (sized as a capacity
+    point: requests_per_point, min_duration_s of compressed arrivals) and `vllm bench serve`
+    replays it with the timeline divided by the speed-up."""
+    import json
+
+    from autotune.load.trace import Trace, TraceEntry
+    from autotune.measure.reference import ReferenceResult, reference_argv
+
+    trace = Trace(tuple(TraceEntry(float(i), 20, 4, (0, 1 + i)) for i in range(50)), "t",
+                  16, 50)
+    profiles: list[ProfileConfig] = []
+
+    def fake_ref(vllm: object, url: str, model: str, tok: str, profile: ProfileConfig,
+                 out: Path) -> ReferenceResult:
+        profiles.append(profile)
+        return ReferenceResult({"p99_ttft_ms": 10.0, "p99_tpot_ms": 5.0,
+                                "completed": float(profile.num_prompts)}, 0, 0)
+
+    monkeypatch.setattr(v, "run_reference", fake_ref)
+    monkeypatch.setattr(v, "scrape_url", lambda url: {})
+    ref = v.Reference(["vllm"], "http://x", "m", "m", ProfileConfig(
+        name="trace", path="t.jsonl", block_size=16), trace=trace)
+    target = v.Target(2.0, "speedup", 0.1, 10, 12.0)
+    assert target.above() == pytest.approx(2.2)
+    c = v.check_rate(ref, target, SLOS, "C", 2.0, 5, tmp_path)
+    (p,) = profiles
+    rows = [json.loads(x) for x in Path(str(p.path)).read_text().splitlines()]
+    assert p.speedup == 2.0 and p.num_prompts == len(rows) == c.num_prompts == 25
+    assert rows[-1]["timestamp"] - rows[0]["timestamp"] == 24.0  # 12 s once halved
+    argv = " ".join(reference_argv(["vllm"], "u", "m", "t", p, tmp_path / "r.json"))
+    assert (f"--dataset-name timed_trace --dataset-path {p.path} "
+            "--timed-trace-chunk-hash-size 16 --timed-trace-sec-multiplier 0.5") in argv
+    assert "--request-rate" not in argv and "--max-concurrency" not in argv
+
+
 def _metrics(n: int, tpot_s: float) -> dict[str, float]:
     return {"vllm:request_time_per_output_token_seconds_count": float(n),
             "vllm:request_time_per_output_token_seconds_sum": tpot_s}

@@ -214,3 +214,46 @@ def test_a_capacity_studys_bench_line_runs_at_the_capacity_found(tmp_path) -> No
     assert line[line.index("--num-prompts") + 1] == "280"  # 40 requests a slot
     none = export(study("rate"), trial(0.0))
     assert "bench_load" not in none and "--request-rate" not in none["bench_command"]
+
+
+def test_a_speedup_studys_bench_line_replays_a_window_of_the_trace(
+        tmp_path, tiny_model) -> None:  # type: ignore[no-untyped-def]
+    """The line replays a window of the trace from its start with vLLM's timed_trace dataset
+    at the capacity's speed-up (its sec multiplier: 1 / C), sized as a point was; the window
+    is written beside the export. The end of the study and the report say what C means."""
+    import json
+    from pathlib import Path
+
+    from autotune.config.study import StudyConfig
+    from autotune.outputs.export import export
+    from autotune.outputs.tables import capacity_line
+    from autotune.tuning.record import Status, TrialFacts, TrialRecord
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i * 500, "input_length": 40,
+                                         "output_length": 4, "hash_ids": [0, 1 + i]}) + "\n"
+                             for i in range(100)))
+    cfg = StudyConfig.model_validate({
+        "name": "c", "server": {"model": str(tiny_model), "executable": ["vllm"]},
+        "profile": {"name": "trace", "path": str(trace), "time_unit": "ms", "block_size": 32},
+        "capacity": {"axis": "speedup", "low": 1, "high": 64, "tolerance": 0.1,
+                     "requests_per_point": 10, "min_duration_s": 12, "warmup": 2},
+        "slos": [{"metric": "median_ttft_ms", "max": 2000}],
+        "objectives": [{"metric": "capacity", "direction": "maximize"}],
+        "search_space": "cpu-demo", "workdir": str(tmp_path)})
+    rec = TrialRecord(3, Status.OK, TrialFacts(flags={}, metrics={"capacity": 2.5}), {},
+                      {"capacity": 2.5})
+    res = export(cfg, rec, tmp_path / "out")
+    line = res["bench_command"].split()
+    assert res["bench_load"] == 2.5 and "bench_note" not in res
+    assert line[line.index("--dataset-name") + 1] == "timed_trace"
+    assert line[line.index("--timed-trace-sec-multiplier") + 1] == "0.4"
+    assert line[line.index("--timed-trace-chunk-hash-size") + 1] == "32"
+    window = Path(line[line.index("--dataset-path") + 1])
+    rows = [json.loads(x) for x in window.read_text().splitlines()]
+    # 12 s at 2.5x: 30 s of the trace's 0.5 s gaps, 61 requests
+    assert len(rows) == 61 and line[line.index("--num-prompts") + 1] == "61"
+    assert rows[-1]["timestamp"] == 30.0 and window.parent == tmp_path / "out"
+    assert "--request-rate" not in line and "--max-concurrency" not in line
+    assert capacity_line(cfg, rec) == ("trial 3 serves your traffic at up to 2.5x its recorded "
+                                       "rate within the SLOs (median_ttft_ms <= 2000)")
