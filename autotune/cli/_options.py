@@ -44,7 +44,7 @@ COUNT_OR_AUTO = CountOrAuto()
 PROFILE_FIELDS = ("input_len", "output_len", "num_prompts", "max_concurrency", "request_rate",
                   "warmup", "seed", "endpoint", "client_processes", "client_cpus",
                   "client_realtime", "path", "sample", "prefix_len", "num_prefixes",
-                  "range_ratio")
+                  "range_ratio", "time_unit", "block_size", "speedup")
 
 
 def _help(field: str) -> str:
@@ -72,6 +72,9 @@ def profile_options(f: F) -> F:
         click.option("--prefix-len", type=int, help=_help("prefix_len")),
         click.option("--num-prefixes", type=int, help=_help("num_prefixes")),
         click.option("--range-ratio", type=float, help=_help("range_ratio")),
+        click.option("--time-unit", type=click.Choice(["s", "ms"]), help=_help("time_unit")),
+        click.option("--block-size", type=int, help=_help("block_size")),
+        click.option("--speedup", type=float, help=_help("speedup")),
     ]
     for o in reversed(opts):
         f = o(f)
