@@ -108,3 +108,23 @@ def test_generated_trace_is_bursty_shares_prefixes_and_reads_back(tmp_path: Path
     assert len(read_trace(str(tmp_path / "g.jsonl"), "s", 64, tok, None).entries) == 2
     gaps = np.diff([r["timestamp"] for r in rows])
     assert (gaps >= 0).all()
+
+
+def test_a_fixed_load_study_replays_num_prompts_from_the_start(tmp_path: Path,
+                                                               tiny_model: Path) -> None:
+    """Without a capacity search a trace profile sends num_prompts requests in a row from the
+    trace's start (sample: order) at the profile's speedup, the warm-up's after them; with
+    sample: random from a start drawn with the seed."""
+    from autotune.config.workload import ProfileConfig
+    from autotune.load.datasets import build_requests
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": 2 * i, "input_length": 10 + i,
+                                        "output_length": 4}) + "\n" for i in range(20)))
+    p = ProfileConfig(name="trace", path=str(path), num_prompts=5, warmup=2, speedup=4.0)
+    reqs = build_requests(p, str(tiny_model))
+    assert [r.prompt_len for r in reqs] == [10, 11, 12, 13, 14, 15, 16]
+    assert [r.arrival_s for r in reqs[:5]] == pytest.approx([0, 0.5, 1.0, 1.5, 2.0])
+    drawn = build_requests(p.model_copy(update={"sample": "random", "seed": 3}),
+                           str(tiny_model))
+    assert drawn[0].prompt_len != 10 and drawn[0].arrival_s == 0.0
