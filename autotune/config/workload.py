@@ -290,10 +290,10 @@ class CapacityConfig(StrictModel):
         return self
 
     def requests_at(self, load: float) -> int:
-        """Measured requests of the point at `load`."""
-        if self.axis == "concurrency":
-            return max(self.requests_per_point, math.ceil(self.requests_per_slot * load))
-        return max(self.requests_per_point, math.ceil(self.min_duration_s * load))
+        """Measured requests of the point at `load` (speedup: at least, as its window spans
+        min_duration_s whatever the trace's rate, autotune.load.replay)."""
+        per = {"concurrency": self.requests_per_slot, "rate": self.min_duration_s}
+        return max(self.requests_per_point, math.ceil(per.get(self.axis, 0.0) * load))
 
     def check(self, profile: ProfileConfig, slos: list[SLOConfig], where: str = "capacity"
               ) -> None:

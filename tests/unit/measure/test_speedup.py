@@ -114,3 +114,12 @@ def test_the_answer_reads_as_a_speedup_of_the_users_traffic() -> None:
     assert capacity_words("concurrency", 12) == "12 requests in flight"
     assert capacity_words("rate", 3.5) == "3.5 requests/s"
     assert capacity_sentence("speedup", 0.0, "x").startswith("meets the SLOs (x) at no load")
+
+
+def test_a_speedup_point_is_sized_by_its_window_not_by_load_x_duration() -> None:
+    """On the rate axis a point holds load x min_duration_s requests; a speed-up is no rate
+    (a trace at 0.1 req/s replayed 50x is 5 req/s), so its window's span sizes it instead."""
+    cap = CapacityConfig(axis="speedup", requests_per_point=100, min_duration_s=20)
+    assert cap.requests_at(50.0) == 100
+    assert CapacityConfig(axis="rate", requests_per_point=100,
+                          min_duration_s=20).requests_at(50.0) == 1000
