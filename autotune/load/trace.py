@@ -181,7 +181,9 @@ def _entry(item: dict[str, Any], unit: str, block_size: int, tokenizer: Any
 def _rows(file: Path, path: str) -> Any:
     """(line number, mapping) of each request of a JSONL or CSV file."""
     with file.open(encoding="utf-8-sig", newline="") as f:
-        first = f.readline()
+        first = ""
+        while not first.strip() and (line := f.readline()):
+            first = line
         f.seek(0)
         if first.lstrip().startswith("{") or file.suffix == ".jsonl":
             for n, raw in enumerate(f, 1):

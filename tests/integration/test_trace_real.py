@@ -88,7 +88,7 @@ def test_a_study_replays_a_trace_and_finds_its_speedup(tiny_model: Path,
     out = " ".join((e.stdout + e.stderr).split())
     assert "serves your traffic at up to 8x its recorded rate" in out
     assert "check it at its capacity (8x its recorded rate, one sample" in out
-    line = next(x for x in e.stdout.splitlines() if "bench serve" in x).split()
+    line = next(x for x in (e.stdout + e.stderr).splitlines() if "bench serve" in x).split()
     assert line[line.index("--dataset-name") + 1] == "timed_trace"
     assert line[line.index("--timed-trace-sec-multiplier") + 1] == "0.125"
     assert line[line.index("--timed-trace-chunk-hash-size") + 1] == "128"

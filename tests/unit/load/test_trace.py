@@ -119,3 +119,10 @@ def test_bad_csv_and_missing_file(tmp_path: Path, tok: Any) -> None:
         read_trace(str(p), "s", 512, tok, None)
     with pytest.raises(ConfigError, match="does not exist"):
         read_trace(str(tmp_path / "none.jsonl"), "s", 512, tok, None)
+
+
+def test_jsonl_is_told_by_its_first_request_not_its_name(tmp_path: Path, tok: Any) -> None:
+    p = tmp_path / "trace.txt"
+    p.write_text('\n\n{"timestamp": 0, "input_length": 5, "output_length": 2}\n'
+                 '{"timestamp": 1, "input_length": 5, "output_length": 2}\n')
+    assert len(read_trace(str(p), "s", 512, tok, None).entries) == 2
