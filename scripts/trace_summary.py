@@ -49,6 +49,22 @@ def quantiles(xs: list[float]) -> dict[str, float | int]:
     return {"n": len(xs), "median": statistics.median(xs), "max": xs[-1]}
 
 
+def vllm_send_lags(runs_dir: Path) -> list[float]:
+    """vllm bench serve's p99 send lag (ms) of each of its runs: each request's start time
+    (its `start_times`) after the first one's, against the window's timestamp divided by the
+    speed-up (its own zero is not saved: measured from its first request, sent at 0)."""
+    out = []
+    for f in sorted(runs_dir.glob("ref-x*.json")):
+        speedup, k = f.stem.removeprefix("ref-x").rsplit("-", 1)
+        window = runs_dir / f"w-x{speedup}-{k}.jsonl"
+        rows = [json.loads(x) for x in window.read_text().splitlines()]
+        starts = json.loads(f.read_text())["start_times"]
+        lags = sorted((t - starts[0] - r["timestamp"] / float(speedup)) * 1000
+                      for t, r in zip(starts, rows, strict=True))
+        out.append(lags[min(len(lags) - 1, int(0.99 * len(lags)))])
+    return out
+
+
 def study(config: Path) -> tuple[dict[str, Any], list[dict[str, float]]]:
     cfg = load_study_config(config)
     s = summarize(open_study(cfg, create=False), cfg)
@@ -109,7 +125,10 @@ def main() -> int:
                                for k in ("p99_send_lag_ms", "late_read_share")},
               "reference_runs": {k: quantiles([r[k] for r in ours])
                                  for k in ("p99_send_lag_ms", "late_read_share")} if ours
-              else None}
+              else None,
+              "vllm_bench_serve_runs": {"p99_send_lag_ms": quantiles(vllm_send_lags(
+                  args.reference.parent / (args.reference.stem + "-runs")))}
+              if args.reference else None}
     timing["p99_send_lag_ms"] = max(p["p99_send_lag_ms"] for p in points)
     timing["late_read_share"] = max(p["late_read_share"] for p in points)
     agreement: dict[str, Any] = {"can_replay": True, "how": "vllm bench serve --dataset-name "

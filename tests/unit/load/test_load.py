@@ -411,3 +411,17 @@ def test_a_settled_run_stops_sending_and_says_so(processes: int) -> None:
     assert asked and min(asked) >= 0.0  # asked only once the clock ran
     gaps = np.diff(sorted(asked))
     assert len(asked) < 60 and (gaps >= 0.19).all()  # at most every WATCH_S
+
+
+def test_the_heap_is_frozen_while_the_load_runs_in_this_process() -> None:
+    """The objects alive before the run are left out of the collector's scans during it (a
+    full scan of a study's heap stood the event loop still), and handed back after."""
+    import gc
+
+    frozen: list[int] = []
+    seen: list[dict] = []
+    reqs = [Request(prompt=[1, 2], prompt_len=2, output_len=2) for _ in range(3)]
+    run(reqs, LoadSettings(max_concurrency=1), seen,
+        on_done=lambda rec: frozen.append(gc.get_freeze_count()))
+    assert len(frozen) == 3 and min(frozen) > 0
+    assert gc.get_freeze_count() == 0
