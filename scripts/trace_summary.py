@@ -93,11 +93,21 @@ def study(config: Path) -> tuple[dict[str, Any], list[dict[str, float]]]:
         elif r.cause:
             row["cause"] = r.cause
         trials.append(row)
+    per_config = {}
+    for r in s.records:
+        if r.measured and r.facts.repeat_of is None:
+            boots = s.boots.get(r.number, {}).get("capacity") or [r.values.get("capacity")]
+            per_config[str(r.number)] = {
+                "flags": r.flags, "baseline": r.baseline, "boots": boots,
+                "median": statistics.median(b for b in boots if b is not None),
+                "first_pass": r.values.get("capacity"), "bound_only": r.bound_only}
     pick = s.picked
     doc = {"config": str(config), "model": cfg.server.model, "slos": [x.text() for x in cfg.slos],
            "trace": str(cfg.profile.path), "capacity": cfg.capacity.model_dump()
            if cfg.capacity else None, "trials": trials,
-           "capacity_speedup": {str(t["trial"]): t.get("capacity_speedup") for t in trials},
+           "capacity_speedup": per_config,
+           "capacity_speedup_by_trial": {str(t["trial"]): t.get("capacity_speedup")
+                                         for t in trials},
            "pick": None if pick is None else {
                "trial": pick.number, "headline": s.headline(),
                "says": capacity_line(cfg, pick), "serve_command": serve_line(cfg, pick)}}
