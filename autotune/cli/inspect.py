@@ -191,12 +191,17 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
 def print_verification(cfg: StudyConfig, trial: TrialRecord, samples: int | None) -> None:
     """`export --verify`: the reference client's verdicts at the capacity and above it."""
     from autotune.measure.verify import lines
+    from autotune.outputs.console import PhaseLines
     from autotune.session.checks import verify_capacity
 
     console.print(f"verify: trial {trial.number} as a stock `vllm serve`, checked by `vllm "
                   "bench serve`", highlight=False, markup=False)
+    phases = PhaseLines()  # on a log or CI: a line per phase; each run's verdict as it lands
     with console.status("booting") as status:
-        doc = verify_capacity(cfg, trial, samples, lambda p: status.update(escape(p)))
+        doc = verify_capacity(cfg, trial, samples,
+                              lambda p: status.update(escape(phases.phase(f"verify: {p}", 0))),
+                              on_run=lambda line: console.print("  " + line, highlight=False,
+                                                                markup=False))
     for line in lines(doc):
         out.print(line, highlight=False, soft_wrap=True, markup=False)
     console.print(f"written to {doc['path']}", highlight=False)

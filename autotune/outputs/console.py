@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -70,6 +71,39 @@ class TrialProgress:
 
     def request_done(self, _rec: Any) -> None:
         self.p.advance(self.task)
+
+
+def clock(seconds: float) -> str:
+    """m:ss (h:mm:ss from an hour)."""
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else \
+        f"{s // 60}:{s % 60:02d}"
+
+
+class PhaseLines:
+    """A long run's phases as a user who waits reads them: on a terminal the text for the
+    progress bar, with the time into the current trial and what one took so far ("2:31 of
+    ~5:40"); where output is not a terminal (a log, CI, nohup), where the bar shows nothing,
+    also one timestamped line per phase as it starts."""
+
+    def __init__(self, terminal: bool | None = None) -> None:
+        self.terminal = console.is_terminal if terminal is None else terminal
+        self.trial: int | None = None
+        self.since = time.monotonic()
+        self.last = ""
+
+    def phase(self, text: str, trial: int | None = None, typical_s: float | None = None
+              ) -> str:
+        now = time.monotonic()
+        if trial is not None and trial != self.trial:
+            self.trial, self.since = trial, now
+        into = f"{clock(now - self.since)}" + (f" of ~{clock(typical_s)}" if typical_s else "")
+        shown = f"{text} [{into}]" if trial is not None else text
+        if not self.terminal and text != self.last:
+            console.print(f"{time.strftime('%H:%M:%S')} {shown}", highlight=False,
+                          soft_wrap=True, markup=False)
+        self.last = text
+        return shown
 
 
 def progress_bar() -> Progress:

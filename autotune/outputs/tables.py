@@ -3,6 +3,7 @@ Pareto front, the confirm phase, and the progress of a running study."""
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from optuna.trial import FrozenTrial
@@ -12,6 +13,7 @@ from rich.table import Table
 from autotune.config.study import StudyConfig
 from autotune.measure.stats import Gain, interval_name
 from autotune.outputs.console import (
+    PhaseLines,
     console,
     fmt_value,
     out,
@@ -126,7 +128,9 @@ STATUS_STYLE = {Status.OK: "[green]{}[/green]", Status.SLO_MISS: "[yellow]{}[/ye
 
 
 class StudyView:
-    """Live progress of a study: an overall bar and the current trial's phase."""
+    """Live progress of a study: an overall bar and the current trial's phase, with the time
+    into the trial and what a trial took so far; where output is not a terminal (a log file,
+    CI, nohup), one timestamped line per phase instead (outputs/console.py PhaseLines)."""
 
     def __init__(self, total: int, done: int, metrics: list[str],
                  cfg: StudyConfig | None = None) -> None:
@@ -134,6 +138,8 @@ class StudyView:
         self.cfg = cfg  # for the bill so far, printed with each trial
         self.progress = progress_bar()
         self.task = self.progress.add_task("study", total=total, completed=done)
+        self.lines = PhaseLines()
+        self.took: list[float] = []  # seconds of the measured trials seen, for the estimate
 
     def __enter__(self) -> StudyView:
         self.progress.__enter__()
@@ -143,14 +149,22 @@ class StudyView:
         self.progress.__exit__(None, None, None)
 
     def on_phase(self, number: int, phase: str, flags: dict[str, Any]) -> None:
-        self.progress.update(self.task, description=(
-            f"trial {number}: {phase}" if number >= 0 else phase))
+        what = f"trial {number}: {phase}" if number >= 0 else phase
+        typical = statistics.median(self.took) if self.took else None
+        shown = self.lines.phase(what, number if number >= 0 else None, typical)
+        self.progress.update(self.task, description=escape(shown))
 
     def on_running(self, text: str) -> None:
         self.progress.update(self.task, description=text)
 
+    def step(self, text: str) -> None:
+        """A step of the study beyond its trials (the certify phase), as its own line."""
+        console.print(text, highlight=False, soft_wrap=True)
+
     def on_trial(self, summary: StudySummary, trial: FrozenTrial) -> None:
         self.progress.advance(self.task)
+        self.took = [r.timings["total_s"] for r in summary.records
+                     if r.measured and "total_s" in r.timings][1:] or self.took
         recs = summary.records
         rec = next(r for r in recs if r.number == trial.number)
         if rec.measured:

@@ -37,10 +37,11 @@ class Bill:
     trials: tuple[TrialCost, ...]
     idle: float  # device-minutes between trials (the span less the trials; one worker)
     left: int  # trials of n_trials not run yet
+    reference: float = 0.0  # the certify phase's reference checks (their own boots)
 
     @property
     def total(self) -> float:
-        return sum(t.minutes for t in self.trials) + self.idle
+        return sum(t.minutes for t in self.trials) + self.idle + self.reference
 
     def part(self, confirm: bool) -> float:
         return sum(t.minutes for t in self.trials if t.confirm == confirm)
@@ -68,7 +69,9 @@ class Bill:
                 if self.unit == "GPU-min" else "the machine's minutes")
         out = [f"bill: {self.total:.1f} {self.unit} ({held}): {n} trials "
                f"{self.part(False):.1f}" + (f", {c} confirm repeats {self.part(True):.1f}"
-                                             if c else "") + f", idle {self.idle:.1f}; "
+                                             if c else "")
+               + (f", reference check {self.reference:.1f}" if self.reference else "")
+               + f", idle {self.idle:.1f}; "
                f"boots {boot:.1f}, load {load:.1f}, the rest of the trials {other:.1f}",
                f"  per trial ({self.unit}): {per}"]
         if self.left:
@@ -80,6 +83,7 @@ class Bill:
         """For MLflow: the study's totals."""
         return {"bill_total_min": self.total, "bill_trials_min": self.part(False),
                 "bill_confirm_min": self.part(True), "bill_idle_min": self.idle,
+                "bill_reference_min": self.reference,
                 "bill_boot_min": sum(t.boot for t in self.trials),
                 "bill_load_min": sum(t.load for t in self.trials),
                 "bill_left_estimate_min": self.estimate_left()}
@@ -92,9 +96,10 @@ def device_unit() -> str:
 FINISHED = (Status.OK, Status.SLO_MISS, Status.INFEASIBLE)  # Optuna's COMPLETE
 
 
-def bill(study: optuna.Study | list[TrialRecord], cfg: StudyConfig, unit: str | None = None
-         ) -> Bill:
-    """The study's bill (`study`: the study, or its records already read)."""
+def bill(study: optuna.Study | list[TrialRecord], cfg: StudyConfig, unit: str | None = None,
+         reference: float = 0.0) -> Bill:
+    """The study's bill (`study`: the study, or its records already read; `reference`: the
+    device-minutes of its certify phase's reference checks, which are no trials)."""
     devices = cfg.gpus_per_trial or 1
     costs = []
     spans = []
@@ -120,15 +125,17 @@ def bill(study: optuna.Study | list[TrialRecord], cfg: StudyConfig, unit: str | 
         last = proc
     first = sum(not c.confirm for c in costs)
     return Bill(unit or device_unit(), devices, tuple(costs), idle,
-                max(cfg.n_trials - first, 0))
+                max(cfg.n_trials - first, 0), reference)
 
 
-def over_budget(b: Bill, budget_minutes: float | None) -> str | None:
-    """Why the next trial must not start under the budget, or None."""
+def over_budget(b: Bill, budget_minutes: float | None, reserve: float = 0.0) -> str | None:
+    """Why the next trial must not start under the budget, or None; `reserve`: device-minutes
+    kept for what follows the trials (the certify phase)."""
     if budget_minutes is None or not b.trials:
         return None
     nxt = b.next_trial()
-    if b.total + nxt <= budget_minutes:
+    if b.total + nxt + reserve <= budget_minutes:
         return None
+    kept = f" with {reserve:.1f} kept to certify" if reserve else ""
     return (f"budget: {b.total:.1f} of {budget_minutes:g} {b.unit} spent; the next trial "
-            f"(about {nxt:.1f}) would end past it")
+            f"(about {nxt:.1f}) would end past it{kept}")

@@ -220,11 +220,11 @@ class Objective:
         if self.cfg.profiles:
             return self._capacity_suite(trial, flags, gpus, workdir, on_phase, by_gpu)
         best = incumbent(trial.study, per_gpu=by_gpu)
-        if best is not None and by_gpu:
-            best *= gpus
+        best, mine = best * gpus if best is not None and by_gpu else best, facts_of(trial)
         # a confirm-phase repeat measures the whole capacity: an early stop gives only a bound
-        early = cap.early_stop and facts_of(trial).repeat_of is None
-        is_base = bool(facts_of(trial).baseline)
+        early, is_base = cap.early_stop and mine.repeat_of is None, bool(mine.baseline)
+        if (at := mine.check_at) is not None:  # a certify boot: at C and a step above
+            best, cap = at, cap.model_copy(update={"bracket": "step"})
         run = run_boot(self.cfg.server, [self.cfg.profile], flags, workdir, capacity=cap,
                        slos=self.cfg.slos, starts=None if best is None else
                        {self.cfg.profile.key: best}, stop_below=best if early else None,

@@ -47,12 +47,13 @@ class TrialFacts:
     fatal: bool | None = None  # a baseline failure no parameter of the space can change
     reused_from: int | None = None  # failed flags not booted again: the verdict of this trial
     interrupted: bool | None = None
-    retry_of: int | None = None
+    retry_of: int | None = None  # enqueued again after this trial was interrupted
     worker: dict[str, Any] | None = None
     capacity: dict[str, Any] | None = None  # the capacity search: axis, points, bracket
     error: dict[str, str] | None = None  # an unexpected exception: type, message, log
     preboot: str | None = None  # refused without a boot by this rule (autotune.server.refusals)
     repeat_of: int | None = None  # a confirm-phase repeat of this trial's config
+    check_at: float | None = None  # a certify boot: searched in steps from this capacity
     warnings: list[str] | None = None  # what the measurement warned (too short, a busy client)
     grid: int | None = None  # enqueued as this config of a grid
     start: int | None = None  # enqueued as this start config
@@ -291,8 +292,7 @@ def delta(value: float, base: float) -> float:
 
 
 def deltas(rec: TrialRecord, base: TrialRecord | None) -> dict[str, float]:
-    """Each objective's relative change against the baseline's (empty when either is not
-    measured)."""
+    """Each objective's relative change against the baseline's (empty: either not measured)."""
     if base is None or not rec.measured:
         return {}
     return {m: delta(v, base.values[m]) for m, v in rec.values.items() if m in base.values}
