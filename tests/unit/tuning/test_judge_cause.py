@@ -49,7 +49,7 @@ def test_the_report_says_a_guard_failed_on_a_record_from_before_the_joined_cause
 
     root = Path(__file__).resolve().parents[3]
     study = optuna.load_study(study_name="h100-real-spec", storage="sqlite:///" + str(
-        root / "docs/results/quality/gpu/raw/optuna.db"))
+        root / "tests/data/quality-gpu-optuna.db"))
     recs = records(study)
     assert recs[3].constraints["quality_ok"] > 0 and "quality:" not in (recs[3].cause or "")
     md = "\n".join(quality_markdown(recs))
