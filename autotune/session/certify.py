@@ -17,7 +17,8 @@ import optuna
 from autotune.config.study import StudyConfig
 from autotune.outputs.console import console
 from autotune.tuning.bill import Bill, bill
-from autotune.tuning.certify import Certification, run_certify
+from autotune.tuning.certify import Certification, machine_of, run_certify
+from autotune.tuning.machines import here
 from autotune.tuning.confirm import TrialHook
 from autotune.tuning.objective import PhaseHook
 from autotune.tuning.plan import BudgetPlan, Costs, plan
@@ -64,7 +65,8 @@ class Budget:
     def plan(self) -> BudgetPlan:
         total = self.total()
         recs = records(self.study) if self.study is not None else []
-        return plan(recs, self.cfg, self.bill(), total if math.isfinite(total) else 0.0)
+        return plan(recs, self.cfg, self.bill(), total if math.isfinite(total) else 0.0,
+                    machine_of(recs, here()))
 
     def reserve(self) -> float:
         """The exploration's reserve (printed when it changes by a tenth of a minute)."""

@@ -29,6 +29,7 @@ import optuna
 from autotune.config.study import StudyConfig
 from autotune.measure.stats import Gain, censored_gain
 from autotune.tuning.confirm import TrialHook, run_repeats
+from autotune.tuning.machines import here
 from autotune.tuning.objective import PhaseHook
 from autotune.tuning.plan import Costs, boots_of
 from autotune.tuning.preflight import Preflight
@@ -41,10 +42,20 @@ DEFAULTS = "defaults"  # nothing beat vLLM's defaults: there is no gain to certi
 EXIT_CODES = {CERTIFIED: 0, DEFAULTS: 0, NOT_CERTIFIED: 3, BUDGET_SPENT: 4}
 FILE = "certify.json"
 
-def pick_gain(recs: list[TrialRecord], pick: int, base: int, cfg: StudyConfig) -> Gain:
-    """The pick's gain over the defaults over every boot of each (censored_gain, 90%); a
-    minimized first objective is turned around (a gain is always "better by")."""
-    a, b = boots_of(recs, pick, cfg), boots_of(recs, base, cfg)
+def machine_of(recs: list[TrialRecord], here: str) -> str | None:
+    """The machine whose boots a certification counts: where the study's measured trials ran
+    on more than one machine, or on another one, this one only (capacities compare within one
+    machine: one config served 2.3-2.8x apart on two H100s of one kind); else all (None)."""
+    seen = {r.facts.machine for r in recs if r.measured}
+    return None if seen <= {here, None} and len(seen - {None}) <= 1 else here
+
+
+def pick_gain(recs: list[TrialRecord], pick: int, base: int, cfg: StudyConfig,
+              machine: str | None = None) -> Gain:
+    """The pick's gain over the defaults over every boot of each (on `machine`, if given:
+    censored_gain, 90%); a minimized first objective is turned around (a gain is always
+    "better by")."""
+    a, b = boots_of(recs, pick, cfg, machine), boots_of(recs, base, cfg, machine)
     if cfg.objectives[0].direction == "minimize":
         a, b = [(1 / hi, 1 / lo) for lo, hi in a], [(1 / hi, 1 / lo) for lo, hi in b]
     return censored_gain(a, b, cfg.certify.coverage)
@@ -173,9 +184,13 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
         return c
     order = random.Random(f"{cfg.name}:{pick}")
     spent = {"boots": 0.0, "reference": 0.0}
+    where = machine_of(recs, here())
+    if where is not None:
+        say("certify: the study ran on more than one machine; its interval counts the boots "
+            "of this one only")
     while True:
         recs = records(study)
-        g = pick_gain(recs, pick, base.number, cfg)
+        g = pick_gain(recs, pick, base.number, cfg, where)
         both = g.n > 1 and g.n_base > 1
         if both and (g.low > 0 or g.high < 0) or min(g.n, g.n_base) >= cfg.certify.max_boots:
             break
@@ -224,7 +239,7 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
                                         f"(~{cost.reference:.1f} {cost.unit})", minutes=spent)
             write_certification(cfg, c)
             return c
-        load = statistics.median(lo for lo, _ in boots_of(records(study), pick, cfg))
+        load = statistics.median(lo for lo, _ in boots_of(records(study), pick, cfg, where))
         say(f"certify: the reference check of trial {pick} at {load:g}")
         ref = reference(next(r for r in records(study) if r.number == pick), load)
         spent["reference"] = float(ref.get("minutes", 0.0))

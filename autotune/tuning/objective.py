@@ -35,6 +35,7 @@ from autotune.errors import (
 from autotune.load.record import Request
 from autotune.measure.runner import run_boot
 from autotune.server.refusals import refusal
+from autotune.tuning.machines import here
 from autotune.tuning.quality import QUALITY_OK, Guard
 from autotune.tuning.record import TrialFacts, facts_of, records, write_facts
 from autotune.tuning.record import baseline as baseline_record
@@ -119,7 +120,7 @@ class Objective:
             flags = {**self.space.fixed, **self.space.to_flags(sampled)}
         key = flags_key(flags)
         write_facts(trial, TrialFacts(flags=flags, flags_key=key, worker=self.worker,
-                                      process=PROCESS))
+                                      process=PROCESS, machine=here()))
         hook = self.on_phase or (lambda *_: None)
 
         prior = self._failed_before(trial, key)
@@ -340,8 +341,7 @@ class Objective:
 
 
 def failed_timings(began: dict[str, float]) -> dict[str, float]:
-    """A failed trial's boot and bench seconds, up to its failure: the report counts them as
-    the server's time, not the tuner's."""
+    """A failed trial's boot and bench seconds to its failure (the server's time, not ours)."""
     now = time.monotonic()
     boot = began.get("boot")
     if boot is None:

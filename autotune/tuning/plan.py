@@ -114,14 +114,15 @@ def fit_pairs(budget: float, costs: Costs, wanted: int, explore: float) -> int:
     return pairs
 
 
-def plan(recs: list[TrialRecord], cfg: StudyConfig, b: Bill, budget: float) -> BudgetPlan:
+def plan(recs: list[TrialRecord], cfg: StudyConfig, b: Bill, budget: float,
+         machine: str | None = None) -> BudgetPlan:
     """The split of `budget` (device-minutes): reserve the boots a gain of
     `certify.min_gain` needs at the spread between boots (the defaults' own once they were
     booted twice, else `certify.noise`), at most `certify.max_boots` a config, and fewer where
     the rest could not pay `certify.explore_trials` trials (the first as it cost, the others
-    as the next is expected to)."""
+    as the next is expected to). `machine`: the spread of the defaults' boots there only."""
     base = baseline(recs)
-    spread = boots_of(recs, base.number, cfg) if base else []
+    spread = boots_of(recs, base.number, cfg, machine) if base else []
     if len(spread) > 1:
         mids = [math.sqrt(lo * hi) for lo, hi in spread]
         noise, src = statistics.stdev(mids) / statistics.fmean(mids), \
@@ -137,25 +138,29 @@ def plan(recs: list[TrialRecord], cfg: StudyConfig, b: Bill, budget: float) -> B
     return BudgetPlan(budget, pairs, costs.reserve(pairs), costs, noise, src)
 
 
-def same_config(recs: list[TrialRecord], number: int) -> list[TrialRecord]:
+def same_config(recs: list[TrialRecord], number: int, machine: str | None = None
+                ) -> list[TrialRecord]:
     """Every measured boot of trial `number`'s config (its served flags): itself, its repeats,
-    any other trial that served the same flags; a search stopped early (a bound) left out."""
+    any other trial that served the same flags; a search stopped early (a bound) left out;
+    with `machine`, only the boots on that machine (TrialFacts.machine)."""
     by = {r.number: r for r in recs}
     if number not in by:
         return []
     key = by[number].facts.flags_key
     return [r for r in recs if r.measured and not r.bound_only and (
         r.number == number or r.facts.repeat_of == number
-        or (key is not None and r.facts.flags_key == key))]
+        or (key is not None and r.facts.flags_key == key))
+        and (machine is None or r.facts.machine == machine)]
 
 
-def boots_of(recs: list[TrialRecord], number: int, cfg: StudyConfig) -> list[tuple[float, float]]:
-    """Each boot of the config as the bracket that holds its value: a capacity search's
-    [capacity met, lowest load missed above it) (no failing load: one tolerance above); any
-    other study's first objective as [value, value]."""
+def boots_of(recs: list[TrialRecord], number: int, cfg: StudyConfig,
+             machine: str | None = None) -> list[tuple[float, float]]:
+    """Each boot of the config (on `machine`, if given) as the bracket that holds its value: a
+    capacity search's [capacity met, lowest load missed above it) (no failing load: one
+    tolerance above); any other study's first objective as [value, value]."""
     out = []
     metric = cfg.metric_names()[0]
-    for r in same_config(recs, number):
+    for r in same_config(recs, number, machine):
         found = r.facts.searches().get(None)
         if cfg.capacity is not None and found is not None and not cfg.profiles:
             if found.capacity > 0:

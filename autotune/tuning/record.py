@@ -47,7 +47,7 @@ class TrialFacts:
     fatal: bool | None = None  # a baseline failure no parameter of the space can change
     reused_from: int | None = None  # failed flags not booted again: the verdict of this trial
     interrupted: bool | None = None
-    retry_of: int | None = None  # enqueued again after this trial was interrupted
+    retry_of: int | None = None
     worker: dict[str, Any] | None = None
     capacity: dict[str, Any] | None = None  # the capacity search: axis, points, bracket
     error: dict[str, str] | None = None  # an unexpected exception: type, message, log
@@ -60,6 +60,7 @@ class TrialFacts:
     warm_start: str | None = None  # enqueued from another study's front: "<study>#<trial>"
     quality: dict[str, Any] | None = None  # the quality guard's figures (tuning/quality.py)
     process: str | None = None  # "host:pid" of the run that measured it (between runs: a pause)
+    machine: str | None = None  # the machine's key (tuning/machines.py): capacities compare within
 
     @property
     def bound_only(self) -> bool:
@@ -300,8 +301,7 @@ def deltas(rec: TrialRecord, base: TrialRecord | None) -> dict[str, float]:
 
 def metric_deltas(rec: TrialRecord, base: TrialRecord | None,
                   keys: list[str]) -> dict[str, float]:
-    """The relative change of any measured metrics (a suite's `<label>/<metric>`) against the
-    baseline's."""
+    """The relative change of measured metrics (a suite's `<label>/<metric>`) vs the baseline's."""
     if base is None or not rec.measured:
         return {}
     return {k: delta(rec.metrics[k], base.metrics[k]) for k in keys

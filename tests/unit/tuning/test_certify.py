@@ -58,7 +58,8 @@ class Synthetic:
         self.true: dict[str, float] = {}
 
     def boot(self, key: str, minutes: float, *, base: bool = False,
-             repeat_of: int | None = None, start: float | None = None) -> int:
+             repeat_of: int | None = None, start: float | None = None,
+             machine: str | None = None) -> int:
         true = self.true[key] * math.exp(self.rng.normal(0, self.spread))
         anchor = start or self.true[key]
         step = math.log1p(0.1)
@@ -67,7 +68,7 @@ class Synthetic:
         points = [{"load": lo, "passed": True, "seconds": 60.0},
                   {"load": hi, "passed": False, "seconds": 30.0}]
         facts = TrialFacts(flags={"k": key}, flags_key=key, baseline=base or None,
-                           repeat_of=repeat_of, check_at=start,
+                           repeat_of=repeat_of, check_at=start, machine=machine,
                            metrics={"capacity": lo, "warm_s": 30.0},
                            timings={"boot_s": 60.0, "bench_s": minutes * 60 - 60,
                                     "total_s": minutes * 60},
@@ -81,20 +82,20 @@ class Synthetic:
         self.study.add_trial(t)
         return len(self.study.trials) - 1
 
-    def repeats(self) -> Any:
+    def repeats(self, machine: str | None = None) -> Any:
         """A run_repeats that boots synthetically (what a certify pair costs: 3.5 min each)."""
         def run(study: Any, cfg: Any, pre: Any, requests: Any, pair: list[int], *,
                 start_at: dict[int, float | None], **kw: Any) -> int:
             for n in pair:
                 key = str(records(study)[n].facts.flags_key)
-                self.boot(key, 3.5, repeat_of=n, start=start_at[n])
+                self.boot(key, 3.5, repeat_of=n, start=start_at[n], machine=machine)
             return len(pair)
         return run
 
 
 def run(syn: Synthetic, pick: int, monkeypatch: pytest.MonkeyPatch, budget: float,
-        reference: Any = None) -> Any:
-    monkeypatch.setattr(certify_mod, "run_repeats", syn.repeats())
+        reference: Any = None, machine: str | None = None) -> Any:
+    monkeypatch.setattr(certify_mod, "run_repeats", syn.repeats(machine))
 
     def left() -> float:
         return budget - bill(syn.study, syn.cfg).total
@@ -207,3 +208,22 @@ def test_a_boot_reads_as_its_bracket(tmp_path: Path) -> None:
     syn.true = {"defaults": 64.0}
     syn.boot("defaults", 5.0, base=True)
     assert boots_of(records(syn.study), 0, syn.cfg) == [(64.0, 70.4)]
+
+
+def test_a_study_resumed_on_another_machine_certifies_on_this_one_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Explored on machine A, certified here: capacities compare within one machine, so the
+    interval counts this machine's boots alone (two of each at least), not A's."""
+    from autotune.tuning.machines import here
+
+    syn = Synthetic(cfg_of(tmp_path), 0.03)
+    syn.true = {"defaults": 70.0, "pick": 100.0}
+    syn.boot("defaults", 9.0, base=True, machine="machine:a")
+    pick = syn.boot("pick", 5.5, machine="machine:a")
+    syn.true = {"defaults": 40.0, "pick": 57.0}  # a slower machine: A's boots would mislead
+    c = run(syn, pick, monkeypatch, 1000.0, machine=here())
+    assert c.status == "certified" and c.gain is not None
+    assert c.gain["boots_pick"] >= 2 and c.gain["boots_base"] >= 2
+    here_only = [r for r in records(syn.study) if r.facts.machine == here()]
+    assert len(here_only) == c.gain["boots_pick"] + c.gain["boots_base"]
+    assert c.gain["low"] <= 57 / 40 <= c.gain["high"]
