@@ -18,8 +18,8 @@ from autotune.config.study import StudyConfig
 from autotune.outputs.console import console
 from autotune.tuning.bill import Bill, bill
 from autotune.tuning.certify import Certification, machine_of, run_certify
-from autotune.tuning.machines import here
 from autotune.tuning.confirm import TrialHook
+from autotune.tuning.machines import here
 from autotune.tuning.objective import PhaseHook
 from autotune.tuning.plan import BudgetPlan, Costs, plan
 from autotune.tuning.preflight import Preflight
