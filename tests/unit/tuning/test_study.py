@@ -169,3 +169,8 @@ def test_the_bill_splits_each_trial_and_counts_idle_and_the_rest() -> None:
     assert over_budget(b, 30.0) is None
     assert over_budget(b, 24.0) == ("budget: 21.0 of 24 GPU-min spent; the next trial (about "
                                     "4.0) would end past it")
+    # after the cold first trial alone, the next is judged warm: 0.6 of it
+    from autotune.tuning.record import records
+
+    first = bill(records(st)[:1], cfg, "GPU-min")  # type: ignore[arg-type]
+    assert first.next_trial() == pytest.approx(6.0)
