@@ -227,7 +227,6 @@ def run_trials(
     if deadline is None and cfg.timeout_s:
         deadline = time.monotonic() + cfg.timeout_s
     durations: list[float] = []
-    devices = cfg.gpus_per_trial or 1
     ran = 0
     while True:
         done, running = claimed(study)
@@ -240,8 +239,8 @@ def run_trials(
             if on_phase is not None:
                 on_phase(-1, f"{why}; stopping", {})
             return ran
-        if deadline is not None and not fits_before(deadline - kept * 60 / devices,
-                                                    time.monotonic(), durations):
+        end = deadline - kept * 60 / (cfg.gpus_per_trial or 1) if kept and deadline else deadline
+        if end is not None and not fits_before(end, time.monotonic(), durations):
             if on_phase is not None:
                 on_phase(-1, f"timeout: the next trial (about {trial_estimate(durations):.0f} s) "
                              "would end after it" + (f" and the {kept:.1f} minutes kept to "
