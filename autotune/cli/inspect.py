@@ -186,6 +186,11 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
         print_validation(cfg, st, trial, repeats or 1)
     if verify:
         print_verification(cfg, trial, verify_samples)
+    cert = summary.certification
+    if cert is not None and cert.exit_code:  # a planned study's ending: its exit code too
+        from autotune.errors import NotCertified
+
+        raise NotCertified(cert.sentence(), cert.exit_code)
 
 
 def print_verification(cfg: StudyConfig, trial: TrialRecord, samples: int | None) -> None:

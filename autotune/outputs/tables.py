@@ -78,7 +78,11 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
     pool = summary.records
     gains = summary.profile_gains if extra else summary.gains
     pick = summary.recommendation.number
-    t = Table(title=title, header_style="bold", caption=GAIN_CAPTION
+    cert = summary.certification
+    certified = (f"; the pick's {metrics[0]}: its certified interval over boots "
+                 f"({cert.gain['coverage']:.0%}, docs/certify.md)"
+                 if cert is not None and cert.gain else "")
+    t = Table(title=title, header_style="bold", caption=GAIN_CAPTION + certified
               + (f"\n★ recommended: {summary.headline()}" if pick is not None else ""))
     t.add_column("#", justify="right")
     t.add_column("state")

@@ -125,8 +125,9 @@ def reference_text(ref: dict[str, Any] | None) -> str:
     if ref.get("skipped"):
         return f"no reference check ({ref['skipped']})"
     verdict = "meets" if ref["met"] else "MISSES"
+    n = ref["samples"]
     return (f"`vllm bench serve` {verdict} the SLOs at {ref['load']:g} on a stock server "
-            f"({ref['samples']} samples: p99 TTFT {ref['p99_ttft_ms']:,.0f} ms, p99 TPOT "
+            f"({n} sample{'s' if n != 1 else ''}: p99 TTFT {ref['p99_ttft_ms']:,.0f} ms, p99 TPOT "
             f"{ref['p99_tpot_ms']:,.1f} ms)")
 
 

@@ -37,6 +37,7 @@ from autotune.tuning.artefacts import artefact
 from autotune.tuning.certify import BUDGET_SPENT, CERTIFIED, Certification, read_certification
 from autotune.tuning.confirm import ConfirmResult, config_boots, config_gains
 from autotune.tuning.front import by_kind, knee, metric_of, pooled_front, reason_of, sign_of
+from autotune.tuning.plan import same_config
 from autotune.tuning.record import TrialRecord, baseline, records
 
 # a config that keeps less than this share of the defaults' first objective is never the default
@@ -295,8 +296,9 @@ def summarize_records(name: str, recs: list[TrialRecord], cfg: StudyConfig,
     rec = recommend(cfg, base, front + [r for r in fit if r.number not in on], arts, gains,
                     res, failures, cert)
     if cert is not None and cert.pick is not None and (g := cert.gain_obj()) is not None:
-        # the pick's gain on every surface is the certified one (over boots, its coverage)
-        gains = {**gains, cert.pick: {**gains.get(cert.pick, {}), metrics[0]: g}}
+        # the pick's gain on every surface, its repeats' rows too, is the certified one
+        mine = {r.number for r in same_config(recs, cert.pick)}
+        gains = {**gains, **{n: {**gains.get(n, {}), metrics[0]: g} for n in mine}}
     extra = cfg.profile_metrics()
     return StudySummary(name, metrics, directions, recs, base, pooled, boots, gains,
                         [r.number for r in front], arts, rec, res, failures, extra,
