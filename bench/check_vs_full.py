@@ -45,6 +45,7 @@ def main() -> None:
 
     def run(kind: str, where: Path, url: str, log: Path) -> dict[str, object]:
         t0 = time.monotonic()
+        # as a certify boot searches (with its warm-up) or as a trial does
         use = cap.model_copy(update={"bracket": "step"}) if kind == "step" else cap
         res = capacity_on(url, cfg.server.model, cfg.server.tokenizer_dir, cfg.profile, use,
                           list(cfg.slos), where / kind, start=at if kind == "step" else None,
