@@ -6,15 +6,12 @@ from typing import Literal
 
 from pydantic import Field
 
+from autotune.config import flags
 from autotune.config.base import StrictModel
 
 QUALITY_OK = "quality_ok"  # the guard's Optuna constraint: > 0 when a trial fails it
-# the flags whose value can change what the model says (greedy outputs): weights' and KV
-# cache's precision, speculative decoding (lossless in exact arithmetic, not in bf16), the
-# compute dtype, and overrides of the model's own config
-OUTPUT_FLAGS = ("quantization", "kv_cache_dtype", "speculative_config", "dtype",
-                "calculate_kv_scales", "hf_overrides", "override_generation_config",
-                "tokenizer_mode")
+# the flags whose value can change what the model says: the flag registry's (config/flags.py)
+OUTPUT_FLAGS = flags.OUTPUT_FLAGS
 
 
 class QualityConfig(StrictModel):

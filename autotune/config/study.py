@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from autotune.config import flags
 from autotune.config.base import StrictModel, parse_model, read_yaml
 from autotune.config.metric_names import CAPACITY_METRICS, base_metric, objective_metric
 from autotune.config.quality import QualityConfig
@@ -33,8 +34,8 @@ def default_executable() -> list[str]:
     return [shutil.which("vllm") or "vllm"]
 
 
-# the flags whose product is the GPUs one server uses
-PARALLEL_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+# the flags whose product is the GPUs one server uses: the flag registry's (config/flags.py)
+PARALLEL_FLAGS = flags.PARALLEL_FLAGS
 
 
 def gpus_per_replica(flags: dict[str, Any]) -> int:
