@@ -35,8 +35,9 @@ class QualityConfig(StrictModel):
         "auto", description="auto: on a model with real weights (not --load-format dummy), "
         "for each trial whose flags can change outputs (OUTPUT_FLAGS); always: every trial; "
         "never: off.")
-    prompts: int = Field(32, ge=0, description="Prompts from the study's workload (its first "
-                         "requests), each read with the defaults' greedy completion appended.")
+    prompts: int = Field(32, ge=0, description="Prompts of the study's workload's kind (drawn "
+                         "with its seed + 1; a dataset's first ones), each read with the "
+                         "defaults' greedy completion appended.")
     texts: int = Field(16, ge=0, description="Conversations from the ShareGPT dataset "
                        "(prompt and reply as plain text), read as they are.")
     max_tokens: int = Field(32, ge=1, description="Greedy tokens the defaults complete each "

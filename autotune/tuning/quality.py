@@ -33,6 +33,11 @@ FLOOR = "quality-floor.json"  # the defaults against themselves, read as a judge
 DUMMY = ("dummy weights (--load-format dummy): their outputs are noise, so no config's "
          "outputs can be judged against the defaults'")
 COLD = "cold, before the load, one request at a time"
+# the guard draws its prompts from the study's profile with the profile's seed + this: the
+# reference, read before the defaults' load, would otherwise leave the load's own first prompts
+# in vLLM's prefix cache, and the defaults' trial alone would find them there (on a 200-request
+# ShareGPT point, 32 of its requests' prefills skipped)
+GUARD_SEED = 1
 
 Hook = Callable[[str], dict[str, Any]]
 
@@ -116,6 +121,19 @@ class Guard:
         return "quality.when: always" if self.q.when == "always" else None
 
     # -- the readings ------------------------------------------------------------------------
+    def guard_prompts(self) -> list[str | list[int]]:
+        """The prompts the reference completes: the profile's own kind of prompt, drawn with
+        another seed (GUARD_SEED) where a seed changes the draw (ShareGPT, random); a
+        dataset's first prompts otherwise."""
+        p = self.cfg.workloads()[0]
+        if not self.q.prompts or p.name == "dataset":
+            return self.prompts
+        from autotune.load.datasets import load_tokenizer, sample_requests
+
+        drawn = sample_requests(p, load_tokenizer(self.cfg.server.tokenizer_dir),
+                                self.q.prompts, p.seed + GUARD_SEED)
+        return prompts_of(drawn, self.q.prompts)
+
     def _task(self, url: str, concurrency: int) -> TaskRun | None:
         if self.q.task == "none":
             return None
@@ -130,7 +148,7 @@ class Guard:
         teacher-forced reading of every text, the task's answers; one request at a time."""
         t0 = time.monotonic()
         model, q = self.cfg.server.model, self.q
-        ids = prompt_ids(url, model, self.prompts, q.max_positions - q.max_tokens)
+        ids = prompt_ids(url, model, self.guard_prompts(), q.max_positions - q.max_tokens)
         done = greedy(url, model, ids, q.max_tokens)
         texts = [c.prompt_ids + c.ids for c in done] + dataset_texts(
             url, model, q.texts, q.max_positions)

@@ -77,6 +77,7 @@ def guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Guard, dict[
     monkeypatch.setattr(guard_mod, "prompt_ids", lambda url, m, p, keep: [[1, 2], [1, 3]])
     monkeypatch.setattr(guard_mod, "dataset_texts", lambda url, m, n, length: [[4] * 11])
     monkeypatch.setattr(guard_mod, "spec_counters", lambda url: {})
+    monkeypatch.setattr(Guard, "guard_prompts", lambda self: ["hi", "ho"])
 
     def greedy(url: str, model: str, prompts: list[list[int]], n: int, c: int = 1
                ) -> list[Completion]:
@@ -88,6 +89,20 @@ def guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Guard, dict[
     monkeypatch.setattr(guard_mod, "greedy", greedy)
     monkeypatch.setattr(guard_mod, "read_texts", read_texts)
     return Guard(cfg, tmp_path, [Request(prompt="hi", prompt_len=1, output_len=4)] * 2), state
+
+
+def test_the_guard_draws_its_prompts_apart_from_the_loads(tiny_model: Path, tmp_path: Path
+                                                         ) -> None:
+    """Drawn with another seed: the reference, read before the defaults' load, leaves none of
+    the load's own prompts in vLLM's prefix cache."""
+    from autotune.load.datasets import build_requests
+
+    cfg = study_cfg(tmp_path, server={"model": str(tiny_model), "executable": ["vllm"]},
+                    profile={"name": "random", "input_len": 8, "output_len": 4,
+                             "num_prompts": 40}, quality={"prompts": 8})
+    load = build_requests(cfg.profile, str(tiny_model))
+    mine = Guard(cfg, tmp_path, load).guard_prompts()
+    assert len(mine) == 8 and not {tuple(p) for p in mine} & {tuple(r.prompt) for r in load}
 
 
 def test_the_reference_then_the_floor_then_a_verdict(guard: tuple[Guard, dict[str, Any]]
