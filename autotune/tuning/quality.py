@@ -20,6 +20,7 @@ from autotune.config.quality import OUTPUT_FLAGS, SPECULATIVE
 from autotune.config.quality import QUALITY_OK as QUALITY_OK
 from autotune.config.study import StudyConfig
 from autotune.load.record import Request
+from autotune.load.tasks import load_task
 from autotune.measure.divergence import Divergence, Position, compare_prompt, pool
 from autotune.measure.paired import Paired, paired
 from autotune.measure.quality import Completion, greedy, greedy_check, read_texts, self_gap
@@ -101,6 +102,9 @@ class Guard:
         self.cfg, self.q = cfg, cfg.quality
         self.path, self.floor_path = study_dir / REFERENCE, study_dir / FLOOR
         self.prompts = prompts_of(requests, self.q.prompts)
+        # read once here: a task whose package is missing is one clear error at the start
+        self.items = load_task(self.q.task, self.q.task_items) \
+            if self.on and self.q.task != "none" else []
 
     @property
     def on(self) -> bool:
@@ -135,13 +139,10 @@ class Guard:
         return prompts_of(drawn, self.q.prompts)
 
     def _task(self, url: str, concurrency: int) -> TaskRun | None:
-        if self.q.task == "none":
+        if not self.items:
             return None
-        from autotune.load.tasks import load_task
-
-        return run_task(url, self.cfg.server.model, self.q.task,
-                        load_task(self.q.task, self.q.task_items), self.q.task_max_tokens,
-                        concurrency)
+        return run_task(url, self.cfg.server.model, self.q.task, self.items,
+                        self.q.task_max_tokens, concurrency)
 
     def record(self, url: str) -> dict[str, Any]:
         """The reference, cold: the defaults' greedy completions of the prompts, one

@@ -173,3 +173,34 @@ def test_a_trial_that_only_the_guard_failed_reads_as_a_quality_miss() -> None:
     assert rec(quality_ok=0.25, requests_ok=0.0).label() == "quality miss"
     assert rec(quality_ok=0.25, slo_p99_tpot_ms=3.0).label() == "SLO miss"
     assert rec(slo_p99_tpot_ms=3.0).label() == "SLO miss"
+
+
+def test_a_task_is_paired_item_by_item_against_the_defaults_cold_answers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.measure.task import TaskRun
+
+    cfg = study_cfg(tmp_path, server={"model": "/m", "executable": ["vllm"]},
+                    quality={"prompts": 2, "texts": 1, "min_units": 2, "task": "gsm8k",
+                             "task_items": 100})
+    g = Guard(cfg, tmp_path, [Request(prompt="hi", prompt_len=1, output_len=4)] * 2)
+    assert len(g.items) == 100
+    passed = {"now": [True] * 60 + [False] * 40}
+    monkeypatch.setattr(guard_mod, "prompt_ids", lambda url, m, p, keep: [[1, 2], [1, 3]])
+    monkeypatch.setattr(guard_mod, "dataset_texts", lambda url, m, n, length: [[4] * 11])
+    monkeypatch.setattr(guard_mod, "spec_counters", lambda url: {})
+    monkeypatch.setattr(Guard, "guard_prompts", lambda self: ["hi", "ho"])
+    monkeypatch.setattr(guard_mod, "greedy", lambda url, m, p, n, c=1: [
+        Completion(x, [5, 6], [-0.5, -0.5], "x") for x in p])
+    monkeypatch.setattr(guard_mod, "read_texts", lambda *a, **k: guard_mod._positions(dist(0)))
+    monkeypatch.setattr(guard_mod, "run_task", lambda url, m, name, items, n, c: TaskRun(
+        name, ["a"] * len(items), list(passed["now"])))
+    g.before({}, True)("http://x")  # type: ignore[misc]
+    floor = g.after({}, True)("http://x")  # type: ignore[misc]
+    assert floor["floor"]["task_drop"] == 0.0
+    fp8 = {"quantization": "fp8"}
+    passed["now"] = [True] * 30 + [False] * 70  # 30 of the defaults' 60 lost
+    facts, violation, cause = g.verdict(fp8, False, g.after(fp8, False)("http://x"))  # type: ignore[misc]
+    assert facts is not None and facts["verdict"] == "fails" and facts["parts"] == {
+        "kl": "passes", "task": "fails"}
+    assert facts["task"]["lost"] == 30 and facts["task"]["low"] > 0.05
+    assert "gsm8k: the defaults pass 60 of 100, the config 30" in (cause or "")
