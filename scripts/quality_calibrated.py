@@ -87,7 +87,8 @@ def study(model: str, name: str, raw: Path, base: dict[str, Any], quality: dict[
                                               "boot_timeout_s": 900},
         "profile": {"name": "sharegpt", "num_prompts": load[0], "max_concurrency": load[1],
                     "output_len": 64, "warmup": 2},
-        "quality": {"when": "always", **quality}, "workdir": str(raw / "mlruns")})
+        "quality": {"when": "always", **quality}, "workdir": str(raw / "mlruns"),
+        "search_space": "cpu-demo"})  # (a study file needs one; nothing is searched)
 
 
 def run(a: argparse.Namespace) -> None:
@@ -199,6 +200,12 @@ def summarize(a: argparse.Namespace) -> None:
     for k, val in before.items():  # the GPU's fields, filled in by the lead's run
         if k.startswith("gpu"):
             doc[k] = val
+    if not any(k.startswith("gpu") for k in doc):  # not run yet: null, and why
+        doc.update(gpu_machine=None, gpu_noise_floor=None, gpu_configs=None,
+                   gpu_guard_seconds=None, gpu_why_not=(
+                       "the GPU run is the lead's: scripts/gpu/quality_calibrated.sh (Qwen2.5-"
+                       "Coder-0.5B and 1.5B on an H100: fp8 weights, fp8 KV, both, n-gram "
+                       "speculation, HumanEval's 164 problems), then summarize --gpu"))
     if getattr(a, "gpu", None):
         g = json.loads(Path(a.gpu).read_text())
         doc.update(gpu_machine=g["machine"], gpu_noise_floor=g["noise_floor"],
