@@ -120,15 +120,17 @@ class GreedyCheck:
 
 
 def spec_part(g: GreedyCheck, q: QualityConfig) -> Part:
-    figures = (f"greedy: {g.equal} of {g.prompts} completions equal the defaults'; of the "
-               f"others {g.at_ties} first differ at an exact tie, {g.near_ties} within "
-               f"{q.tie_margin:g} nats, {g.beyond} beyond")
+    figures = f"greedy: {g.equal} of {g.prompts} completions equal the defaults'"
+    if g.equal < g.prompts:
+        figures += (f"; of the others {g.at_ties} first differ at an exact tie, "
+                    f"{g.near_ties} within {q.tie_margin:g} nats, {g.beyond} beyond")
     if g.beyond:
         return Part("spec", FAILS, f"{figures}: speculation is lossless, so a divergence "
                     "where the defaults' pick clearly led is a bug")
     if not g.prompts:
         return Part("spec", CANNOT_TELL, f"{figures}: no greedy completion to check")
-    return Part("spec", PASSES, f"{figures}: rounding only")
+    return Part("spec", PASSES, f"{figures}: " + ("rounding only" if g.equal < g.prompts
+                                                   else "no divergence"))
 
 
 def combine(parts: list[Part], deciding: str) -> tuple[str, str]:
