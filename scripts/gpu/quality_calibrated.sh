@@ -64,7 +64,8 @@ pid=$(cat $qc/pid)
 end=$((SECONDS + wait_s))
 while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 3; done
 kill -0 "$pid" 2>/dev/null && echo "STILL RUNNING" || echo "FINISHED"
-raws=$(ls -d $qc/raw/*/ 2>/dev/null | xargs -r -n1 sh -c '[ -f "$0/rows.jsonl" ] && echo "$0"')
+raws=""
+for d in $qc/raw/*/; do [ -f "$d/rows.jsonl" ] && raws="$raws ${d%/}"; done
 if [ -n "$raws" ]; then
   (cd $qc/at && python3 scripts/quality_calibrated.py summarize --out $qc/out --raw $raws \
     --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(grep -i '^vllm ' $qc/res/versions.txt)") \

@@ -15,7 +15,8 @@ join() {  # the wheels cut into .partNNN pieces, made whole again
 }
 
 real_install() {
-  local t0=$(date +%s)
+  local t0
+  t0=$(date +%s)
   mkdir -p "$1/res"
   join /root/w
   python3 - <<'PY' || return 1
