@@ -20,18 +20,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from autotune.config.quality import QualityConfig
-from autotune.config.study import StudyConfig
-from autotune.errors import AutotuneError
-from autotune.load.datasets import study_requests
-from autotune.measure.quality import Completion
-from autotune.measure.runner import run_boot
-from autotune.tuning import quality as guard_mod
-from autotune.tuning.quality import Guard
+# `python3 scripts/quality_calibrated.py` puts scripts/, not the project root, on the path (the
+# GPU machine has no autotune installed: scripts/gpu/real_spec.py lost a run to that)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autotune.config.quality import QualityConfig  # noqa: E402
+from autotune.config.study import StudyConfig  # noqa: E402
+from autotune.errors import AutotuneError  # noqa: E402
+from autotune.load.datasets import study_requests  # noqa: E402
+from autotune.measure.quality import Completion  # noqa: E402
+from autotune.measure.runner import run_boot  # noqa: E402
+from autotune.tuning import quality as guard_mod  # noqa: E402
+from autotune.tuning.quality import Guard  # noqa: E402
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
          "prompt_lookup_min": 2}
