@@ -165,8 +165,8 @@ class Guard:
     def _reference(self) -> dict[str, Any] | None:
         if not self.path.is_file():
             return None
-        doc: dict[str, Any] = json.loads(self.path.read_text())
-        return doc if doc.get("version") == 2 else None
+        doc = json.loads(self.path.read_text())  # an earlier guard's: a list, not judged on
+        return doc if isinstance(doc, dict) and doc.get("version") == 2 else None
 
     def read(self, url: str, ref: dict[str, Any]) -> dict[str, Any]:
         """This server read as a judged trial is (after its load, `concurrency` in flight),
