@@ -155,6 +155,9 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
                 console.print(f"  {k} {trial.metrics[k]:,.2f}{vs}", highlight=False)
     if "speculation" in res:
         console.print(speculation_text(res["speculation"]), highlight=False, soft_wrap=True)
+    if "quality" in res:  # the guard's verdict, its figures and the floor
+        console.print(f"quality: {res['quality']['text']}", highlight=False, soft_wrap=True,
+                      markup=False)
     console.print(f"vLLM config file: {res['config_path']}", highlight=False)
     if "bench_load" in res and cfg.capacity is not None:
         unit = "requests/s" if cfg.capacity.axis == "rate" else "requests in flight"

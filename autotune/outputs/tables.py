@@ -10,6 +10,7 @@ from optuna.trial import FrozenTrial
 from rich.markup import escape
 from rich.table import Table
 
+from autotune.config.quality import QUALITY_OK
 from autotune.config.study import StudyConfig
 from autotune.measure.stats import Gain, interval_name
 from autotune.outputs.console import (
@@ -23,9 +24,9 @@ from autotune.outputs.console import (
     short_metric,
 )
 from autotune.tuning.confirm import ConfirmResult
-from autotune.tuning.quality import drop_text
 from autotune.tuning.record import Status, TrialRecord
 from autotune.tuning.summary import StudySummary
+from autotune.tuning.verdict import verdict_text
 
 
 def gain_text(g: Gain) -> str:
@@ -114,14 +115,20 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
         cells.append(f"{tm.get('boot_s', 0):.1f}/{tm.get('bench_s', 0):.1f}" if tm else "-")
         text = escape(f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
                       else params_text(r.params))
-        shown = short_cause(r.cause, 200) if r.cause else ""
+        q = r.facts.quality
+        failed = r.constraints.get(QUALITY_OK, 0.0) > 0
+        said = verdict_text(q, failed) if q else ""
+        # the guard's verdict on a line of its own (with the floor), the measurement's after
+        cause = (r.cause or "").removeprefix(f"quality: {said}").lstrip("; ") if said \
+            else (r.cause or "")
+        shown = short_cause(cause, 200) if cause else ""
         if shown:
             text += f"\n[red]{escape(shown)}[/red]"
         if r.number in summary.artefacts:
             text += f"\n[red]{escape(summary.artefacts[r.number])}[/red]"
-        q = r.facts.quality or {}
-        if q.get("judged") and "quality:" not in shown:
-            text += f"\nquality: {q['exact_match']:.0%} exact, log-prob drop {drop_text(q)}"
+        if said:
+            style = "red" if failed else "default"
+            text += f"\n[{style}]quality: {escape(short_cause(said, 400))}[/{style}]"
         cells.append(text)
         t.add_row(*cells)
     return t

@@ -34,6 +34,7 @@ class TrialCost:
     minutes: float  # device-minutes, start to end
     boot: float  # of which the server's boot (0 where the trial recorded no timings)
     load: float  # the benchmark or the capacity search's load points
+    guard: float = 0.0  # the quality guard's readings (the reference, the floor, a verdict)
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ class Bill:
         if not self.trials:
             return []
         boot, load = sum(t.boot for t in self.trials), sum(t.load for t in self.trials)
-        other = self.part(False) + self.part(True) - boot - load
+        guard = sum(t.guard for t in self.trials)
+        other = self.part(False) + self.part(True) - boot - load - guard
         n, c = sum(not t.confirm for t in self.trials), sum(t.confirm for t in self.trials)
         per = ", ".join(f"{t.number}: {t.minutes:.1f}" for t in self.trials)
         held = (f"{self.devices} GPU{'s' if self.devices > 1 else ''} per trial"
@@ -78,8 +80,9 @@ class Bill:
                f"{self.part(False):.1f}" + (f", {c} confirm repeats {self.part(True):.1f}"
                                              if c else "")
                + (f", reference check {self.reference:.1f}" if self.reference else "")
-               + f", idle {self.idle:.1f}; "
-               f"boots {boot:.1f}, load {load:.1f}, the rest of the trials {other:.1f}",
+               + f", idle {self.idle:.1f}; boots {boot:.1f}, load {load:.1f}, "
+               + (f"quality guard {guard:.1f}, " if guard else "")
+               + f"the rest of the trials {other:.1f}",
                f"  per trial ({self.unit}): {per}"]
         if self.left:
             out.append(f"  {self.left} trials left: about {self.estimate_left():.1f} "
@@ -93,6 +96,7 @@ class Bill:
                 "bill_reference_min": self.reference,
                 "bill_boot_min": sum(t.boot for t in self.trials),
                 "bill_load_min": sum(t.load for t in self.trials),
+                "bill_guard_min": sum(t.guard for t in self.trials),
                 "bill_left_estimate_min": self.estimate_left()}
 
 
@@ -118,8 +122,9 @@ def bill(study: optuna.Study | list[TrialRecord], cfg: StudyConfig, unit: str | 
         tm = r.timings
         boot = min(tm.get("boot_s", 0.0), wall)
         load = min(tm.get("bench_s", 0.0), wall - boot)
+        guard = min(tm.get("guard_s", 0.0), wall - boot - load)
         costs.append(TrialCost(r.number, r.facts.repeat_of is not None, wall * devices / 60,
-                               boot * devices / 60, load * devices / 60))
+                               boot * devices / 60, load * devices / 60, guard * devices / 60))
     idle, end = 0.0, None
     last = None
     for s, e, proc in sorted(spans, key=lambda x: (x[0], x[1])):

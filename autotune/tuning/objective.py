@@ -41,6 +41,7 @@ from autotune.tuning.record import TrialFacts, facts_of, records, write_facts
 from autotune.tuning.record import baseline as baseline_record
 from autotune.tuning.search_space import SearchSpace
 from autotune.tuning.suite import combine, ratio
+from autotune.tuning.verdict import quality_metrics
 
 _SHOWN: dict[Any, Any] = {}  # the warnings a trial's measurement gave, shown once a process
 BOOT_OK = "boot_ok"
@@ -103,8 +104,7 @@ class Objective:
         facts, violation, why = self.guard.verdict(flags, baseline, found)
         if facts is not None:
             write_facts(trial, TrialFacts(quality=facts))
-            metrics.update({f"quality_{k}": float(facts[k]) for k in
-                            ("exact_match", "logprob_drop") if k in facts})
+            metrics.update(quality_metrics(facts))
         if self.guard.on:
             trial.set_constraint(QUALITY_OK, violation)
         return "; ".join(c for c in (why, cause) if c) or None
@@ -166,7 +166,7 @@ class Objective:
                 warnings.simplefilter("always")
                 run = run_boot(self.cfg.server, [self.cfg.profile], flags, workdir,
                                requests=self.requests, on_phase=on_phase,
-                               after=self.guard.after(flags, baseline))
+                               **self.guard.hooks(flags, baseline))
             caught = [w for w in caught if issubclass(w.category, MeasurementWarning)]
             for w in caught:  # kept with the trial, and shown once each as they would have been
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
@@ -229,7 +229,7 @@ class Objective:
         run = run_boot(self.cfg.server, [self.cfg.profile], flags, workdir, capacity=cap,
                        slos=self.cfg.slos, starts=None if best is None else
                        {self.cfg.profile.key: best}, stop_below=best if early else None,
-                       on_phase=on_phase, after=self.guard.after(flags, is_base))
+                       on_phase=on_phase, **self.guard.hooks(flags, is_base))
         res = run.capacity
         metrics = res.summary()
         metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
@@ -252,7 +252,7 @@ class Objective:
         the baseline trial's value, combined by `suite_score` (autotune.tuning.suite)."""
         profiles = self.cfg.workloads()
         run = run_boot(self.cfg.server, profiles, flags, workdir, on_phase=on_phase,
-                       after=self.guard.after(flags, is_baseline))
+                       **self.guard.hooks(flags, is_baseline))
         metrics = run.metrics()
         for label, pt in run.points.items():
             metrics.update({f"{label}/{k}": v for k, v in per_gpu(pt.metrics.flat(),
@@ -306,7 +306,7 @@ class Objective:
         is_baseline = bool(facts_of(trial).baseline)
         run = run_boot(self.cfg.server, profiles, flags, workdir, capacity=cap,
                        slos=self.cfg.slos, starts=starts, on_phase=on_phase,
-                       after=self.guard.after(flags, is_baseline))
+                       **self.guard.hooks(flags, is_baseline))
         metrics = run.metrics()
         for label, res in run.capacities.items():
             metrics.update({f"{label}/{k}": v for k, v in per_gpu(res.summary(), gpus).items()})
