@@ -64,7 +64,7 @@ def study(rng: np.random.Generator, ratios: list[float], spread: float, budget: 
     order = [0, *rng.permutation(np.arange(1, len(ratios)))]
     costs = Costs("GPU-min", WARM, CHECK, REFERENCE, True)
     pairs = 0 if min_gain is None else fit_pairs(
-        budget, costs, min(boots_for(min_gain, spread, TOL), MAX_BOOTS) - 1,
+        budget, costs, min(boots_for(min_gain, spread, TOL), MAX_BOOTS),
         COLD + (explore - 1) * WARM)
     reserve = costs.reserve(pairs) if pairs else 0.0
     spent, boots = 0.0, {}
@@ -80,18 +80,21 @@ def study(rng: np.random.Generator, ratios: list[float], spread: float, budget: 
     if pick == 0:
         return {"certified": 0.0, "deployed_gain": 0.0, "explored": explored, "boots": 1,
                 "defaults_pick": 1.0, "spent": spent}
-    g = censored_gain(boots[pick], boots[0])
+    # the pick's first boot chose it (its luckiest): as the product does, it does not count
+    anchor_pick = boots[pick][0][0]
+    mine: list[tuple[float, float]] = []
+    g = censored_gain(mine, boots[0])
     while True:
         both = g.n > 1 and g.n_base > 1
-        if both and (g.low > 0 or g.high < 0) or g.n >= MAX_BOOTS:
+        if both and (g.low > 0 or g.high < 0) or min(g.n, g.n_base) >= MAX_BOOTS:
             break
         if budget - spent < 2 * CHECK + REFERENCE:
             break
-        for c in (0, pick):
-            anchor = statistics.median(lo for lo, _ in boots[c])
-            boots[c].append(found(rng, base_true * ratios[c], spread, anchor))
+        mine.append(found(rng, base_true * ratios[pick], spread, anchor_pick))
+        anchor = statistics.median(lo for lo, _ in boots[0])
+        boots[0].append(found(rng, base_true, spread, anchor))
         spent += 2 * CHECK
-        g = censored_gain(boots[pick], boots[0])
+        g = censored_gain(mine, boots[0])
     certified = g.n > 1 and g.n_base > 1 and g.low > 0 and budget - spent >= REFERENCE
     return {"certified": float(certified),
             "deployed_gain": ratios[pick] - 1 if certified else 0.0,

@@ -190,7 +190,7 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
     if verify:
         print_verification(cfg, trial, verify_samples)
     cert = summary.certification
-    if cert is not None and cert.exit_code:  # a planned study's ending: its exit code too
+    if cert is not None and cert.exit_code and trial.number == rec.number:  # its ending too
         from autotune.errors import NotCertified
 
         raise NotCertified(cert.sentence(), cert.exit_code)
@@ -206,10 +206,13 @@ def print_verification(cfg: StudyConfig, trial: TrialRecord, samples: int | None
                   "bench serve`", highlight=False, markup=False)
     phases = PhaseLines()  # on a log or CI: a line per phase; each run's verdict as it lands
     with console.status("booting") as status:
-        doc = verify_capacity(cfg, trial, samples,
-                              lambda p: status.update(escape(phases.phase(f"verify: {p}", 0))),
-                              on_run=lambda line: console.print("  " + line, highlight=False,
-                                                                markup=False))
+
+        def on_phase(p: str) -> None:
+            status.update(escape(f"verify: {p}"))
+            phases.phase(f"verify: {p}", 0)
+
+        doc = verify_capacity(cfg, trial, samples, on_phase, on_run=lambda line: console.print(
+            "  " + line, highlight=False, markup=False))
     for line in lines(doc):
         out.print(line, highlight=False, soft_wrap=True, markup=False)
     console.print(f"written to {doc['path']}", highlight=False)

@@ -146,7 +146,7 @@ def _bracket(probe: Callable[[float], bool], points: list[LoadPoint], axis: str,
                 lo = x
             else:
                 hi = x
-    while (hi - lo) / lo > tolerance:
+    while (hi - lo) / lo > tolerance * (1 + 1e-9):  # 0.33 over 0.3 is 0.10000000000000003
         if stop_below is not None and hi <= stop_below:
             return result(lo, hi, f"{EARLY_STOP}'s {stop_below:g}: failed at {hi:g}")
         mid = _round((lo + hi) / 2, integer)

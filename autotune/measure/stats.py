@@ -219,7 +219,7 @@ def censored_gain(values: Sequence[tuple[float, float]], base: Sequence[tuple[fl
     if se > 0:
         parts = (va ** 2 / (len(mid_a) - 1) if va else 0.0) + \
             (vb ** 2 / (len(mid_b) - 1) if vb else 0.0)
-        df = max((va + vb) ** 2 / parts, min(len(mid_a), len(mid_b)) - 1.0)
+        df = (va + vb) ** 2 / parts
         t = float(student.ppf(0.5 + level / 2, df))
     low = float(lo_a.mean() - hi_b.mean()) - t * se
     high = float(hi_a.mean() - lo_b.mean()) + t * se

@@ -162,8 +162,9 @@ class StudyView:
     def on_phase(self, number: int, phase: str, flags: dict[str, Any]) -> None:
         what = f"trial {number}: {phase}" if number >= 0 else phase
         typical = statistics.median(self.took) if self.took else None
-        shown = self.lines.phase(what, number if number >= 0 else None, typical)
-        self.progress.update(self.task, description=escape(shown))
+        since = self.lines.phase(what, number if number >= 0 else None, typical)
+        self.progress.update(self.task, description=escape(what), since=since,
+                             typical=typical)
 
     def on_running(self, text: str) -> None:
         self.progress.update(self.task, description=text)

@@ -15,9 +15,10 @@ from typing import Any
 import optuna
 
 from autotune.config.study import StudyConfig
+from autotune.errors import ClientError, ConfigError, LoadError, ServerError, StudyError
 from autotune.outputs.console import console
 from autotune.tuning.bill import Bill, bill
-from autotune.tuning.certify import Certification, machine_of, run_certify
+from autotune.tuning.certify import Certification, machine_of, read_certification, run_certify
 from autotune.tuning.confirm import TrialHook
 from autotune.tuning.machines import here
 from autotune.tuning.objective import PhaseHook
@@ -40,7 +41,9 @@ class Budget:
     shown: list[float] = field(default_factory=list)  # reserves printed
 
     def open(self, study: optuna.Study) -> None:
+        """The study this run plans in: what its earlier runs spent, reference checks too."""
         self.study = study
+        self.reference_spent = certified_minutes(read_certification(self.cfg, records(study)))
         self.spent_before = self.bill().total
 
     def bill(self) -> Bill:
@@ -74,6 +77,12 @@ class Budget:
         if p.costs.measured and math.isfinite(self.total()) and (
                 not self.shown or abs(self.shown[-1] - p.reserve) >= 0.1):
             console.print(p.text(), highlight=False, soft_wrap=True)
+            if not self.shown and self.bill().total + p.costs.trial + p.reserve > p.budget:
+                console.print(f"warning: {p.budget:.1f} {p.costs.unit} leaves no room to explore "
+                              "beyond vLLM's defaults once the certify boots and the reference "
+                              f"check are kept ({p.reserve:.1f}): the study can only end on the "
+                              "defaults; a larger budget explores", highlight=False,
+                              soft_wrap=True)
             self.shown.append(p.reserve)
         return p.reserve
 
@@ -89,18 +98,27 @@ def reference_check(cfg: StudyConfig, samples: int | None, on_phase: Callable[[s
     from autotune.session.checks import verify_capacity
 
     def check(rec: TrialRecord, load: float) -> dict[str, Any]:
-        if cfg.capacity is None or cfg.profiles:
-            return {"skipped": "not a one-profile capacity study"}
         t0 = time.monotonic()
-        doc = verify_capacity(cfg, rec, samples, on_phase, capacity=load,
-                              on_run=lambda line: console.print("  " + line, highlight=False))
+
+        def took() -> float:
+            return (time.monotonic() - t0) * (cfg.gpus_per_trial or 1) / 60
+
+        try:
+            doc = verify_capacity(cfg, rec, samples, on_phase, capacity=load, on_run=lambda
+                                  line: console.print("  " + line, highlight=False))
+        except (ServerError, LoadError, ClientError, StudyError, ConfigError) as e:
+            # the stock server did not boot, or the reference could not run: no verdict,
+            # its minutes billed, the study ends "not certified" saying why
+            cause = getattr(e, "cause", None) or str(e)
+            return {"error": f"{type(e).__name__}: {cause}"[:300], "load": load,
+                    "minutes": took()}
         at = doc["rates"][0]
         m = at["metrics"]
         return {"load": at["rate"], "samples": at["samples_n"], "met": at["verdict"] == "meets",
                 "p99_ttft_ms": m.get("p99_ttft_ms", math.nan),
                 "p99_tpot_ms": m.get("p99_tpot_ms", math.nan), "misses": at["misses"],
                 "above": [r["verdict"] for r in doc["rates"][1:]], "path": doc["path"],
-                "minutes": (time.monotonic() - t0) * (cfg.gpus_per_trial or 1) / 60}
+                "minutes": took()}
     return check
 
 

@@ -10,6 +10,7 @@ ends on outputs/ending.py's, from the same summary.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +29,8 @@ from autotune.outputs.tracking import Tracker
 from autotune.session.certify import Budget, certified_minutes, certify_phase
 from autotune.session.open import make_tracker
 from autotune.tuning.bill import bill, over_budget
-from autotune.tuning.certify import read_certification
 from autotune.tuning.confirm import ConfirmResult
 from autotune.tuning.preflight import preflight
-from autotune.tuning.record import records
 from autotune.tuning.search_space import load_search_space
 from autotune.tuning.study import (
     completed,
@@ -141,7 +140,6 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
     def on_start(st: optuna.Study, requests: list[Any]) -> None:
         got.append(requests)
         budget.open(st)
-        budget.reference_spent = certified_minutes(read_certification(cfg, records(st)))
         if tracker is not None:
             tracker.open_run(st, study_extra(cfg, pre.vllm.version, requests))
 
@@ -150,7 +148,8 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
         if envs is None:
             st = run_study(cfg, on_phase=view.on_phase, on_trial=on_trial, pre=pre,
                            on_start=on_start, reserve=budget.reserve if planned else None,
-                           deadline=began + cfg.timeout_s if cfg.timeout_s else None)
+                           deadline=began + cfg.timeout_s if cfg.timeout_s else None,
+                           reference=lambda: budget.reference_spent)
         else:
             st = run_pool(
                 cfg, pre, envs, gpus_per_trial or 0,
@@ -170,11 +169,13 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
             now, note = None, ""
             first = summarize(st, cfg, confirm=False, certified=False).recommendation
             if first.number is not None:
-                console.print(f"certify phase: the pick so far is trial {first.number}; "
-                              f"{budget.left():.1f} {budget.bill().unit} left", highlight=False)
+                left = budget.left()
+                console.print(f"certify phase: the pick so far is trial {first.number}"
+                              + (f"; {left:.1f} {budget.bill().unit} left"
+                                 if math.isfinite(left) else ""), highlight=False)
                 cert = certify_phase(st, cfg, pre, got[0], first.number, budget,
                                      view.on_phase, on_trial, view.step)
-                budget.reference_spent = certified_minutes(cert)
+                budget.reference_spent = certified_minutes(cert)  # every run's, summed
         if now:
             console.print(f"confirm phase ({now})", highlight=False)
             try:
@@ -189,16 +190,17 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
     if tracker is not None:
         tracker.log_study_metrics(cost.metrics())
     end_of_study(summary, cfg, res, note, cost_lines, config_path)
-    if held < cfg.n_trials and (spent := over_budget(cost, cfg.budget_gpu_minutes)):
+    if cert is None and held < cfg.n_trials and \
+            (spent := over_budget(cost, cfg.budget_gpu_minutes)):
         console.print(f"stopped for --budget-gpu-minutes: {spent}. {held} of {cfg.n_trials} "
                       "trials done; a larger budget resumes the study.", highlight=False)
-    if held < cfg.n_trials and grid_done(st, cfg):
+    if cert is None and held < cfg.n_trials and grid_done(st, cfg):
         console.print(f"The grid is done: each of its configs tried, {held} of "
                       f"{cfg.n_trials} trials. `{command_hint(f'replay --config {config_path}')} "
                       "--repeat N` enqueues N of them again; the same command then measures "
                       "them.",
                       highlight=False)
-    elif cfg.timeout_s and held < cfg.n_trials:
+    elif cert is None and cfg.timeout_s and held < cfg.n_trials:
         console.print(f"stopped for --timeout {cfg.timeout_s:g} s: the next trial would have "
                       f"ended after it. {held} of {cfg.n_trials} trials done; the same command "
                       "resumes the study.", highlight=False)

@@ -18,13 +18,13 @@ import optuna
 from autotune.config.study import StudyConfig
 from autotune.tuning.record import Status, TrialRecord, records
 
-IDLE_GAP_S = 600.0
+IDLE_GAP_S = 600.0  # a gap between trials longer than this is a stop (a resume later), not idle
 # a warm trial against the study's cold first one: on an H100 the first took 8.96-9.83 GPU-min
 # and the warm ones a median of 5.56 (0.57 of it, n=7; docs/results/warm-server-h100); on 2 CPU
 # cores 2.4 and 0.9-1.0. A budget that judged the second trial by the first would stop a study
 # that had room for it. (The timeout still judges by the first: a trial cut off by a machine's
 # end is lost, one over a budget costs a few minutes.)
-WARM_SHARE = 0.6  # a gap between trials longer than this is a stop (a resume later), not idle
+WARM_SHARE = 0.6
 
 
 @dataclass(frozen=True)

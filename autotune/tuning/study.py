@@ -216,6 +216,7 @@ def run_trials(
     worker: dict[str, Any] | None = None,
     reserve: Callable[[], float] | None = None,
     deadline: float | None = None,
+    reference: Callable[[], float] | None = None,
 ) -> int:
     """Run trials one at a time until complete + running trials reach `cfg.n_trials`, counted
     in the storage, so several workers (processes or hosts) share one budget. Returns the
@@ -233,7 +234,8 @@ def run_trials(
         if done >= cfg.n_trials:
             return ran
         kept = reserve() if reserve is not None else 0.0
-        why = over_budget(bill(study, cfg), cfg.budget_gpu_minutes, kept) \
+        why = over_budget(bill(study, cfg, reference=reference() if reference else 0.0),
+                          cfg.budget_gpu_minutes, kept) \
             if cfg.budget_gpu_minutes is not None else None
         if why is not None:
             if on_phase is not None:
@@ -296,6 +298,7 @@ def run_study(
     on_start: Callable[[optuna.Study, list[Any]], None] | None = None,
     reserve: Callable[[], float] | None = None,
     deadline: float | None = None,
+    reference: Callable[[], float] | None = None,
 ) -> optuna.Study:
     """Run trials in this process until the study holds `cfg.n_trials` complete ones (or
     `timeout_s` passes, or the budget less the `reserve()` is spent)."""
@@ -305,6 +308,6 @@ def run_study(
     if on_start is not None:
         on_start(study, requests)
     run_trials(study, cfg, pre, requests, on_phase=on_phase, on_trial=on_trial,
-               reserve=reserve, deadline=deadline)
+               reserve=reserve, deadline=deadline, reference=reference)
     return study
 

@@ -30,11 +30,19 @@ def test_a_non_terminal_gets_one_line_per_phase(monkeypatch: pytest.MonkeyPatch)
     assert got[2].endswith("certify: boots 2 of trial 3 and 2 of the defaults")
 
 
-def test_a_terminal_gets_the_text_for_its_bar_and_no_lines() -> None:
+def test_a_terminal_gets_a_moving_clock_on_its_bar_and_no_lines(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [50.0]
+    monkeypatch.setattr(console_mod.time, "monotonic", lambda: now[0])
     lines = PhaseLines(terminal=True)
     with console_mod.console.capture() as cap:
-        shown = lines.phase("trial 0: booting", 0)
-    assert cap.get() == "" and shown == "trial 0: booting [0:00]"
+        since = lines.phase("trial 0: booting", 0, 340.0)
+    assert cap.get() == "" and since == 50.0
+    progress = console_mod.progress_bar()
+    task = progress.add_task("trial 0: booting", since=since, typical=340.0)
+    clock_column = next(c for c in progress.columns if isinstance(c, console_mod.PhaseClock))
+    now[0] += 151  # the clock moves while the phase does not change
+    assert clock_column.render(progress.tasks[task]).plain == "[2:31 of ~5:40]"
 
 
 def test_clock() -> None:
