@@ -24,8 +24,7 @@ PRESETS: dict[str, tuple[int, int]] = {
 }
 # profiles whose prompts are token ids, which only the completions endpoint takes
 TOKEN_ID_PROFILES = ("random", *PRESETS)
-# profiles that read a file of the user's (profile.path)
-FILE_PROFILES = ("dataset", "trace")
+FILE_PROFILES = ("dataset", "trace")  # profiles that read a file of the user's (profile.path)
 
 
 class ProfileConfig(StrictModel):
@@ -62,10 +61,9 @@ class ProfileConfig(StrictModel):
     path: str | None = Field(
         None, description="dataset: a JSONL file, one request a line: {\"prompt\": \"...\"} or "
         "{\"messages\": [...]} (chat), optional \"output_tokens\" (else output_len, else 128). "
-        "trace: a JSONL or CSV file of timestamped requests (docs/workloads.md, \"Your traffic "
-        "as recorded\").")
-    time_unit: Literal["s", "ms"] = Field(
-        "s", description="trace: the unit of numeric timestamps (Mooncake's traces are in ms).")
+        "trace: a JSONL or CSV file of timestamped requests (docs/workloads.md).")
+    time_unit: Literal["s", "ms"] = Field("s", description="trace: numeric timestamps' unit "
+                                          "(Mooncake's traces are in ms).")
     block_size: int = Field(
         512, ge=1, description="trace: tokens a hash id stands for (Mooncake's traces: 512); "
         "a request's hash_ids cover ceil(input_length / block_size) blocks.")
@@ -211,7 +209,7 @@ class SLOConfig(StrictModel):
 
 Axis = Literal["concurrency", "rate", "speedup"]
 # how the capacity search steps while it brackets (autotune.measure.search.bracket_steps)
-Bracket = Literal["near", "double"]
+Bracket = Literal["near", "double", "step"]
 
 
 class CapacityConfig(StrictModel):
@@ -232,7 +230,9 @@ class CapacityConfig(StrictModel):
         "near", description="How the search steps from its first load until one load meets the "
         "SLOs and one misses: near takes two steps of (1 + tolerance)^3 up or "
         "(1 + tolerance)^-2 down (x1.33 / x0.83 at 10%), then doubles or halves; double doubles "
-        "or halves from the first step (the rule before 2026-11-25).")
+        "or halves from the first step; step moves one tolerance at a time, x(1 + tolerance) "
+        "up or down (a certify boot: meets or misses at a capacity already found and one step "
+        "above).")
     requests_per_point: int = Field(200, ge=1, description="Measured requests per load point.")
     requests_per_slot: float = Field(
         2.0, ge=0, description="On the concurrency axis, at least this many requests per slot "

@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune import __version__
+from autotune.config.quality import QUALITY_OK
 from autotune.config.study import StudyConfig
 from autotune.outputs.artifacts import confirm_files, front_files, trial_files
 from autotune.outputs.mlflow_view import (
@@ -46,6 +47,7 @@ from autotune.server.machine import hardware
 from autotune.tuning.confirm import ConfirmResult
 from autotune.tuning.record import deltas, metric_deltas, study_facts
 from autotune.tuning.summary import StudySummary, summarize
+from autotune.tuning.verdict import quality_tags
 
 PICK_TAG = "autotune.recommended"  # on the study run: the recommended trial's number
 
@@ -185,6 +187,7 @@ class Tracker:
             tags["autotune.repeat_of"] = str(facts.repeat_of)
         if facts.warnings:
             tags["autotune.warnings"] = " | ".join(facts.warnings)[:5000]
+        tags.update(quality_tags(facts.quality, rec.constraints.get(QUALITY_OK, 0.0) > 0))
         run = self.client.create_run(self.experiment_id, run_name=f"trial-{trial.number:04d}",
                                      tags=tags, start_time=_ms(rec.started))
         rid = run.info.run_id

@@ -53,12 +53,14 @@ class TrialFacts:
     error: dict[str, str] | None = None  # an unexpected exception: type, message, log
     preboot: str | None = None  # refused without a boot by this rule (autotune.server.refusals)
     repeat_of: int | None = None  # a confirm-phase repeat of this trial's config
+    check_at: float | None = None  # a certify boot: searched in steps from this capacity
     warnings: list[str] | None = None  # what the measurement warned (too short, a busy client)
     grid: int | None = None  # enqueued as this config of a grid
     start: int | None = None  # enqueued as this start config
     warm_start: str | None = None  # enqueued from another study's front: "<study>#<trial>"
     quality: dict[str, Any] | None = None  # the quality guard's figures (tuning/quality.py)
     process: str | None = None  # "host:pid" of the run that measured it (between runs: a pause)
+    machine: str | None = None  # the machine's key (tuning/machines.py): capacities compare within
 
     @property
     def bound_only(self) -> bool:
@@ -291,8 +293,7 @@ def delta(value: float, base: float) -> float:
 
 
 def deltas(rec: TrialRecord, base: TrialRecord | None) -> dict[str, float]:
-    """Each objective's relative change against the baseline's (empty when either is not
-    measured)."""
+    """Each objective's relative change against the baseline's (empty: either not measured)."""
     if base is None or not rec.measured:
         return {}
     return {m: delta(v, base.values[m]) for m, v in rec.values.items() if m in base.values}
@@ -300,8 +301,7 @@ def deltas(rec: TrialRecord, base: TrialRecord | None) -> dict[str, float]:
 
 def metric_deltas(rec: TrialRecord, base: TrialRecord | None,
                   keys: list[str]) -> dict[str, float]:
-    """The relative change of any measured metrics (a suite's `<label>/<metric>`) against the
-    baseline's."""
+    """The relative change of measured metrics (a suite's `<label>/<metric>`) vs the baseline's."""
     if base is None or not rec.measured:
         return {}
     return {k: delta(rec.metrics[k], base.metrics[k]) for k in keys
