@@ -2,13 +2,15 @@
 """docs/results/trace/summary.json from the runs of issue 69 (raw files outside the repo):
 
     python scripts/trace_summary.py --config STUDY.yaml --export export.out \\
-        --verify verify.json --reference reference.json --bad bad.json --out summary.json
+        --verify verify.json --reference reference.json --bad bad.json \\
+        [--earlier-config EARLIER.yaml] --out summary.json
 
 `cpu_study` from the study's storage (its summary, as every surface reads it) and each
 trial's capacity.json; `replay_timing` from every load point our client ran against the
 trace's schedule (the study's and the reference comparison's); `reference_agreement` from
 scripts/trace_reference.py and `export --verify`; `bad_trace_inputs` from
-scripts/trace_bad_inputs.py.
+scripts/trace_bad_inputs.py. `--earlier-config`: a study of the same trace run before a
+change to the client, kept beside it (its capacities and send lags) to show what the change did.
 """
 
 from __future__ import annotations
@@ -121,10 +123,14 @@ def main() -> int:
     a.add_argument("--verify", type=Path, help="export --verify's verify.json")
     a.add_argument("--reference", type=Path, help="scripts/trace_reference.py's JSON")
     a.add_argument("--bad", type=Path, help="scripts/trace_bad_inputs.py's JSON")
+    a.add_argument("--earlier-config", type=Path, help="the same study before a client change")
+    a.add_argument("--earlier-note", default="", help="what differed in that run")
+    a.add_argument("--code", default="", help="the commit the study ran")
     a.add_argument("--raw", default="/work/raw-69", help="where the raw files are kept")
     a.add_argument("--out", type=Path, required=True)
     args = a.parse_args()
     cpu, points = study(args.config)
+    cpu["code"] = args.code or None
     if args.export is not None:
         text = args.export.read_text()
         cpu["export_bench_command"] = next((ln.strip() for ln in text.splitlines()
@@ -156,8 +162,18 @@ def main() -> int:
             "rates": [{k: c[k] for k in ("label", "rate", "verdict", "misses", "metrics",
                                          "samples_n")} for c in v["rates"]]}
     bad = json.loads(args.bad.read_text()) if args.bad else []
+    earlier = None
+    if args.earlier_config is not None:
+        e, e_points = study(args.earlier_config)
+        earlier = {"note": args.earlier_note, "config": e["config"],
+                   "capacity_speedup": e["capacity_speedup"], "pick": e["pick"],
+                   "replay_timing": {k: quantiles([p[k] for p in e_points])
+                                     for k in ("p99_send_lag_ms", "late_read_share")},
+                   "points_over_50ms_send_lag": sum(p["p99_send_lag_ms"] > 50
+                                                    for p in e_points)}
+    timing["points_over_50ms_send_lag"] = sum(p["p99_send_lag_ms"] > 50 for p in points)
     doc = {"issue": 69, "raw": args.raw, "schema": SCHEMA, "cpu_study": cpu,
-           "replay_timing": timing, "reference_agreement": agreement,
+           "cpu_study_earlier": earlier, "replay_timing": timing, "reference_agreement": agreement,
            "bad_trace_inputs": [{k: b[k] for k in ("case", "exit_code", "error", "error_lines",
                                                   "booted")} for b in bad]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
