@@ -126,6 +126,7 @@ def main() -> int:
     a.add_argument("--earlier-config", type=Path, help="the same study before a client change")
     a.add_argument("--earlier-note", default="", help="what differed in that run")
     a.add_argument("--code", default="", help="the commit the study ran")
+    a.add_argument("--reference-note", default="", help="what to know of the reference runs")
     a.add_argument("--raw", default="/work/raw-69", help="where the raw files are kept")
     a.add_argument("--out", type=Path, required=True)
     args = a.parse_args()
@@ -150,6 +151,7 @@ def main() -> int:
     agreement: dict[str, Any] = {"can_replay": True, "how": "vllm bench serve --dataset-name "
                                  "timed_trace on the same window (scripts/trace_reference.py)"}
     if ref is not None:
+        agreement["note"] = args.reference_note or None
         agreement["by_speedup"] = {s: {"median": d["median"], "ours_vs_vllm": d["ours_vs_vllm"],
                                        "pairs": len(d["runs"])}
                                    for s, d in ref["by_speedup"].items()}
