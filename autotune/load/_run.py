@@ -38,7 +38,7 @@ class LoadSettings:
     processes: int = 1  # client processes sharing the concurrency slots
     burstiness: float = 1.0  # the arrivals' gamma shape, as vllm bench serve's --burstiness
     # open loop: reuse kept-alive connections (False opens one per request, as autotune did
-    # before 2026-11-24: scripts/fidelity.py measures what that costs)
+    # before 2026-11-24: bench/fidelity.py measures what that costs)
     reuse_connections: bool = True
     # the CPUs the client runs on (None: anywhere); autotune.load.placement.client_cpus picks
     # those no server thread is bound to

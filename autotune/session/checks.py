@@ -92,7 +92,7 @@ def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
     cap, c = cfg.capacity, capacity if capacity is not None else trial.value("capacity")
     if cfg.profiles:
         raise StudyError("--verify: a suite's trial has one capacity per profile; check each "
-                         "with scripts/reference_check.py")
+                         "with bench/reference_check.py")
     if cap is None or c is None:
         raise StudyError("--verify checks a capacity: this study measured none (its config has "
                          "no capacity: section); use --validate")

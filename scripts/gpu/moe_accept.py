@@ -13,7 +13,7 @@ run, in this order, each step only if the deadline leaves it room:
   boot 1, boot 2   `autotune bench --capacity-axis rate` (its own launch: a stock `vllm serve`),
                    ShareGPT, p99 TTFT <= 2 s, p99 TPOT <= 60 ms, tolerance 0.1, start 24,
                    >= 20 s of arrivals a point; one shared cache root (a study's trials share one)
-  stock            `vllm serve` of the same config started here; scripts/reference_check.py at the
+  stock            `vllm serve` of the same config started here; bench/reference_check.py at the
                    last capacity found and at 1.1x; then the search's first point (same load, same
                    seed) again with `autotune bench --url`
   boot 3           the search again, for a third capacity
@@ -95,7 +95,7 @@ PLAN = pairs("ACC_PLAN")
 # (reference_check in the summary: one boot a config instead of two)
 REF_PLAN = pairs("ACC_REF")
 # ACC_CHECK="pick:79.9": the reference check alone at a capacity found before (no search), and
-# ACC_AB="fp8:56": on a stock server of the config, scripts/fidelity.py (autotune's client
+# ACC_AB="fp8:56": on a stock server of the config, bench/fidelity.py (autotune's client
 # against `vllm bench serve`, interleaved in a shuffled order, fresh seeds, AB_RUNS each) at
 # that rate; ACC_CHECK's run first, then ACC_AB's
 CHECKS, ABS = pairs("ACC_CHECK"), pairs("ACC_AB")
@@ -253,7 +253,7 @@ class Run:
             if boot_s is None:
                 return
             if ab:  # the two clients at `capacity`, then nothing else on this server
-                rc, wall = self.call([PY, "scripts/fidelity.py", "--url", url, "--model", MOE,
+                rc, wall = self.call([PY, "bench/fidelity.py", "--url", url, "--model", MOE,
                                       "--rates", f"{capacity:g}", "--runs", str(AB_RUNS),
                                       "--fresh-seeds", "--warm-s", "30", "--span-s", "20",
                                       *(x for s in SLOS for x in ("--slo", s)),
@@ -272,7 +272,7 @@ class Run:
                     return
                 capacity = float(doc["capacity"])
             ref = self.res / f"reference-{config}{tag}.json"
-            rc, wall = self.call([PY, "scripts/reference_check.py", "--model", MOE,
+            rc, wall = self.call([PY, "bench/reference_check.py", "--model", MOE,
                                   "--capacity", f"{capacity:g}", "--tolerance", "0.1",
                                   *(x for s in SLOS for x in ("--slo", s)), "--url", url,
                                   "--server-log", str(log), "--warmup-s", f"{warmup_s:g}",

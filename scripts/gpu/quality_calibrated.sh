@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 67 on the GPU machine: the calibrated quality guard re-judging fp8 weights, fp8 KV, both,
 # and n-gram speculation on Qwen2.5-Coder-0.5B and 1.5B (real weights, `make-real-model`), with
-# HumanEval's 164 problems as the task, through scripts/quality_calibrated.py (each boot the
+# HumanEval's 164 problems as the task, through bench/quality_calibrated.py (each boot the
 # trial's own path: run_boot with the guard's hooks). Run from the project root (the call's
 # directory), after the chunk calls that
 #   REAL_MODELS="qwen2.5-coder-0.5b qwen2.5-coder-1.5b" bash scripts/gpu/real_spec_prepare.sh
@@ -15,11 +15,11 @@
 #       TASK_ITEMS (default 164), LOAD="prompts concurrency" (default "400 64")
 #   bash scripts/gpu/quality_calibrated.sh wait [WAIT]
 #       waits up to WAIT seconds (default 420) for the run to end, then writes into $OUT:
-#       summary-gpu.json (scripts/quality_calibrated.py summarize of what has landed),
+#       summary-gpu.json (bench/quality_calibrated.py summarize of what has landed),
 #       rows.tgz (each model's rows.jsonl, references and floors, without the servers' logs),
 #       sensible.json (each model's plain-prompt check), logs-tail.txt; and prints the verdicts
 # Here afterwards: copy summary-gpu.json to docs/results/quality-calibrated/gpu/summary-gpu.json
-# and run `scripts/quality_calibrated.py summarize ... --gpu docs/results/.../summary-gpu.json`.
+# and run `bench/quality_calibrated.py summarize ... --gpu docs/results/.../summary-gpu.json`.
 set -uo pipefail
 cmd=${1:-}; shift || true
 qc=/root/qc
@@ -41,8 +41,8 @@ case $cmd in
 set -u
 cd $qc/at
 for m in ${MODELS:-qwen2.5-coder-0.5b qwen2.5-coder-1.5b}; do
-  python3 scripts/quality_calibrated.py sensible --models $qc/models/\$m >> $qc/res/sensible.jsonl
-  python3 scripts/quality_calibrated.py run --model $qc/models/\$m --name \$m --raw $qc/raw/\$m \\
+  python3 bench/quality_calibrated.py sensible --models $qc/models/\$m >> $qc/res/sensible.jsonl
+  python3 bench/quality_calibrated.py run --model $qc/models/\$m --name \$m --raw $qc/raw/\$m \\
     --configs ${CONFIGS:-defaults-again,fp8,fp8-kv,fp8+fp8-kv,ngram} \\
     --quality '{"task": "humaneval", "task_items": ${TASK_ITEMS:-164}, "concurrency": 64}' \\
     --load-prompts ${load% *} --load-concurrency ${load#* } >> $qc/res/run.log 2>&1
@@ -67,7 +67,7 @@ kill -0 "$pid" 2>/dev/null && echo "STILL RUNNING" || echo "FINISHED"
 raws=""
 for d in $qc/raw/*/; do [ -f "$d/rows.jsonl" ] && raws="$raws ${d%/}"; done
 if [ -n "$raws" ]; then
-  (cd $qc/at && python3 scripts/quality_calibrated.py summarize --out $qc/out --raw $raws \
+  (cd $qc/at && python3 bench/quality_calibrated.py summarize --out $qc/out --raw $raws \
     --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(grep -i '^vllm ' $qc/res/versions.txt)") \
     && cp $qc/out/summary.json "$OUT"/summary-gpu.json
 fi

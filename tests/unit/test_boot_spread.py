@@ -1,4 +1,4 @@
-"""scripts/boot_spread.py: boots of one config side by side, at the loads they share."""
+"""bench/boot_spread.py: boots of one config side by side, at the loads they share."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "boot_spread.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "boot_spread.py"
 
 
 def _search(path: Path, capacity: float, points: list[tuple[float, bool, float, float]]) -> Path:

@@ -1,4 +1,4 @@
-"""scripts/reference_check.py: its input errors (the check: tests/unit/measure/test_verify.py)."""
+"""bench/reference_check.py: its input errors (the check: tests/unit/measure/test_verify.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 
 def _load() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "scripts" / "reference_check.py"
+    path = Path(__file__).resolve().parents[2] / "bench" / "reference_check.py"
     spec = importlib.util.spec_from_file_location("reference_check", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

@@ -10,9 +10,9 @@ guard's rule (greedy exact match >= 50% over the first 16 prompts and a log-prob
 nats/token) applied to the same run's readings. One JSON row per boot goes to RAW/rows.jsonl as
 it lands; `summarize` builds docs/results/quality-calibrated/summary.json from the rows.
 
-    .venv/bin/python scripts/quality_calibrated.py run --model mlruns/models/smollm2-135m \\
+    .venv/bin/python bench/quality_calibrated.py run --model mlruns/models/smollm2-135m \\
         --name smollm2-135m --raw /work/raw-67/smollm2 --configs defaults-again,float32,fp8-kv
-    .venv/bin/python scripts/quality_calibrated.py summarize \\
+    .venv/bin/python bench/quality_calibrated.py summarize \\
         --out docs/results/quality-calibrated --raw /work/raw-67/smollm2 /work/raw-67/gemma
 """
 
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# `python3 scripts/quality_calibrated.py` puts scripts/, not the project root, on the path (the
+# `python3 bench/quality_calibrated.py` puts bench/, not the project root, on the path (the
 # GPU machine has no autotune installed: scripts/gpu/real_spec.py lost a run to that)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

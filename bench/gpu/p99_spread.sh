@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# On the GPU machine, for scripts/gpu/p99_spread.py (p99 TPOT at fixed rates on one warm stock
+# On the GPU machine, for bench/gpu/p99_spread.py (p99 TPOT at fixed rates on one warm stock
 # MoE server), after the wheel calls (.gpu/ chunks copied to /root/w). Run from the project root.
-#   bash scripts/gpu/p99_spread.sh start DEADLINE_IN [WAIT]
+#   bash bench/gpu/p99_spread.sh start DEADLINE_IN [WAIT]
 #       installs the wheels into /root/site, copies the checkout to /root/p99/at, starts the run
 #       there detached (setsid) with its deadline DEADLINE_IN s from now, then waits as `wait`
-#   bash scripts/gpu/p99_spread.sh wait [WAIT]
+#   bash bench/gpu/p99_spread.sh wait [WAIT]
 #       waits up to WAIT s (default 540) for the run to end, packs what landed into $OUT
 #   (fresh, after run: see p99_spread.py; on 2026-11-26 started by hand with setsid)
 set -uo pipefail
@@ -21,7 +21,7 @@ case $cmd in
     rm -rf $top/at && mkdir -p $top/at
     tar --exclude=./.gpu --exclude=./.git --exclude=./docs -cf - . | tar -C $top/at -xf -
     cd $top/at || exit 1
-    setsid nohup python3 scripts/gpu/p99_spread.py run --res $top/res \
+    setsid nohup python3 bench/gpu/p99_spread.py run --res $top/res \
       --deadline $(( t0 + deadline_in )) > $top/res/orchestrator.log 2>&1 < /dev/null &
     echo $! > $top/pid
     cd - > /dev/null || exit 1
@@ -36,7 +36,7 @@ pid=$(cat $top/pid)
 end=$((SECONDS + wait_s))
 while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 3; done
 kill -0 "$pid" 2>/dev/null && echo "STILL RUNNING" || echo "FINISHED"
-python3 $top/at/scripts/gpu/p99_spread.py pack --res $top/res --out "$OUT"
+python3 $top/at/bench/gpu/p99_spread.py pack --res $top/res --out "$OUT"
 python3 - <<'PY'
 import json
 for line in open("/root/p99/res/results.jsonl"):

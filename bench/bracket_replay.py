@@ -9,7 +9,7 @@ points per trial, met and missed points, the seconds they would take at the give
 point costs, and a check that every replayed capacity lies within the tolerance below the
 threshold. An estimate from records, not a measurement: a real point near the knee can flip.
 
-    python scripts/bracket_replay.py OUT.json [--met-s 35] [--missed-s 18] CAPACITY.json ...
+    python bench/bracket_replay.py OUT.json [--met-s 35] [--missed-s 18] CAPACITY.json ...
 """
 
 from __future__ import annotations

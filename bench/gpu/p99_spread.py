@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Is "meets at C, misses at C x 1.1" well-posed for p99 TPOT <= 60 ms on the MoE? On ONE warm
 stock `vllm serve` of the Qwen3-30B-A3B-shaped MoE (fp8 + fp8 KV, dummy weights), `vllm bench
-serve` (ShareGPT, as scripts/reference_check.py runs it) at three Poisson rates x four request
+serve` (ShareGPT, as bench/reference_check.py runs it) at three Poisson rates x four request
 seeds, in a blocked shuffled order (each block runs every rate once), after one unjudged warm-up.
 Then, if the deadline leaves room, a second boot with --no-enable-prefix-caching runs the middle
-rate with the same seeds. Driven by scripts/gpu/p99_spread.sh.
+rate with the same seeds. Driven by bench/gpu/p99_spread.sh.
 
-    python3 scripts/gpu/p99_spread.py run --res DIR --deadline EPOCH_S
-    python3 scripts/gpu/p99_spread.py fresh --res DIR --deadline-in 890 --server-pgid PGID
-    python3 scripts/gpu/p99_spread.py pack --res DIR --out DIR
-    python3 scripts/gpu/p99_spread.py summarize --results results.jsonl
+    python3 bench/gpu/p99_spread.py run --res DIR --deadline EPOCH_S
+    python3 bench/gpu/p99_spread.py fresh --res DIR --deadline-in 890 --server-pgid PGID
+    python3 bench/gpu/p99_spread.py pack --res DIR --out DIR
+    python3 bench/gpu/p99_spread.py summarize --results results.jsonl
 
 How it ran on 2026-11-26 (H100): `run` reused each seed at every rate, and with a KV cache of
 878,656 tokens a seed's second run found its prompts cached (prefix-cache hit rate 0.71-0.96,
@@ -59,7 +59,7 @@ RATES = (40.0, 44.0, 48.4)  # around the boots' C (43.7-53.1) and C x 1.1
 SEEDS = (1, 2, 3, 4)
 WARMUP_SEED = 1000
 SHORT = 16  # output tokens: "a short reply"
-MIN_S, MIN_N, NUM_WARMUPS = 20.0, 200, 8  # scripts/reference_check.py's defaults
+MIN_S, MIN_N, NUM_WARMUPS = 20.0, 200, 8  # bench/reference_check.py's defaults
 PORT = 8011
 VLLM = shutil.which("vllm") or str(Path(sys.executable).parent / "vllm")
 

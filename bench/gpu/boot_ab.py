@@ -1,6 +1,6 @@
 """Same-machine A/B of one boot, started directly against forked from the preloaded vLLM
 (autotune.server.forkserver), on a study's warm cache root: seconds to /health, one JSON line
-a boot. python3 scripts/gpu/boot_ab.py CACHE_ROOT OUT_DIR ORDER (e.g. direct,fork,direct,fork)"""
+a boot. python3 bench/gpu/boot_ab.py CACHE_ROOT OUT_DIR ORDER (e.g. direct,fork,direct,fork)"""
 
 import json
 import os

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Screenshot the MLflow UI showing a study's runs, with headless Chromium (Debian's package).
 
-    python scripts/screenshot_mlflow.py --experiment cpu-demo --out docs/mlflow-ui.png
+    python bench/screenshot_mlflow.py --experiment cpu-demo --out docs/results/ui/first-screen.png
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Boots `--boots` servers one after another (the demo's fixed args, vLLM's default
 `--rounds` rounds run every length in turn (16, 32, ... requests at concurrency 16), the same
 requests each round (common random numbers), interleaved so drift hits every length alike.
 
-    python scripts/measure_short.py --out docs/results/noise/short-cpu [--boots 3 --rounds 4]
+    python bench/measure_short.py --out docs/results/noise/short-cpu [--boots 3 --rounds 4]
 """
 
 from __future__ import annotations

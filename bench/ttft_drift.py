@@ -3,7 +3,7 @@
 arrivals, from the per-request records a capacity point writes (`points/load-X.csv` in a
 bench's or a trial's folder). The rule and its reading: autotune/measure/drift.py.
 
-    python3 scripts/ttft_drift.py RUN/points/load-61.4125.csv [...] [--json OUT]
+    python3 bench/ttft_drift.py RUN/points/load-61.4125.csv [...] [--json OUT]
 """
 
 from __future__ import annotations

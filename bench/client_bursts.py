@@ -10,8 +10,8 @@ is (the CPUs `auto` picks, SCHED_FIFO). Each run's figures land
 in OUT/runs.jsonl as it ends; OUT/summary.json has, per config and variant, each run and the
 comparison with the reference.
 
-    python scripts/client_bursts.py --out DIR [--rounds 10] [--configs issue,demo]
-    python scripts/client_bursts.py --out DIR --summarize   (summary.json from runs.jsonl again)
+    python bench/client_bursts.py --out DIR [--rounds 10] [--configs issue,demo]
+    python bench/client_bursts.py --out DIR --summarize   (summary.json from runs.jsonl again)
 
 A burst request: at least half of its token gaps read at once (autotune: in one socket read,
 `RequestRecord.coalesced`; both clients: a gap under 0.2 ms, reference.SAME_READ_S). A burst

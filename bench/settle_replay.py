@@ -5,7 +5,7 @@ Reads the per-request CSVs a capacity search writes (points/load-<load>.csv), fe
 request's first token and end to `Settle` in time order, asking every 0.2 s as the load
 generator does, and compares with the full point's verdict (capacity.judge on every request).
 
-    python scripts/settle_replay.py OUT.json DIR [DIR ...] \
+    python bench/settle_replay.py OUT.json DIR [DIR ...] \
         [--slo p99_ttft_ms<=2000 --slo p99_tpot_ms<=60] [--met-only]
 
 A DIR holding the trial's result.json (a study's trial-NNNN) also gets its minutes with its points

@@ -3,9 +3,9 @@
 and at C x (1 + tolerance), each judged against the SLOs. A capacity the reference agrees with
 meets at C and misses above (issue 46, build 3).
 
-    python scripts/reference_check.py --model MODEL --capacity 23.8 --url http://127.0.0.1:8000 \\
+    python bench/reference_check.py --model MODEL --capacity 23.8 --url http://127.0.0.1:8000 \\
         [--server-log server.log] [--tolerance 0.1] [--slo 'p99_ttft_ms<=2000' ...] --out check.json
-    python scripts/reference_check.py --model MODEL --capacity 23.8 --serve --out check.json \\
+    python bench/reference_check.py --model MODEL --capacity 23.8 --serve --out check.json \\
         -- --load-format dummy --quantization fp8 --kv-cache-dtype fp8
 
 With --serve it boots a stock `vllm serve MODEL FLAGS...` (the flags after --), as a user

@@ -5,7 +5,7 @@ same study config (default: examples/cpu-demo.yaml) once per worker count, each 
 and prints a Markdown table: trials, wall time of `autotune study`, trials per hour, and the
 mean boot and benchmark seconds per trial (boots slow down when servers share the cores).
 
-    .venv/bin/python scripts/scaleout.py --storage postgresql+psycopg2://postgres@HOST/at \
+    .venv/bin/python bench/scaleout.py --storage postgresql+psycopg2://postgres@HOST/at \
         --config examples/cpu-demo.yaml --n-trials 8 --workers 1 2
 """
 

@@ -17,9 +17,9 @@ Per shape: boot stock [first point] warm-up; boot product [first point] warm-up;
 (pair-major over the rates, the order inside each pair shuffled with a seeded RNG), until the
 shape's deadline. One JSON line per event in OUT/results.jsonl as it lands.
 
-  python3 scripts/gpu/launch_ab.py run --res /root/ab/res --deadline-in 1400 ...
-  python3 scripts/gpu/launch_ab.py pack --res /root/ab/res --out $OUT
-  python3 scripts/gpu/launch_ab.py summarize RAW_DIR SUMMARY_JSON     (here, afterwards)
+  python3 bench/gpu/launch_ab.py run --res /root/ab/res --deadline-in 1400 ...
+  python3 bench/gpu/launch_ab.py pack --res /root/ab/res --out $OUT
+  python3 bench/gpu/launch_ab.py summarize RAW_DIR SUMMARY_JSON     (here, afterwards)
   (bench-worker is started by `run`.)
 """
 

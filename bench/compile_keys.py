@@ -2,7 +2,7 @@
 order of the trials. Reads each trial's server.log (vLLM's "torch_compile_cache/<hash>" path,
 "init engine ... (compilation: X s)", and "Directly load" when the cache hit).
 
-    python scripts/compile_keys.py OUT.json STUDY_DIR [STUDY_DIR ...]
+    python bench/compile_keys.py OUT.json STUDY_DIR [STUDY_DIR ...]
 
 A boot whose key an earlier boot on the machine already compiled loads it from a shared cache
 root (autotune.measure.runner.server_env) in about CACHED_S. The saving counts every repeat of

@@ -3,7 +3,7 @@
 # `vllm serve` per GPU at once (the MoE on the first two, the dense 8B shape on the rest), each
 # with its own cache root as moe_accept.sh's ACC_LANES gives each lane, and the time each takes
 # to answer /health. What four cold boots at once cost before a lanes run is planned on it.
-#   bash scripts/gpu/lanes_boot.sh LIMIT_S      (results under $OUT as they land)
+#   bash bench/gpu/lanes_boot.sh LIMIT_S      (results under $OUT as they land)
 set -uo pipefail
 limit=${1:-300}
 bash scripts/gpu/install_wheels.sh > "$OUT/boots.txt" || exit 1

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# On the GPU machine, for scripts/gpu/launch_ab.py (issue #46 step 1), after the chunk calls of
+# On the GPU machine, for bench/gpu/launch_ab.py (issue #46 step 1), after the chunk calls of
 # scripts/gpu/prepare.sh. Run from the project root (the call's working directory).
-#   bash scripts/gpu/launch_ab.sh start DEADLINE_IN [WAIT] [launch_ab.py run args...]
+#   bash bench/gpu/launch_ab.sh start DEADLINE_IN [WAIT] [launch_ab.py run args...]
 #       installs the chunks' wheels (scripts/gpu/install_wheels.sh), copies the
 #       checkout to /root/ab/at, starts the A/B there detached (setsid), then waits as `wait`
-#   bash scripts/gpu/launch_ab.sh wait [WAIT]
+#   bash bench/gpu/launch_ab.sh wait [WAIT]
 #       waits up to WAIT seconds (default 560) for the A/B to end, then packs what it has into
 #       $OUT: results.jsonl, bench.tgz (vllm bench serve's result files), logs-excerpt.tgz
 set -uo pipefail
@@ -23,7 +23,7 @@ case $cmd in
       | tar -C $ab/at -xf -
     cd $ab/at || exit 1
     left=$(( deadline - ($(date +%s) - t0) ))
-    setsid nohup python3 scripts/gpu/launch_ab.py run --deadline-in "$left" "$@" \
+    setsid nohup python3 bench/gpu/launch_ab.py run --deadline-in "$left" "$@" \
       > $ab/res/orchestrator.log 2>&1 < /dev/null &
     echo $! > $ab/pid
     echo "started the A/B (pid $(cat $ab/pid)), deadline in $left s"
@@ -38,7 +38,7 @@ pid=$(cat $ab/pid)
 end=$((SECONDS + wait_s))
 while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 3; done
 kill -0 "$pid" 2>/dev/null && echo "STILL RUNNING" || echo "FINISHED"
-python3 $ab/at/scripts/gpu/launch_ab.py pack --res $ab/res --out "$OUT"
+python3 $ab/at/bench/gpu/launch_ab.py pack --res $ab/res --out "$OUT"
 cp $ab/res/orchestrator.log "$OUT/orchestrator.log" 2>/dev/null
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
 # a compact view of what landed

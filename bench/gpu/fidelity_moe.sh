@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# On the GPU machine: scripts/fidelity.py (autotune's client against `vllm bench serve`,
+# On the GPU machine: bench/fidelity.py (autotune's client against `vllm bench serve`,
 # interleaved in a shuffled order, a seed per tool, rate and run: no run cache-hot) on the
 # Qwen3-30B-A3B-shaped MoE with fp8 + fp8 KV, after the wheel calls (.gpu/x chunks copied to
 # /root/w). Run from the project root.
-#   bash scripts/gpu/fidelity_moe.sh start RATES [WAIT]
+#   bash bench/gpu/fidelity_moe.sh start RATES [WAIT]
 #       installs the wheels into /root/site, copies the checkout to /root/fid/at, starts the run
 #       there detached (setsid), then waits as `wait`
-#   bash scripts/gpu/fidelity_moe.sh wait [WAIT]
+#   bash bench/gpu/fidelity_moe.sh wait [WAIT]
 #       waits up to WAIT s (default 540) for it to end and packs what landed into $OUT
 set -uo pipefail
 cmd=$1; shift
@@ -23,7 +23,7 @@ case $cmd in
     rm -rf $top && mkdir -p $top/at $top/res
     tar --exclude=./.gpu --exclude=./.git --exclude=./docs -cf - . | tar -C $top/at -xf -
     cd $top/at || exit 1
-    PYTHONPATH=$top/at:$PYTHONPATH setsid nohup python3 scripts/fidelity.py --out $top/res \
+    PYTHONPATH=$top/at:$PYTHONPATH setsid nohup python3 bench/fidelity.py --out $top/res \
       --model scripts/gpu/models/qwen3-30b-a3b-dummy --rates "$rates" --runs "${RUNS:-3}" \
       --span-s 20 --fresh-seeds --warm-s 20 --server-arg=--quantization --server-arg=fp8 \
       --server-arg=--kv-cache-dtype --server-arg=fp8 --server-arg=--jit-monitor-verbose \

@@ -6,7 +6,7 @@ workdir so every boot shares one cache root (a workdir each would compile every 
 Writes one JSON line a boot as it ends (launch, boot seconds, throughput, TTFT and TPOT) and,
 at the end, the medians of each launch and their ratio.
 
-    python scripts/fork_ab.py --pairs 3 --vllm .venv/bin/vllm --model M OUT_DIR -- BENCH-ARGS
+    python bench/fork_ab.py --pairs 3 --vllm .venv/bin/vllm --model M OUT_DIR -- BENCH-ARGS
     (BENCH-ARGS: the load and the server flags, e.g. --profile random --input-len 128
      --output-len 32 --num-prompts 200 --max-concurrency 16 -- --load-format dummy)
 """

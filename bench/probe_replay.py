@@ -3,7 +3,7 @@ P seconds is the point's requests scheduled in its first P seconds, each with it
 latencies. The probe calls a point "far below the knee" (met, no full-length run needed) when
 every SLO metric is under MARGIN x its target; that is safe only if the full point met.
 
-    python scripts/probe_replay.py OUT.json DIR [DIR ...]
+    python bench/probe_replay.py OUT.json DIR [DIR ...]
 
 Judged on each point's first run (a close point's second run is another sample). SLOs: p99
 TTFT <= 2000 ms and p99 TPOT <= 60 ms, the H100 study's.
