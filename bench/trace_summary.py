@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """docs/results/trace/summary.json from the runs of issue 69 (raw files outside the repo):
 
-    python scripts/trace_summary.py --config STUDY.yaml --export export.out \\
+    python bench/trace_summary.py --config STUDY.yaml --export export.out \\
         --verify verify.json --reference reference.json --bad bad.json \\
         [--earlier-config EARLIER.yaml] --out summary.json
 
 `cpu_study` from the study's storage (its summary, as every surface reads it) and each
 trial's capacity.json; `replay_timing` from every load point our client ran against the
 trace's schedule (the study's and the reference comparison's); `reference_agreement` from
-scripts/trace_reference.py and `export --verify`; `bad_trace_inputs` from
-scripts/trace_bad_inputs.py. `--earlier-config`: a study of the same trace run before a
+bench/trace_reference.py and `export --verify`; `bad_trace_inputs` from
+bench/trace_bad_inputs.py. `--earlier-config`: a study of the same trace run before a
 change to the client, kept beside it (its capacities and send lags) to show what the change did.
 """
 
@@ -121,8 +121,8 @@ def main() -> int:
     a.add_argument("--config", type=Path, required=True)
     a.add_argument("--export", type=Path, help="`autotune export`'s output")
     a.add_argument("--verify", type=Path, help="export --verify's verify.json")
-    a.add_argument("--reference", type=Path, help="scripts/trace_reference.py's JSON")
-    a.add_argument("--bad", type=Path, help="scripts/trace_bad_inputs.py's JSON")
+    a.add_argument("--reference", type=Path, help="bench/trace_reference.py's JSON")
+    a.add_argument("--bad", type=Path, help="bench/trace_bad_inputs.py's JSON")
     a.add_argument("--earlier-config", type=Path, help="the same study before a client change")
     a.add_argument("--earlier-note", default="", help="what differed in that run")
     a.add_argument("--code", default="", help="the commit the study ran")
@@ -149,7 +149,7 @@ def main() -> int:
     timing["p99_send_lag_ms"] = max(p["p99_send_lag_ms"] for p in points)
     timing["late_read_share"] = max(p["late_read_share"] for p in points)
     agreement: dict[str, Any] = {"can_replay": True, "how": "vllm bench serve --dataset-name "
-                                 "timed_trace on the same window (scripts/trace_reference.py)"}
+                                 "timed_trace on the same window (bench/trace_reference.py)"}
     if ref is not None:
         agreement["note"] = args.reference_note or None
         agreement["by_speedup"] = {s: {"median": d["median"], "ours_vs_vllm": d["ours_vs_vllm"],

@@ -2,7 +2,7 @@
 """Malformed traces and trace settings through the real CLI (`autotune study`), each case's
 exit code and its one-line error, for docs/results/trace/summary.json (`bad_trace_inputs`).
 
-    python scripts/trace_bad_inputs.py --model DIR --out bad.json
+    python bench/trace_bad_inputs.py --model DIR --out bad.json
 
 None of them reaches vLLM: the trace is read in full before `vllm serve --help` and any boot
 (tuning/preflight.py), the settings are checked when the study file is read.

@@ -4,7 +4,7 @@ window replayed at a speed-up by autotune's load generator (prompts built from t
 autotune.load.replay) and by vLLM's reference client (`--dataset-name timed_trace` on the same
 window written as it reads it, its timeline divided by the speed-up), the two alternating.
 
-    python scripts/trace_reference.py --model DIR --trace trace.jsonl --block-size 64 \\
+    python bench/trace_reference.py --model DIR --trace trace.jsonl --block-size 64 \\
         --speedups 4,12 --pairs 3 --out ref.json -- --load-format dummy --enforce-eager
 
 The same window means the same arrivals, lengths and block structure (which requests share
