@@ -20,7 +20,7 @@ import numpy as np
 from settle_replay import records, runs
 
 from autotune.load.record import RequestRecord
-from autotune.measure.on_server import samples
+from autotune.measure.point import samples
 
 TARGETS = {"ttft": 2000.0, "tpot": 60.0}
 PROBES_S = (4.0, 6.0, 8.0, 10.0)

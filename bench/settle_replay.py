@@ -31,7 +31,7 @@ from autotune.config.workload import SLOConfig
 from autotune.load.record import Request, RequestRecord
 from autotune.measure.capacity import intervals, judge
 from autotune.measure.metrics import compute_metrics
-from autotune.measure.on_server import samples
+from autotune.measure.point import samples
 from autotune.measure.settle import Settle, rules
 from autotune.measure.stats import percentile_ranks
 

@@ -11,7 +11,7 @@ from autotune.errors import ServerBootError
 from autotune.load import LoadSettings
 from autotune.load.record import RequestRecord
 from autotune.measure.metrics import compute_metrics
-from autotune.measure.on_server import Point
+from autotune.measure.point import Point
 from autotune.measure.runner import BootRun, Timings
 
 

@@ -11,7 +11,7 @@ import json
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,24 +28,19 @@ from autotune.load import (
 from autotune.load.datasets import load_tokenizer, load_trace
 from autotune.load.placement import client_cpus
 from autotune.load.record import Request, RequestRecord
-from autotune.measure import sampled
 from autotune.measure.capacity import (
     CURVE_METRICS,
-    LATE_READS,
     MAX_LATE_READS,
     CapacityResult,
     LoadPoint,
-    Samples,
     before_engine,
     client_limit,
-    intervals,
-    judge,
     late_fix,
-    point_seed,
     points_file,
 )
 from autotune.measure.draw import draw
-from autotune.measure.metrics import BenchMetrics, compute_metrics, per_request, too_short
+from autotune.measure.metrics import compute_metrics, too_short
+from autotune.measure.point import Point, PointPolicy
 from autotune.measure.search import search
 from autotune.measure.settle import Settle
 from autotune.server.jit import LogSpan
@@ -58,19 +53,15 @@ OnRequest = Callable[[RequestRecord], None]
 OnPoint = Callable[[LoadPoint], None]
 
 CLIENT_BUSY = 0.9  # client CPU fraction over which a measurement is suspect
-# warm-up windows (capacity.warm_windows): two in a row this close in mean TTFT and TPOT are a
-# warm server; auto runs at most GPU_WARM_WINDOWS on a GPU, 2 without one for a certify boot
-# (its first point is the boot's first load: docs/results/certified check_vs_full)
-WARM_AGREE = 0.15
+# warm-up windows (capacity.warm_windows, point.WARM_AGREE): auto runs at most GPU_WARM_WINDOWS
+# on a GPU, 2 without one for a certify boot (its first point is the boot's first load:
+# docs/results/certified check_vs_full)
 GPU_WARM_WINDOWS = 4
 GPU_SAMPLES = 3  # capacity.samples auto: fresh samples a point is judged on with a GPU
 
 
 def samples_of(cap: CapacityConfig) -> int:  # capacity.samples, auto resolved on this machine
     return cap.samples if cap.samples != "auto" else (GPU_SAMPLES if has_gpu() else 1)
-CLOSE_SEED_STEP = 104_729  # a close point's later runs: seeds this far apart (fresh prompts)
-def samples(records: list[RequestRecord]) -> Samples:
-    return {k: [v * 1000 for v in vals] for k, vals in per_request(records).items()}  # ms
 
 
 def write_records(records: list[RequestRecord], path: Path) -> None:
@@ -83,33 +74,6 @@ def write_records(records: list[RequestRecord], path: Path) -> None:
         "e2el_ms": r.e2el * 1000 if r.success else None,
     } for r in records]
     pd.DataFrame(rows).to_csv(path, index=False)
-
-
-@dataclass(frozen=True)
-class Point:
-    """One load applied to a running server: its metrics and what the server reported."""
-
-    metrics: BenchMetrics
-    records: list[RequestRecord]
-    server_stats: dict[str, float]
-    settings: LoadSettings
-
-
-@dataclass(frozen=True)
-class Sampled:
-    """One sample of a capacity point: its runs, flat metrics, intervals, misses, client limit."""
-
-    runs: list[Point]
-    flat: dict[str, float]
-    bounds: dict[str, tuple[float, float]]
-    misses: list[str]
-    missed: list[str]
-    flag: str | None
-    settled: Settle | None
-
-    @property
-    def sample(self) -> sampled.Sample:
-        return sampled.Sample(self.flat, tuple(self.missed))
 
 
 def measure(base_url: str, model: str, profile: ProfileConfig, requests: list[Request], *,
@@ -242,96 +206,25 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
 
     windows = cap.warm_windows if cap.warm_windows != "auto" else \
         (GPU_WARM_WINDOWS if has_gpu() else 2 if cap.bracket == "step" else 0)
-    warmed: list[dict[str, float]] = []
-
-    def warm_up(load: float) -> dict[str, float]:
-        """Run the first point's load in windows until two in a row agree and the later one
-        overlapped no kernel compiling (at most `windows`): what it took, for the point."""
-        t0, seen, last, stable, done = time.monotonic(), 0.0, None, False, 0
-        while done < windows and not stable:
-            done += 1
-            phase(f"load {load:g} (warming, window {done})")
-            pt, _ = run_at(load, point_seed(profile.seed + done, load),
-                           max(cap.warmup, cap.requests_at(load) // 4), settling=False)
-            m, jit = pt.metrics, pt.server_stats.get("jit_events", 0.0)
-            seen += jit
-            now = (m.ttft_ms.mean, m.tpot_ms.mean)
-            stable = last is not None and not jit and all(
-                abs(a - b) <= WARM_AGREE * b for a, b in zip(now, last, strict=True))
-            last = now
-        return {"warm_windows": float(done), "warm_s": time.monotonic() - t0,
-                "warm_stable": float(stable), **span.counted("warm_jit_events", seen)}
-
-    def one_sample(load: float, seed: int, pool: bool) -> Sampled:
-        """A run with the seed's requests (fresh ones where a kernel compiled or the client read
-        late); with `pool`, a close verdict runs again, fresh requests pooled, to close_runs."""
-        first, settled = run_at(load, seed)
-        if first.server_stats.get("jit_events"):  # a kernel compiled inside it: not its pace
-            seen = first.server_stats["jit_events"]
-            phase(f"load {load:g} (a kernel compiled during it: again)")
-            first, settled = run_at(load, point_seed(seed + 1, load))
-            first.server_stats["jit_remeasured"] = 1.0
-            first.server_stats["jit_events_discarded"] = seen
-        flag = limit(first, load)
-        if flag is not None and flag.startswith(LATE_READS):  # the client's, not the server's
-            raised.append(more_processes(first.settings.processes))
-            phase(f"load {load:g} (read late: again" + (
-                f", {raised[-1]} client processes)" if raised[-1] > first.settings.processes
-                else ")"))
-            first, settled = run_at(load, point_seed(point_seed(seed, load), load))
-            first.server_stats["late_reads_remeasured"] = 1.0
-            flag = limit(first, load)
-        runs = [first]
-        flat = first.metrics.flat()
-        bounds = intervals(slos, samples(first.records)) if pool else {}
-        state, misses, _close, missed = judge(flat, slos, bounds)
-        if settled is not None:  # the requests sent already settle a miss: the rest would not
-            state, misses, missed = "missed", [str(settled.reason)], [str(settled.metric)]
-        # close: fresh runs, pooled, until the pooled interval clears the SLOs (or close_runs)
-        while state == "close" and flag is None and len(runs) < cap.close_runs:
-            phase(f"load {load:g} (close: run {len(runs) + 1})")
-            k = len(runs) - 1  # the second run's seed as before; later ones apart from it
-            # judged pooled: one run settling a miss alone would decide for all of them
-            again, settled = run_at(load, (point_seed(seed, load) + CLOSE_SEED_STEP * k)
-                                    % 2**32, settling=False)
-            runs.append(again)
-            records = [r for pt in runs for r in pt.records]
-            flat = compute_metrics(records, sum(pt.metrics.duration_s for pt in runs)).flat()
-            bounds = intervals(slos, samples(records))
-            state, misses, _close, missed = judge(flat, slos, bounds)
-            flag = limit(runs[-1], load)
-        if state == "close":  # still close after close_runs: the pooled value decides
-            _state, misses, _close, missed = judge(flat, slos, {})
-        return Sampled(runs, flat, bounds, misses, missed, flag, settled)
-
-    k = samples_of(cap)
+    policy = PointPolicy(run_at, limit, slos, cap, profile.seed, windows, samples_of(cap),
+                         more_processes, span.counted, phase, raised)
 
     def measure_at(load: float) -> LoadPoint:
-        carry = warm_up(load) if windows and not warmed else {}
-        warmed.append(carry)
+        carry = policy.warm_once(load)
         phase(f"load {load:g}")
         t0 = time.monotonic()
-        got: list[Sampled] = []
-        while not got or (got[-1].flag is None and not sampled.decided(
-                [g.sample for g in got], slos, k)):
-            if got:
-                phase(f"load {load:g} (sample {len(got) + 1} of {k})")
-            got.append(one_sample(load, point_seed(
-                profile.seed + sampled.SAMPLE_SEED_STEP * len(got), load), pool=k == 1))
-        last, runs = got[-1], [pt for g in got for pt in g.runs]
-        flat, bounds, misses, missed = last.flat, last.bounds, last.misses, last.missed
-        if k > 1:
-            _met, misses, missed = sampled.verdict([g.sample for g in got], slos)
-            flat = sampled.medians([g.sample for g in got], CURVE_METRICS)
+        got = policy.sampled(load)
+        runs = [pt for g in got for pt in g.runs]
+        flat, bounds, misses, missed = policy.judged(got, CURVE_METRICS)
         stats = [pt.server_stats for pt in runs]  # the last run's (split: last held), spec summed
         server = dict(stats[-1]) | carry | spec_counts(stats) | last_split(stats)
         server["samples"] = float(len(got))
         settled = next((g.settled for g in got if g.settled is not None), None)
         point = LoadPoint(load, not misses, tuple(misses),
                           {k: flat[k] for k in CURVE_METRICS}, time.monotonic() - t0, server,
-                          {k: list(v) for k, v in bounds.items()}, len(runs), last.flag,
+                          {k: list(v) for k, v in bounds.items()}, len(runs), got[-1].flag,
                           settled.at_s if settled is not None else None, tuple(missed))
-        write_records([r for pt in runs for r in pt.records], points_file(workdir, load))
+        write_records(runs_records(runs), points_file(workdir, load))
         note = before_engine(load, flat, point.server, CLIENT_BUSY)
         if note is not None and not told:  # once a search: the cause is the server's
             told.append(note)
@@ -345,3 +238,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                     bracket=cap.bracket)
     (workdir / "capacity.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
     return result
+
+
+def runs_records(runs: list[Point]) -> list[RequestRecord]:
+    return [r for pt in runs for r in pt.records]

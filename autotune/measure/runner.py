@@ -27,11 +27,11 @@ from autotune.measure.on_server import (
     OnPoint,
     OnRequest,
     Phase,
-    Point,
     capacity_on,
     measure_profile,
     write_records,
 )
+from autotune.measure.point import Point
 from autotune.server.command import serve_argv
 from autotune.server.health import still_serving
 from autotune.server.lifecycle import ServerProcess

@@ -11,9 +11,10 @@ import pytest
 from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
 from autotune.load import LoadSettings
 from autotune.load.record import Request, RequestRecord
-from autotune.measure import draw, on_server
+from autotune.measure import capacity, draw, on_server
 from autotune.measure.metrics import compute_metrics
-from autotune.measure.on_server import Point, capacity_on
+from autotune.measure.on_server import capacity_on
+from autotune.measure.point import Point
 
 
 def _run(slow: int, n: int = 200) -> Point:
@@ -69,7 +70,7 @@ def test_close_runs_2_is_the_old_rule(tmp_path: Path, monkeypatch: pytest.Monkey
     """One more run, pooled, decided on the pooled value; the second run's seed as before."""
     seeds, point = _search(tmp_path, monkeypatch, [_run(2), _run(3)], close_runs=2)
     assert point.runs == 2 and len(seeds) == 2
-    assert seeds[1] == on_server.point_seed(seeds[0], 4.0)
+    assert seeds[1] == capacity.point_seed(seeds[0], 4.0)
 
 
 def test_a_points_speculation_counters_are_summed_over_its_runs(

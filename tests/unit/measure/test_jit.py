@@ -13,7 +13,8 @@ from autotune.load import LoadSettings
 from autotune.load.record import Request, RequestRecord
 from autotune.measure import draw, on_server
 from autotune.measure.metrics import compute_metrics
-from autotune.measure.on_server import Point, capacity_on
+from autotune.measure.on_server import capacity_on
+from autotune.measure.point import Point
 from autotune.server.jit import MONITOR_ON, LogSpan, jit_events, untuned_moe
 
 # docs/results/warm-server-h100/summary.json jit_lines: the MoE servers' first points, and lines

@@ -13,7 +13,8 @@ from autotune.config.metric_names import FAILED
 from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
 from autotune.load.record import Request
 from autotune.measure import draw, on_server
-from autotune.measure.on_server import Point, capacity_on
+from autotune.measure.on_server import capacity_on
+from autotune.measure.point import Point
 from autotune.measure.sampled import Sample, decided, medians, verdict
 from tests.unit.measure.test_jit import _point
 

@@ -13,7 +13,7 @@ from autotune.load import arrival_offsets
 from autotune.load.record import Request, RequestRecord
 from autotune.measure.capacity import LoadPoint, intervals, judge
 from autotune.measure.metrics import compute_metrics
-from autotune.measure.on_server import samples
+from autotune.measure.point import samples
 from autotune.measure.search import search
 from autotune.measure.settle import Settle, rules
 from autotune.measure.stats import percentile_interval, percentile_ranks

@@ -16,7 +16,8 @@ from autotune.load.trace import Trace, TraceEntry
 from autotune.measure import on_server
 from autotune.measure.capacity import capacity_sentence, capacity_words, client_limit
 from autotune.measure.metrics import compute_metrics
-from autotune.measure.on_server import Point, capacity_on
+from autotune.measure.on_server import capacity_on
+from autotune.measure.point import Point
 
 KNEE_RATE = 10.0  # the synthetic server keeps up with this many requests/s
 

@@ -1,0 +1,222 @@
+"""What one capacity load point does, as one object whose steps are named: the point policy.
+
+`on_server.capacity_on` builds a `PointPolicy` around how a run is made on its server (`run`:
+a load, a seed, how many requests -> the run and the miss it settled, if any) and the client's
+limit on a run (`limit`); the policy owns every rule between them, each a method tested alone
+(tests/unit/measure/test_point.py):
+
+- `warm_up`: the boot's first point runs its load in windows until two in a row agree and the
+  later one overlapped no kernel compiling (at most `windows`);
+- `again_if_compiled`: a run inside which vLLM logged a kernel compiling is not its pace: once
+  more, with fresh requests;
+- `again_if_late`: a run the client read late (`LATE_READS`) is the client's, not the server's:
+  once more, with more client processes where that is the fix;
+- `pool_close`: a run whose percentile interval straddles an SLO ("close") runs again with fresh
+  requests, pooled, until the pooled interval clears it or `capacity.close_runs`; still close,
+  the pooled value decides;
+- `judged`: the point's figures and misses: one sample's, or (with `samples` > 1, on a GPU)
+  the median over fresh samples and each SLO judged on the samples (autotune.measure.sampled).
+
+The word for what a point's SLOs say is "judgement" (`capacity.judge`); "verdict" is the
+reference client's word (`export --verify`) and the quality guard's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from autotune.config.workload import CapacityConfig, SLOConfig
+from autotune.load import LoadSettings
+from autotune.load.record import RequestRecord
+from autotune.measure import sampled
+from autotune.measure.capacity import LATE_READS, Samples, intervals, judge, point_seed
+from autotune.measure.metrics import BenchMetrics, compute_metrics, per_request
+from autotune.measure.settle import Settle
+
+Phase = Callable[[str], None]
+# a close point's later runs: seeds this far apart (fresh prompts)
+CLOSE_SEED_STEP = 104_729
+# warm-up windows (capacity.warm_windows): two in a row this close in mean TTFT and TPOT are a
+# warm server
+WARM_AGREE = 0.15
+
+
+@dataclass(frozen=True)
+class Point:
+    """One load applied to a running server: its metrics and what the server reported."""
+
+    metrics: BenchMetrics
+    records: list[RequestRecord]
+    server_stats: dict[str, float]
+    settings: LoadSettings
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """One sample of a capacity point: its runs, flat metrics, intervals, misses, client limit."""
+
+    runs: list[Point]
+    flat: dict[str, float]
+    bounds: dict[str, tuple[float, float]]
+    misses: list[str]
+    missed: list[str]
+    flag: str | None
+    settled: Settle | None
+
+    @property
+    def sample(self) -> sampled.Sample:
+        return sampled.Sample(self.flat, tuple(self.missed))
+
+
+class Run(Protocol):
+    """One run at `load` with the seed's requests (`n` of them, else the point's), settling a
+    miss early where `settling` and the config allow: the run, and the settle that stopped it."""
+
+    def __call__(self, load: float, seed: int, n: int | None = None,
+                 settling: bool = True) -> tuple[Point, Settle | None]: ...
+
+
+def samples(records: list[RequestRecord]) -> Samples:
+    return {k: [v * 1000 for v in vals] for k, vals in per_request(records).items()}  # ms
+
+
+@dataclass
+class PointPolicy:
+    """The rules of one capacity point (the module docstring), around a server's `run`."""
+
+    run: Run
+    limit: Callable[[Point, float], str | None]  # the client's limit on a run (or None)
+    slos: list[SLOConfig]
+    cap: CapacityConfig
+    seed: int  # the profile's seed
+    windows: int  # warm-up windows at most on a boot's first point (0: none)
+    samples: int  # fresh samples a point is judged on
+    more_processes: Callable[[int], int]  # client processes after a late read
+    counted: Callable[[str, float], dict[str, float]]  # a kernel-log count, named, or nothing
+    phase: Phase = lambda _p: None
+    raised: list[int] = field(default_factory=list)  # client processes raised for late reads
+    warmed: list[dict[str, float]] = field(default_factory=list)  # each point's warm-up
+
+    def warm_up(self, load: float) -> dict[str, float]:
+        """Run the first point's load in windows until two in a row agree and the later one
+        overlapped no kernel compiling (at most `windows`): what it took, for the point."""
+        t0, seen, last, stable, done = time.monotonic(), 0.0, None, False, 0
+        while done < self.windows and not stable:
+            done += 1
+            self.phase(f"load {load:g} (warming, window {done})")
+            pt, _ = self.run(load, point_seed(self.seed + done, load),
+                             max(self.cap.warmup, self.cap.requests_at(load) // 4),
+                             settling=False)
+            m, jit = pt.metrics, pt.server_stats.get("jit_events", 0.0)
+            seen += jit
+            now = (m.ttft_ms.mean, m.tpot_ms.mean)
+            stable = last is not None and not jit and all(
+                abs(a - b) <= WARM_AGREE * b for a, b in zip(now, last, strict=True))
+            last = now
+        return {"warm_windows": float(done), "warm_s": time.monotonic() - t0,
+                "warm_stable": float(stable), **self.counted("warm_jit_events", seen)}
+
+    def warm_once(self, load: float) -> dict[str, float]:
+        """The warm-up a point carries: the boot's first point's, later points none."""
+        carry = self.warm_up(load) if self.windows and not self.warmed else {}
+        self.warmed.append(carry)
+        return carry
+
+    def again_if_compiled(self, load: float, seed: int, first: Point, settled: Settle | None
+                          ) -> tuple[Point, Settle | None]:
+        """A run inside which a kernel compiled, once more with fresh requests (marked)."""
+        seen = first.server_stats.get("jit_events")
+        if not seen:
+            return first, settled
+        self.phase(f"load {load:g} (a kernel compiled during it: again)")
+        again, settled = self.run(load, point_seed(seed + 1, load))
+        again.server_stats["jit_remeasured"] = 1.0
+        again.server_stats["jit_events_discarded"] = seen
+        return again, settled
+
+    def again_if_late(self, load: float, seed: int, first: Point, settled: Settle | None
+                      ) -> tuple[Point, Settle | None, str | None]:
+        """A run the client read late, once more (more client processes where it helps); the
+        run kept, its settle and the client's limit on it."""
+        flag = self.limit(first, load)
+        if flag is None or not flag.startswith(LATE_READS):
+            return first, settled, flag
+        self.raised.append(self.more_processes(first.settings.processes))
+        self.phase(f"load {load:g} (read late: again" + (
+            f", {self.raised[-1]} client processes)"
+            if self.raised[-1] > first.settings.processes else ")"))
+        again, settled = self.run(load, point_seed(point_seed(seed, load), load))
+        again.server_stats["late_reads_remeasured"] = 1.0
+        return again, settled, self.limit(again, load)
+
+    def pool_close(self, load: float, seed: int, runs: list[Point], flag: str | None
+                   ) -> tuple[dict[str, float], dict[str, tuple[float, float]], list[str],
+                              list[str], str | None]:
+        """Fresh runs of a close point, pooled (appended to `runs`), until the pooled interval
+        clears the SLOs or close_runs; still close, the pooled value decides. The pooled
+        figures, intervals, misses, missed metrics and the client's limit on the last run."""
+        records = [r for pt in runs for r in pt.records]
+        flat = compute_metrics(records, sum(pt.metrics.duration_s for pt in runs)).flat() \
+            if len(runs) > 1 else runs[0].metrics.flat()
+        bounds = intervals(self.slos, samples(records))
+        state, misses, _close, missed = judge(flat, self.slos, bounds)
+        while state == "close" and flag is None and len(runs) < self.cap.close_runs:
+            self.phase(f"load {load:g} (close: run {len(runs) + 1})")
+            k = len(runs) - 1  # the second run's seed as before; later ones apart from it
+            # judged pooled: one run settling a miss alone would decide for all of them
+            again, _ = self.run(load, (point_seed(seed, load) + CLOSE_SEED_STEP * k) % 2**32,
+                                settling=False)
+            runs.append(again)
+            records = [r for pt in runs for r in pt.records]
+            flat = compute_metrics(records, sum(pt.metrics.duration_s for pt in runs)).flat()
+            bounds = intervals(self.slos, samples(records))
+            state, misses, _close, missed = judge(flat, self.slos, bounds)
+            flag = self.limit(runs[-1], load)
+        if state == "close":
+            _state, misses, _close, missed = judge(flat, self.slos, {})
+        return flat, bounds, misses, missed, flag
+
+    def one_sample(self, load: float, seed: int, pool: bool) -> Sampled:
+        """A run with the seed's requests, again where a kernel compiled or the client read
+        late; with `pool`, a close point pooled to close_runs (`pool_close`)."""
+        first, settled = self.run(load, seed)
+        first, settled = self.again_if_compiled(load, seed, first, settled)
+        first, settled, flag = self.again_if_late(load, seed, first, settled)
+        runs = [first]
+        if settled is not None:  # the requests sent already settle a miss: the rest would not
+            bounds = intervals(self.slos, samples(first.records)) if pool else {}
+            return Sampled(runs, first.metrics.flat(), bounds, [str(settled.reason)],
+                           [str(settled.metric)], flag, settled)
+        if not pool:
+            flat = first.metrics.flat()
+            _state, misses, _close, missed = judge(flat, self.slos, {})
+            return Sampled(runs, flat, {}, misses, missed, flag, None)
+        flat, bounds, misses, missed, flag = self.pool_close(load, seed, runs, flag)
+        return Sampled(runs, flat, bounds, misses, missed, flag, None)
+
+    def sampled(self, load: float) -> list[Sampled]:
+        """Fresh samples until the point is decided (`sampled.decided`) or the client limits
+        it: one sample, pooled when close, with `samples` 1."""
+        got: list[Sampled] = []
+        while not got or (got[-1].flag is None and not sampled.decided(
+                [g.sample for g in got], self.slos, self.samples)):
+            if got:
+                self.phase(f"load {load:g} (sample {len(got) + 1} of {self.samples})")
+            got.append(self.one_sample(load, point_seed(
+                self.seed + sampled.SAMPLE_SEED_STEP * len(got), load), pool=self.samples == 1))
+        return got
+
+    def judged(self, got: list[Sampled], metrics: Sequence[str]
+               ) -> tuple[dict[str, float], dict[str, tuple[float, float]], list[str],
+                          list[str]]:
+        """The point's figures (`metrics`), intervals, misses and missed metrics: its last
+        sample's, or over several samples their medians and `sampled.verdict`'s judgement."""
+        last = got[-1]
+        flat, bounds, misses, missed = last.flat, last.bounds, last.misses, last.missed
+        if self.samples > 1:
+            _met, misses, missed = sampled.verdict([g.sample for g in got], self.slos)
+            flat = sampled.medians([g.sample for g in got], metrics)
+        return flat, bounds, misses, missed
