@@ -29,9 +29,12 @@ from autotune.tuning.summary import StudySummary
 def gain_text(g: Gain) -> str:
     """A gain as every view prints it: "+75.1%, one measurement" until the config and the
     baseline were both measured more than once, then "+12.4% [+9.8, +15.1], 3 boots" or
-    "no significant change (+3.1% [-2.0, +8.3]), 3 boots" (the config's boots, `Gain.n`)."""
+    "no significant change (+3.1% [-2.0, +8.3]), 3 boots" (the config's boots, `Gain.n`);
+    from too few boots to bound it, `Gain.text` says so and how many would."""
     if g.n < 2 or g.n_base < 2:
         return f"{g.gain * 100:+.1f}%, one measurement"
+    if not g.bounded:
+        return g.text()
     return f"{g.text()}, {g.n} boots"
 
 

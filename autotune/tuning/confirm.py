@@ -208,7 +208,7 @@ class ConfirmRow:
             g = self.gain
             out.update(gain=g.gain, gain_low=g.low, gain_high=g.high,
                        significant=g.significant, text=g.text(), survives=self.survives,
-                       n=g.n, n_base=g.n_base, noise_floor=g.noise_floor)
+                       n=g.n, n_base=g.n_base, noise_floor=g.noise_floor, log_sd=g.log_sd)
         return out
 
     @classmethod
@@ -216,7 +216,8 @@ class ConfirmRow:
         gain = None
         if "gain" in d:
             gain = Gain(d["gain"], d["gain_low"], d["gain_high"], d.get("n", len(d["values"])),
-                        d.get("n_base", 2), d.get("noise_floor", 0.0), d["median"])
+                        d.get("n_base", 2), d.get("noise_floor", 0.0), d["median"],
+                        d.get("log_sd"))
         return cls(list(d["values"]), d["median"], d["ci_low"], d["ci_high"], gain,
                    bool(d.get("survives", False)))
 
