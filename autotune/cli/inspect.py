@@ -38,12 +38,12 @@ def trials(config_path: Path, study_name: str | None, storage: str | None) -> No
 @study_options
 def pareto(config_path: Path, study_name: str | None, storage: str | None) -> None:
     """Table of the feasible Pareto front on each config's median over its boots; the
-    recommendation first."""
-    from autotune.outputs.tables import trials_table
+    recommendation first, or after it, apart, with why it is not on it."""
+    from autotune.outputs.tables import front_tables
 
     cfg, summary = _summary(config_path, study_name, storage)
-    out.print(trials_table(summary, cfg, title="Pareto front (feasible, pooled values)",
-                           rows=summary.front_rows))
+    for shown in front_tables(summary, cfg):
+        out.print(shown, highlight=False, soft_wrap=True)
     out.print(f"recommended: {summary.headline()}", highlight=False, soft_wrap=True)
 
 

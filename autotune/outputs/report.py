@@ -226,8 +226,12 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
     if len(metrics) >= 2 and any(r.measured for r in recs):
         plots.pareto_png(study, out_dir / "pareto.png", cfg.name)
         lines += ["", "## Pareto front", "", "![Pareto front](pareto.png)", "",
-                  "On each config's median over its boots; the recommendation first.", ""]
+                  "On each config's median over its boots; the recommendation first where it is "
+                  "on the front, else after it with the reason.", ""]
         lines += trials_markdown(summary.front_rows, summary)
+        if summary.off_front is not None and summary.picked is not None:
+            lines += ["", f"{summary.off_front}:", ""]
+            lines += trials_markdown([summary.picked], summary)
     confirmed = cfg.study_dir() / "confirm.json"
     if confirmed.is_file():
         lines += ["", "## Confirm phase", ""] + confirm_markdown(confirmed, out_dir)

@@ -124,6 +124,23 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
     return t
 
 
+FRONT_TITLE = "Pareto front (feasible, pooled values)"
+OFF_FRONT_TITLE = "Recommended, not on the Pareto front"
+
+
+def front_tables(summary: StudySummary, cfg: StudyConfig, title: str = FRONT_TITLE,
+                 width: int | None = None) -> list[Table | str]:
+    """The feasible front (its members only), then, where the recommendation is not on it,
+    the recommended config in a table of its own and the line saying why (the summary's
+    `off_front`): what `pareto` and the end of a study print."""
+    shown: list[Table | str] = [trials_table(summary, cfg, title=title,
+                                             rows=summary.front_rows, width=width)]
+    if summary.off_front is not None and summary.picked is not None:
+        shown += [trials_table(summary, cfg, title=OFF_FRONT_TITLE, rows=[summary.picked],
+                               width=width), summary.off_front]
+    return shown
+
+
 STATUS_STYLE = {Status.OK: "[green]{}[/green]", Status.SLO_MISS: "[yellow]{}[/yellow]",
                 Status.INFEASIBLE: "[red]{}[/red]", Status.ERROR: "[red]{}[/red]"}
 

@@ -48,6 +48,7 @@ from autotune.tuning.record import deltas, metric_deltas, study_facts
 from autotune.tuning.summary import StudySummary, summarize
 
 PICK_TAG = "autotune.recommended"  # on the study run: the recommended trial's number
+TRIAL_PICK_TAG = "autotune.pick"  # on the recommended trial's run alone (moved, not added)
 
 
 def default_tracking_uri(cfg: StudyConfig) -> str:
@@ -244,9 +245,10 @@ class Tracker:
                 front_files(study, self.cfg, list(summary.pooled.values()), front, d)
                 self.client.log_artifacts(self.parent_id, str(d), artifact_path="pareto")
         assert self.experiment_id is not None
-        ids = {int(r.data.tags[TRIAL_TAG]): r.info.run_id for r in self.client.search_runs(
+        runs = {int(r.data.tags[TRIAL_TAG]): r for r in self.client.search_runs(
             [self.experiment_id], f"tags.`{KIND_TAG}` = 'trial'", max_results=5000)
             if TRIAL_TAG in r.data.tags}
+        ids = {num: r.info.run_id for num, r in runs.items()}
         ts = int(time.time() * 1000)
         n = len(recs)
         pick = summary.recommendation.number
@@ -268,9 +270,12 @@ class Tracker:
                 continue
             tags = [RunTag(GAIN_TAG, gain_tag(rec, summary) or "-")]
             if num == pick:
-                tags.append(RunTag("autotune.pick", "recommended"))
+                tags.append(RunTag(TRIAL_PICK_TAG, "recommended"))
             rank = [Metric(RANK, float(ranks[num]), ts, n)] if num in ranks else []
             self.client.log_batch(rid, metrics=rank, tags=tags)
+        for num, r in runs.items():  # an earlier refresh's pick loses it: one run holds it
+            if TRIAL_PICK_TAG in r.data.tags and num != pick:
+                self.client.delete_tag(r.info.run_id, TRIAL_PICK_TAG)
 
     # -- the study's own numbers (the bill) ------------------------------------------------------
     def log_study_metrics(self, values: dict[str, float]) -> None:
@@ -292,7 +297,6 @@ class Tracker:
     def _log_confirm(self, res: ConfirmResult) -> None:
         from mlflow.entities import Metric, RunTag
 
-
         if self.parent_id is None:
             raise RuntimeError("the study's parent run was not created")
         ts = int(time.time() * 1000)
@@ -311,8 +315,7 @@ class Tracker:
             rid = self._find(f"tags.`{TRIAL_TAG}` = '{num}'")
             if rid is None:
                 continue
-            boots = len(row.values)
-            mine = [Metric("confirm_boots", float(boots), ts, 0),
+            mine = [Metric("confirm_boots", float(len(row.values)), ts, 0),
                     Metric("confirm_median", float(row.median), ts, 0)]
             if row.gain is not None:
                 mine += [Metric("confirm_gain", row.gain.gain, ts, 0),

@@ -31,6 +31,7 @@ import optuna
 from autotune.config.study import Preference, StudyConfig
 from autotune.errors import StudyError
 from autotune.measure.stats import Gain
+from autotune.tuning import front as picking
 from autotune.tuning.confirm import ConfirmResult, config_boots, config_gains
 from autotune.tuning.front import by_kind, knee, metric_of, pooled_front, reason_of, sign_of
 from autotune.tuning.record import TrialRecord, baseline, records
@@ -110,7 +111,8 @@ class StudySummary:
     profile_metrics: list[str] = field(default_factory=list)  # a suite's per-profile metrics
     profile_gains: dict[int, dict[str, Gain]] = field(default_factory=dict)  # and their gains
     fit: list[int] = field(default_factory=list)  # the front once artefacts are left out
-    # the front's rows, the recommended config first; the recommended config's record
+    off_front: str | None = None  # why the recommendation is not on the front (None: it is)
+    # the front's rows, the recommended config first where it is on it; its record
     front_rows: list[TrialRecord] = field(init=False)
     picked: TrialRecord | None = field(init=False)
 
@@ -129,16 +131,12 @@ class StudySummary:
         return found[0]
 
     def front_records(self) -> list[TrialRecord]:
-        """The front, the recommended config first (also where the front leaves it out: the
-        confirm phase kept the defaults against a config whose medians look better, within
-        the noise), then by the first objective."""
-        sign = -1.0 if self.directions[0] == "maximize" else 1.0
-        rows = sorted((self.pooled[n] for n in self.front),
-                      key=lambda r: sign * r.values.get(self.metrics[0], 0.0))
-        rec = self.recommendation.number
-        if rec is not None and rec not in self.front and rec in self.pooled:
-            rows.append(self.pooled[rec])
-        return sorted(rows, key=lambda r: r.number != rec)
+        """The front's members (pooled values), the recommended config first where it is one,
+        then by the first objective. A recommendation off the front (the confirm phase kept
+        the defaults, within the noise) is shown apart, with `off_front`."""
+        sign, rec = -1.0 if self.directions[0] == "maximize" else 1.0, self.recommendation.number
+        return sorted((self.pooled[n] for n in self.front), key=lambda r: (
+            r.number != rec, sign * r.values.get(self.metrics[0], 0.0)))
 
     def rank(self) -> dict[int, int]:
         """Each first-pass measured config's place (0: the recommendation; then the front by the
@@ -162,7 +160,7 @@ class StudySummary:
 
     def to_json(self) -> dict[str, Any]:
         return {"study": self.name, "recommendation": self.recommendation.to_json(),
-                "headline": self.headline(), "front": self.front,
+                "headline": self.headline(), "front": self.front, "off_front": self.off_front,
                 "artefacts": {str(k): v for k, v in self.artefacts.items()},
                 "failures": self.failures,
                 "pooled": {str(n): r.values for n, r in self.pooled.items()}}
@@ -302,11 +300,13 @@ def summarize_records(name: str, recs: list[TrialRecord], cfg: StudyConfig,
     on = {r.number for r in front}  # the front's artefacts are named as left out
     rec = recommend(cfg, base, front + [r for r in fit if r.number not in on], arts, gains,
                     res, failures)
-    extra = cfg.profile_metrics()
-    return StudySummary(name, metrics, directions, recs, base, pooled, boots, gains,
-                        [r.number for r in front], arts, rec, res, failures, extra,
+    extra, on_front = cfg.profile_metrics(), [r.number for r in front]
+    return StudySummary(name, metrics, directions, recs, base, pooled, boots, gains, on_front,
+                        arts, rec, res, failures, extra,
                         config_gains(recs, metrics + extra) if extra else {},
-                        [r.number for r in fit])
+                        [r.number for r in fit], picking.off_front_line(
+                            rec.number, rec.baseline, rec.reason, on_front, pooled, recs,
+                            metrics, directions))
 
 
 def choose(summary: StudySummary, cfg: StudyConfig, prefer: Preference | None = None,

@@ -76,3 +76,118 @@ def test_a_gpu_configs_deploy_line_has_only_the_env_it_set(tmp_path: Path,
     line = next(ln for ln in e.stdout.splitlines() if " serve " in ln)
     assert line.startswith("VLLM_ALLREDUCE_USE_SYMM_MEM=0 vllm serve ")
     assert "VLLM_CPU_KVCACHE_SPACE" not in e.stdout
+
+
+# A demo the newcomer of issue 70 ran: the defaults booted three times (the confirm phase), a
+# config whose medians beat theirs on both objectives within the noise (three boots), and a
+# slower one. The confirm phase keeps the defaults; their medians are dominated.
+NOISY = [(0, {}, [5000.0, 2.0], None), (1, {"max_num_seqs": 8}, [5600.0, 1.9], None),
+         (2, {"max_num_seqs": 4}, [3000.0, 1.7], None),
+         (3, {}, [3500.0, 2.4], 0), (4, {"max_num_seqs": 8}, [4000.0, 2.3], 1),
+         (5, {}, [6500.0, 1.7], 0), (6, {"max_num_seqs": 8}, [7000.0, 1.6], 1)]
+
+
+def recorded_boots(tmp_path: Path, tiny_model: Path,
+                   rows: list[tuple[int, dict, list[float], int | None]],
+                   confirm: bool = True) -> Path:
+    """A recorded study whose configs were booted several times (`repeat_of`), with the
+    confirm phase's file when `confirm`."""
+    import json
+
+    from autotune.tuning.confirm import summarize as confirm_summary
+
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "boots", "server": {"model": str(tiny_model)},
+        "search_space": "cpu-demo", "workdir": str(tmp_path / "w")}))
+    cfg = load_study_config(path)
+    Path(cfg.workdir).mkdir(parents=True, exist_ok=True)
+    st = optuna.create_study(study_name=cfg.name, storage=cfg.storage_url(),
+                             directions=["maximize", "minimize"])
+    st.set_metric_names(cfg.metric_names())
+    for n, flags, values, repeat_of in rows:
+        facts = TrialFacts(flags=flags, flags_key=str(sorted(flags.items())),
+                           baseline=(n == 0) or None, repeat_of=repeat_of,
+                           metrics=dict(zip(cfg.metric_names(), values, strict=True)))
+        st.add_trial(optuna.trial.create_trial(values=values, constraints={"boot_ok": 0.0},
+                                               user_attrs=facts.to_attrs()))
+    if confirm:
+        res = confirm_summary(st, cfg, 0, [1], 2)
+        cfg.study_dir().mkdir(parents=True, exist_ok=True)
+        (cfg.study_dir() / "confirm.json").write_text(json.dumps(res.to_json()))
+    return path
+
+
+def test_a_dominated_recommendation_is_never_shown_on_the_front(tmp_path: Path,
+                                                                 tiny_model: Path) -> None:
+    """Issue 70, item 1: `pareto` listed the defaults (starred) on "the feasible Pareto front"
+    while trial 1's medians beat theirs on both objectives; the MLflow note said "no config is
+    better on every objective" above them; the report's front column left them empty while
+    listing them first. The front now holds its members only, and every surface shows the
+    recommendation apart, saying why it is not on it."""
+    path = recorded_boots(tmp_path, tiny_model, NOISY)
+    p = cli("pareto", "--config", str(path))
+    assert p.returncode == 0, p.stderr
+    text = p.stdout
+    assert "recommended: vLLM's defaults (trial 0)" in " ".join(text.split())
+    front, _, apart = text.partition("Recommended, not on the Pareto front")
+    assert apart, text
+    rows = [ln.split("│")[1].strip() for ln in front.splitlines()
+            if ln.startswith("│") and ln.split("│")[1].strip()[:1].isdigit()]
+    assert rows == ["1", "2"], text  # trial 2 keeps the TPOT end
+    assert "0★" in apart and "trial 1 has better medians on every objective" in " ".join(
+        apart.split())
+    # the report: the front's rows are its members, "yes" in its front column
+    r = cli("report", "--config", str(path), "--out", str(tmp_path / "report"))
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "report" / "report.md").read_text()
+    section = md.split("## Pareto front", 1)[1].split("## Confirm phase", 1)[0]
+    table, _, rest = section.partition("recommended but not on the Pareto front")
+    members = [ln.split("|")[1].strip() for ln in table.splitlines()
+               if ln.startswith("| ") and ln.split("|")[1].strip().isdigit()]
+    assert members == ["1", "2"] and all("| yes |" in ln for ln in table.splitlines()
+                                          if ln.startswith(("| 1 ", "| 2 ")))
+    assert "| 0 | ok (base) **★ pick**" in rest
+    # MLflow's study note, through `autotune sync`
+    from autotune.outputs.tracking import default_tracking_uri
+
+    s = cli("sync", "--config", str(path))
+    assert s.returncode == 0, s.stderr
+    from mlflow.tracking import MlflowClient
+
+    cfg = load_study_config(path)
+    client = MlflowClient(default_tracking_uri(cfg))
+    exp = client.get_experiment_by_name(cfg.name)
+    parent = client.search_runs([exp.experiment_id], "tags.`autotune.kind` = 'study'")[0]
+    note = parent.data.tags["mlflow.note.content"]
+    on, _, off = note.partition("recommended but not on the Pareto front")
+    assert "no config is better on every objective" in on and "| trial 0 |" not in on
+    assert "[trial 1]" in on and "| trial 0 |" in off or "[trial 0]" in off, note
+
+
+def test_one_mlflow_run_holds_the_pick_after_the_recommendation_moves(
+        tmp_path: Path, tiny_model: Path) -> None:
+    """Issue 70, item 2: `autotune.pick = recommended` sat on trials 0, 4 and 5, set on each
+    front refresh and never removed. After the recommendation moves (a better config is
+    measured, then MLflow is refreshed), one run holds it: the recommendation's."""
+    from mlflow.tracking import MlflowClient
+
+    from autotune.outputs.tracking import default_tracking_uri
+
+    rows = [(0, {}, [5000.0, 2.0], None), (1, {"max_num_seqs": 8}, [6000.0, 1.8], None)]
+    path = recorded_boots(tmp_path, tiny_model, rows, confirm=False)
+    assert cli("sync", "--config", str(path)).returncode == 0
+    cfg = load_study_config(path)
+    st = optuna.load_study(study_name=cfg.name, storage=cfg.storage_url())
+    facts = TrialFacts(flags={"max_num_seqs": 16}, flags_key="16",
+                       metrics=dict(zip(cfg.metric_names(), [8000.0, 1.5], strict=True)))
+    st.add_trial(optuna.trial.create_trial(values=[8000.0, 1.5], constraints={"boot_ok": 0.0},
+                                           user_attrs=facts.to_attrs()))
+    s = cli("sync", "--config", str(path))
+    assert s.returncode == 0, s.stderr
+    client = MlflowClient(default_tracking_uri(cfg))
+    exp = client.get_experiment_by_name(cfg.name)
+    holders = [int(r.data.tags["autotune.trial_number"]) for r in client.search_runs(
+        [exp.experiment_id], "tags.`autotune.kind` = 'trial'")
+        if r.data.tags.get("autotune.pick") == "recommended"]
+    assert holders == [2], holders
