@@ -22,7 +22,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.study import StudyConfig
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, Unmeasured
 from autotune.measure.stats import Gain, gain_ci, median_ci, pick, rel_sd
 from autotune.tuning.objective import Objective, PhaseHook
 from autotune.tuning.preflight import Preflight
@@ -97,6 +97,12 @@ def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
         write_facts(trial, TrialFacts(repeat_of=num))
         try:
             values = objective(trial)
+        except Unmeasured:  # a starved boot: no verdict; the same command boots it again
+            study.tell(trial, state=TrialState.FAIL)
+            took.append(time.monotonic() - started)
+            if on_trial is not None:
+                on_trial(study, study.get_trials(deepcopy=False)[trial.number])
+            continue
         except BaseException:
             study.tell(trial, state=TrialState.FAIL)
             raise
