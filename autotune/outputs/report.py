@@ -142,6 +142,24 @@ def confirm_markdown(path: Path, out_dir: Path) -> list[str]:
     return lines
 
 
+def validation_markdown(path: Path) -> list[str]:
+    """Each `export --validate` run from the study's `validate.json`: its re-runs (beside the
+    study, not in its tables) and its verdict."""
+    from autotune.tuning.validation import read_runs
+
+    runs = read_runs(path)
+    if not runs:
+        return []
+    lines = ["", "## Validation (`export --validate`)", "",
+             "Re-runs beside the study, not trials of it: the tables above are the study's.", ""]
+    for v in runs:
+        lines += [f"- trial {v['trial']} against vLLM's defaults (trial {v['baseline']}): "
+                  f"{v['metric']} the study said {v['study_gain']['text']}, the re-runs say "
+                  f"{v['gain']['text']} ({len(v['boots'])} boots); **{v['verdict']}**: "
+                  + "; ".join(v["why"])]
+    return lines
+
+
 def quality_markdown(recs: list[TrialRecord]) -> list[str]:
     """The quality guard's figures for each trial it looked at (docs/quality.md)."""
     rows = [(r, r.facts.quality) for r in recs if r.facts.quality]
@@ -235,6 +253,7 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
     confirmed = cfg.study_dir() / "confirm.json"
     if confirmed.is_file():
         lines += ["", "## Confirm phase", ""] + confirm_markdown(confirmed, out_dir)
+    lines += validation_markdown(cfg.study_dir() / "validate.json")
     axis = cfg.capacity.axis if cfg.capacity is not None else None
     for prof in curve_profiles(recs) if axis is not None else []:
         assert axis is not None

@@ -3,6 +3,7 @@ Pareto front, the confirm phase, and the progress of a running study."""
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from optuna.trial import FrozenTrial
@@ -55,6 +56,14 @@ def value_text(r: TrialRecord, m: str, v: Any, g: Gain | None) -> str:
     return fmt_value(v) + (f" ({gain_text(g)})" if g is not None else "")
 
 
+def base_text(r: TrialRecord, m: str, v: Any, boots: list[float]) -> str:
+    """A boot of vLLM's defaults: its value and, where the defaults were booted more than
+    once, their median over every boot (the value `pareto`, `export` and every gain use)."""
+    if v is None or len(boots) < 2 or r.lower_bound(m):
+        return value_text(r, m, v, None)
+    return f"{fmt_value(v)}; median {fmt_value(statistics.median(boots))} ({len(boots)} boots)"
+
+
 def is_base(r: TrialRecord, recs: list[TrialRecord]) -> bool:
     """The baseline trial, or a repeat of it (no gain to print against itself)."""
     return r.baseline or (r.facts.repeat_of is not None and any(
@@ -79,6 +88,7 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
     pool = summary.records
     gains = summary.profile_gains if extra else summary.gains
     pick = summary.recommendation.number
+    base_boots = summary.boots.get(summary.base.number, {}) if summary.base else {}
     t = Table(title=title, header_style="bold", caption=GAIN_CAPTION
               + (f"\n★ recommended: {summary.headline()}" if pick is not None else ""))
     t.add_column("#", justify="right")
@@ -105,8 +115,10 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
         g = gains.get(r.number, {})
         for m in metrics + extra:
             v = r.values.get(m, r.metrics.get(m) if m in extra else None)
-            cells.append(value_text(r, m, v, g[m] if m in g and not is_base(r, pool)
-                                    else None))
+            if is_base(r, pool):  # the defaults' median over their boots, as pareto shows it
+                cells.append(base_text(r, m, v, base_boots.get(m, [])))
+                continue
+            cells.append(value_text(r, m, v, g.get(m)))
         tm = r.timings
         cells.append(f"{tm.get('boot_s', 0):.1f}/{tm.get('bench_s', 0):.1f}" if tm else "-")
         text = escape(f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None

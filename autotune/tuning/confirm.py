@@ -16,6 +16,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -79,13 +80,15 @@ def boot_estimate(study: optuna.Study) -> list[float]:
 
 def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: list[Any],
                 plan: list[int], *, on_phase: PhaseHook | None = None,
-                on_trial: TrialHook | None = None, deadline: float | None = None) -> int:
+                on_trial: TrialHook | None = None, deadline: float | None = None,
+                trials_dir: Path | None = None) -> int:
     """Boot each trial of `plan` again with its own flags, in that order, as new trials of the
     study (`repeat_of`). They are created directly, not through the queue, so configs still
     waiting there (starts a study did not reach) cannot slip in between. With a `deadline`
     (time.monotonic()), no boot starts that the study's longest trial says would end after
-    it; returns the boots run."""
-    objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase)
+    it; returns the boots run. Their folders go under `trials_dir` (default: the study's)."""
+    objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase,
+                          trials_dir=trials_dir)
     took = [max(boot_estimate(study), default=0.0)]
     for i, num in enumerate(plan):
         if deadline is not None and not fits_before(deadline, time.monotonic(), took):

@@ -77,6 +77,7 @@ class Objective:
     study_dir: Path
     on_phase: PhaseHook | None = None
     worker: dict[str, Any] | None = None  # which worker ran the trial (id, host, devices)
+    trials_dir: Path | None = None  # where each trial's folder goes (default: study_dir)
 
     def __post_init__(self) -> None:
         self.guard = Guard(self.cfg, self.study_dir, self.requests)
@@ -139,7 +140,7 @@ class Objective:
             return self._fail(trial, TrialFacts(cause=refused[1], failure="ServerBootError",
                                                 preboot=refused[0]))
 
-        workdir = self.study_dir / f"trial-{trial.number:04d}"
+        workdir = (self.trials_dir or self.study_dir) / f"trial-{trial.number:04d}"
         log_path = str(workdir / "server.log")
         phase = ["starting"]
         began: dict[str, float] = {}  # when the boot and what follows it began

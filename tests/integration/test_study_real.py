@@ -326,13 +326,28 @@ def test_confirm_phase_and_validate_boot_interleaved_repeats(
     # and with its bill: device-minutes of the trials and of the confirm repeats
     assert "bill: " in text and "confirm repeats" in text and "per trial (CPU-min)" in text
 
+    # `export --validate` boots the defaults and the config beside the study (issue 70: it
+    # had added them as trials, moving the baseline's median and the front) and ends with a
+    # verdict; trials, pareto and export show the baseline as before
+    from autotune.tuning.summary import summarize
+
+    shown = summarize(load(study_file), c).to_json()
+    held = len(load(study_file).get_trials())
     v = autotune("export", "--config", str(study_file), "--trial", str(best), "--validate")
-    assert v.returncode == 0, v.stderr[-3000:]
-    after = load(study_file).get_trials()[before + 2:]
-    assert [t.user_attrs["repeat_of"] for t in after] == [0, best]
     out = " ".join(v.stdout.split())
-    assert "the study said" in out and "2 boots; the re-runs say" in out
-    assert "%, one measurement" in out and "--repeats 2 or more" in out
+    assert v.returncode in (0, 1) and "Traceback" not in v.stderr, v.stderr[-3000:]
+    assert len(load(study_file).get_trials()) == held  # nothing added
+    assert summarize(load(study_file), c).to_json() == shown
+    assert "the study said" in out and "too few boots to bound it (n=2" in out
+    assert "the re-runs say" in out and "%, one measurement" in out
+    verdict = next(ln for ln in v.stdout.splitlines() if ln.startswith("verdict: "))
+    assert (v.returncode == 1) == (verdict == "verdict: did not hold"), verdict
+    doc = json.loads((c.study_dir() / "validate.json").read_text())
+    (run,) = doc["runs"]
+    assert [b["of"] for b in run["boots"]] == [0, best] and run["verdict"] in (
+        "held", "did not hold", "undecided")
+    assert all(Path(b["folder"]).parent.parent == c.study_dir() / "validate"
+               for b in run["boots"])
 
 
 def test_mlflow_ui_first_screen_in_a_browser(study_file: Path,
