@@ -79,7 +79,9 @@ def read_dataset(path: str, endpoint: str, tokenizer: Any, tokenizer_dir: str,
             if not raw.strip():
                 continue
             try:
-                item = json.loads(raw)
+                # without its line end: json places an error at the end of the text on the
+                # next line otherwise ("line 2 column 1" for a line cut short)
+                item = json.loads(raw.rstrip("\r\n"))
             except json.JSONDecodeError as e:
                 # some of json's messages end in "at" ("Invalid control character at")
                 why = e.msg.removesuffix(" at")

@@ -47,6 +47,11 @@ def objective_columns(cfg: StudyConfig) -> list[str]:
     return [f"objective_{m}" if cfg.profiles else m for m in cfg.metric_names()]
 
 
+# how `autotune ui` says the saved view (runs_view) orders the runs: by the `rank` metric
+VIEW_ORDER = ("sorted by rank: the recommended config first, then the Pareto front, then the "
+              "other configs (repeat boots nested under theirs)")
+
+
 def runs_view(cfg: StudyConfig, parent_id: str | None) -> dict[str, Any]:
     """The saved view of a study's runs (MLflow 3.17's shared view state): every trial, sorted
     by rank (the recommended config first, then the front), with the objectives, the gain
