@@ -64,7 +64,8 @@ def _summary(config_path: Path, study_name: str | None, storage: str | None
               help="Best throughput with mean TPOT under this.")
 @click.option("--trial", "trial_number", type=int, help="Export this trial instead.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
-              help="Where to write vllm-config.yaml (default: the study's folder).")
+              help="Where to write trial-NNNN/vllm-config.yaml and export.json (default: the "
+                   "study's folder/export).")
 @click.option("--validate", is_flag=True, help="Boot the baseline and the chosen config again, "
               "interleaved, and re-measure (a capacity study searches each capacity again).")
 @click.option("--repeats", type=click.IntRange(min=1),
@@ -166,6 +167,11 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
     for label, line in res.get("bench_commands", {"": res["bench_command"]}).items():
         console.print("  " + (f"{label}: " if label else "") + line, highlight=False,
                       soft_wrap=True, markup=False)
+    if "dataset_dropped" in res:  # the study measured fewer requests than the file holds
+        files = ", ".join(res["dataset_kept_files"].values())
+        console.print(f"{res['dataset_dropped']}"
+                      + (f"; the line reads the requests kept: {files}" if files else ""),
+                      highlight=False, soft_wrap=True, markup=False)
     console.print("serve it with:", highlight=False)
     out.print(res["serve_command"], highlight=False, soft_wrap=True, markup=False)
     size = None

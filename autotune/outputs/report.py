@@ -15,6 +15,7 @@ from autotune.measure.stats import interval_name
 from autotune.outputs.console import params_text, short_cause, short_metric, speculation_text
 from autotune.outputs.tables import confirm_lines, gain_text, is_base
 from autotune.tuning.machines import machines_line
+from autotune.tuning.preflight import dropped_note
 from autotune.tuning.quality import QUALITY_OK, drop_text
 from autotune.tuning.record import TrialRecord, curve_profiles, study_facts
 from autotune.tuning.summary import StudySummary, summarize
@@ -233,7 +234,9 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
              "- objectives: " + ", ".join(f"{o.direction} {o.metric}" for o in cfg.objectives)
              + (f"; SLOs: {', '.join(s.text() for s in cfg.slos)}" if cfg.slos else ""),
              f"- {len(recs)} trials, {sum(r.measured for r in recs)} measured; "
-             f"storage `{cfg.storage_url()}`", *filter(None, [machines_line(study)]), "",
+             f"storage `{cfg.storage_url()}`", *filter(None, [machines_line(study)]),
+             *(f"- measured on the requests kept: {d}" for d in filter(None, [dropped_note(cfg)])),
+             "",
              "## Trials", ""]
     lines += trials_markdown(recs, summary)
     lines += quality_markdown(recs)

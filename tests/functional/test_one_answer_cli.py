@@ -74,8 +74,41 @@ def test_a_gpu_configs_deploy_line_has_only_the_env_it_set(tmp_path: Path,
     e = cli("export", "--config", str(path))
     assert e.returncode == 0, e.stderr
     line = next(ln for ln in e.stdout.splitlines() if " serve " in ln)
-    assert line.startswith("VLLM_ALLREDUCE_USE_SYMM_MEM=0 vllm serve ")
+    assert line.startswith("VLLM_ALLREDUCE_USE_SYMM_MEM=0 ") and " serve " in line
     assert "VLLM_CPU_KVCACHE_SPACE" not in e.stdout
+
+
+def test_the_deploy_and_bench_lines_run_as_printed(tmp_path: Path, tiny_model: Path) -> None:
+    """Issue 70, item 6: after the README's install, `vllm` is not on PATH (bash: vllm: command
+    not found), yet the deploy and `vllm bench serve` lines began with a bare `vllm`. They now
+    name the vLLM the study ran (.venv/bin/vllm from the repository root), and a bare `vllm`
+    only where that is the one on PATH (an activated venv)."""
+    import shlex
+    import shutil
+
+    from autotune.config.study import default_executable
+
+    path = recorded(tmp_path, tiny_model, [({}, [100.0, 20.0]), ({"max_num_seqs": 8},
+                                                                 [150.0, 18.0])])
+    bare = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                           if not (Path(p) / "vllm").exists())
+    e = subprocess.run([sys.executable, "-m", "autotune", "export", "--config", str(path)],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "COLUMNS": "200", "PATH": bare})
+    assert e.returncode == 0, e.stderr
+    serve = next(ln for ln in e.stdout.splitlines() if " serve " in ln)  # the line to paste
+    bench = next(ln.strip() for ln in e.stderr.splitlines() if " bench serve " in ln)
+    for line in (serve, bench):
+        exe = next(a for a in shlex.split(line) if "=" not in a)  # after the environment
+        assert exe != "vllm" and shutil.which(exe, path=bare) is not None, line  # it runs
+        assert Path(exe).resolve() == Path(default_executable()[0]).resolve(), line
+    # with the venv activated (its bin on PATH), the bare name runs, and is printed
+    venv = str(Path(default_executable()[0]).parent)
+    a = subprocess.run([sys.executable, "-m", "autotune", "export", "--config", str(path)],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "COLUMNS": "200", "PATH": venv + os.pathsep + bare})
+    assert a.returncode == 0 and "\nvllm bench serve" in "\n" + "\n".join(
+        ln.strip() for ln in (a.stdout + a.stderr).splitlines())
 
 
 # A demo the newcomer of issue 70 ran: the defaults booted three times (the confirm phase), a
@@ -209,3 +242,47 @@ def test_trials_pareto_and_export_show_one_value_for_the_defaults(tmp_path: Path
     assert "4,081.05" in base_row and "4,025.10" not in base_row
     e = cli("export", "--config", str(path), "--trial", "0")
     assert "total_token_throughput 4,081.05 [" in " ".join(e.stderr.split())
+
+
+def test_a_dataset_study_exports_the_requests_it_kept_and_says_what_it_dropped(
+        tmp_path: Path, tiny_model: Path) -> None:
+    """Issue 70, item 6: a JSONL study dropped its over-long lines before the first boot, but
+    export's `vllm bench serve --dataset-path` pointed at the whole file and neither export nor
+    the report said so. Export now writes the kept lines beside its config and points the line
+    at them; export and the report name the drop (the end of a study does too:
+    session/study.py, from the preflight's count)."""
+    import json
+    import shlex
+
+    data = tmp_path / "reqs.jsonl"
+    lines = ['{"prompt": "hello there", "output_tokens": 4}',
+             '{"prompt": "' + "word " * 3000 + '", "output_tokens": 4}',
+             '{"prompt": "a short one", "output_tokens": 4}']
+    data.write_text("\n".join(lines) + "\n")
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "jsonl", "server": {"model": str(tiny_model), "args": {"max_model_len": 128}},
+        "profile": {"name": "dataset", "path": str(data), "num_prompts": 4},
+        "search_space": "cpu-demo", "workdir": str(tmp_path / "w")}))
+    cfg = load_study_config(path)
+    Path(cfg.workdir).mkdir(parents=True, exist_ok=True)
+    st = optuna.create_study(study_name=cfg.name, storage=cfg.storage_url(),
+                             directions=["maximize", "minimize"])
+    st.set_metric_names(cfg.metric_names())
+    facts = TrialFacts(flags={}, flags_key="0", baseline=True,
+                       metrics=dict(zip(cfg.metric_names(), [100.0, 20.0], strict=True)))
+    st.add_trial(optuna.trial.create_trial(values=[100.0, 20.0], constraints={"boot_ok": 0.0},
+                                           user_attrs=facts.to_attrs()))
+    e = cli("export", "--config", str(path))
+    assert e.returncode == 0, e.stderr
+    err = " ".join(e.stderr.split())
+    assert "3 requests, 2 kept, 1 dropped before the first boot" in err
+    bench = next(ln.strip() for ln in e.stderr.splitlines() if " bench serve " in ln)
+    argv = shlex.split(bench)
+    kept = Path(argv[argv.index("--dataset-path") + 1])
+    assert kept != data and kept.read_text().splitlines() == [lines[0], lines[2]]
+    assert json.loads((kept.parent / "export.json").read_text())["dataset_dropped"]
+    r = cli("report", "--config", str(path), "--out", str(tmp_path / "report"))
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "- measured on the requests kept: dataset " in md and "1 dropped" in md
