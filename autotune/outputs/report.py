@@ -245,7 +245,8 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
         lines += ["", "Not measured, in one line each (the full cause is in each trial's "
                   "record and `result.json`):", ""] + [f"- {f}" for f in summary.failures]
     if len(metrics) >= 2 and any(r.measured for r in recs):
-        plots.pareto_png(study, out_dir / "pareto.png", cfg.name)
+        plots.pareto_png(study, out_dir / "pareto.png", cfg.name,
+                         {n: r.values for n, r in summary.pooled.items()})
         lines += ["", "## Pareto front", "", "![Pareto front](pareto.png)", "",
                   "On each config's median over its boots; the recommendation first where it is "
                   "on the front, else after it with the reason.", ""]
