@@ -209,6 +209,10 @@ def test_a_boot_that_timed_out_on_a_starved_machine_is_unmeasured_not_infeasible
         "of the CPUs' time), where trial 0 booted in 1 s: the machine's, not the config's")
     assert recs[2].flags.get("max_num_seqs") == 16 and recs[2].facts.retry_of == 1
     assert sum(r.status != Status.UNMEASURED for r in recs) == 3  # n_trials complete
+    from autotune.tuning.bill import bill
+
+    b = bill(recs, c)  # the spoiled boot held the machine; it counts toward no trial budget
+    assert 1 in [t.number for t in b.trials] and b.left == 0
     # a machine that stays starved: the study stops, saying why, after three in a row
     starve["left"] = 99
     c2 = cfg(tmp_path / "b").model_copy(update={"n_trials": 5})
