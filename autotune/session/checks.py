@@ -25,7 +25,14 @@ from autotune.tuning.objective import PhaseHook
 from autotune.tuning.preflight import Preflight
 from autotune.tuning.record import TrialRecord, record_of, records
 from autotune.tuning.summary import StudySummary
-from autotune.tuning.validation import NOT_HELD, Boot, Validation, verdict, write_run
+from autotune.tuning.validation import (
+    NOT_HELD,
+    UNDECIDED,
+    Boot,
+    Validation,
+    verdict,
+    write_run,
+)
 
 
 def scratch_copy(study: optuna.Study) -> optuna.Study:
@@ -74,8 +81,10 @@ def validate(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: li
                             str(folder / f"trial-{r.number:04d}")) for r in new]
     mine = [b for b, r in zip(boots, new, strict=True) if r.measured and b.of == of]
     theirs = [b for b, r in zip(boots, new, strict=True) if r.measured and b.of == base.number]
-    if not mine or not theirs:
-        v = Validation(trial.number, base.number, m0, [], before, before, boots, NOT_HELD,
+    if not mine or not theirs:  # a re-run the machine spoiled decides nothing either way
+        spoiled = all(b.status == "unmeasured" for b in boots if not b.values)
+        v = Validation(trial.number, base.number, m0, [], before, before, boots,
+                       UNDECIDED if spoiled else NOT_HELD,
                        ["a re-run was not measured: " + "; ".join(
                            f"trial {b.of}'s config: {b.status}: {b.cause}" for b in boots
                            if not b.values)], max_tpot_ms)
