@@ -4,12 +4,12 @@ its config's (issue 70: a config that had booted in 34 s hit the 300 s boot time
 machine and was recorded `infeasible: boot timeout`).
 
 A boot is the machine's, not the config's, when it timed out where the same flags had booted in
-this study in under half the timeout, or while other work starved the machine
-(autotune.server.starved) where some boot of the study took under half the timeout (so the
-timeout is ample on the machine when it is not starved; a study whose first boots time out
-learns nothing from this rule). The trial is then recorded unmeasured and failed (no sampler
-learns from it), its config enqueued again once, and the study goes on to its n_trials complete
-trials; MAX_UNMEASURED such trials in a row stop it.
+this study in under half the timeout (whatever the load), or while other work starved the
+machine (autotune.server.starved) where some boot of the study fit the timeout (so it is one the
+machine meets when not starved; a study none of whose boots fit it, such as one whose timeout
+is too short for any, keeps its timeouts as the configs' verdicts). The trial is then recorded
+unmeasured and failed (no sampler learns from it), its config enqueued again once, and the
+study goes on to its n_trials complete trials; MAX_UNMEASURED such trials in a row stop it.
 """
 
 from __future__ import annotations
@@ -35,17 +35,18 @@ def machines_doing(e: Exception, study: optuna.Study, key: str, timeout_s: float
         return None
     boots = {t.number: (facts_of(t), (facts_of(t).timings or {}).get("boot_s"))
              for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
-    fast = {n: (f, s) for n, (f, s) in boots.items()
-            if not f.failure and s is not None and s < timeout_s / 2}
+    booted = {n: (f, s) for n, (f, s) in boots.items()
+              if not f.failure and s is not None and s < timeout_s}
     cause = e.cause if isinstance(e, ServerError) else str(e)
-    same = next((n for n, (f, _) in fast.items() if f.flags_key == key), None)
-    if same is not None:
-        return (f"{cause}, where the same flags booted in {fast[same][1]:.0f} s in trial "
+    same = next((n for n, (f, s) in booted.items() if f.flags_key == key and s < timeout_s / 2),
+                None)
+    if same is not None:  # whatever the load: these flags boot in half the time
+        return (f"{cause}, where the same flags booted in {booted[same][1]:.0f} s in trial "
                 f"{same}: the machine's, not the config's")
-    if isinstance(e, ServerBootStarved) and fast:  # the timeout is ample when not starved
-        n = min(fast, key=lambda k: fast[k][1])
+    if isinstance(e, ServerBootStarved) and booted:  # starved, and a boot has fit the timeout
+        n = min(booted, key=lambda k: booted[k][1])
         return (f"{cause} while other work starved the machine ({e.starved}), where trial {n} "
-                f"booted in {fast[n][1]:.0f} s: the machine's, not the config's")
+                f"booted in {booted[n][1]:.0f} s: the machine's, not the config's")
     return None
 
 
