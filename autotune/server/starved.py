@@ -17,9 +17,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-# Other processes took at least this share of all CPUs during the boot: on 2 cores, one other
-# vLLM server under load (a test suite's usual neighbour) takes about half; the newcomer's
-# machine ran the fork server's imports 17-27x slower than usual (324 s against 12-19 s).
+# Other processes took at least this share of all CPUs during the boot. Measured: the demo's 9
+# boots on a fresh clone (2 cores, 2026-11-28), other processes 2-3%, the server 1.05-1.08 CPUs;
+# one other vLLM server under load (a test suite's usual neighbour) takes about half of 2
+# cores; the newcomer's machine ran the fork server's imports 17-27x slower than usual (324 s
+# against 12-19 s).
 STARVED_SHARE = 0.75
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
