@@ -5,6 +5,7 @@ measurement has no values to place."""
 from __future__ import annotations
 
 import warnings
+from copy import deepcopy
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,11 @@ def measured_study(study: optuna.Study, with_params: bool = False,
     if study.metric_names:
         copy.set_metric_names(list(study.metric_names))
     trials = first_pass(study, with_params, full_only)
-    for t in trials:
-        if pooled and t.number in pooled:
-            t.values = [pooled[t.number][m] for m in study.metric_names or []]
+    if pooled:  # on copies: the study's own trials (deepcopy=False) are its storage's cache
+        trials = [deepcopy(t) for t in trials]
+        for t in trials:
+            if t.number in pooled:
+                t.values = [pooled[t.number][m] for m in study.metric_names or []]
     copy.add_trials(trials)
     return copy
 

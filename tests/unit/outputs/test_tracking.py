@@ -152,8 +152,13 @@ def test_the_pareto_plot_draws_the_front_of_pooled_values(tmp_path: Path) -> Non
     summary = summarize(st, _cfg(tmp_path))
     assert summary.front == [0]  # trial 1's medians: 70 tok/s, 28 ms
     pooled = {n: r.values for n, r in summary.pooled.items()}
+    stored = [t.values for t in st.get_trials()]
     first = [t.number for t in measured_study(st, full_only=True).best_trials]
     drawn = [t.number for t in measured_study(st, full_only=True, pooled=pooled).best_trials]
     assert first == [1] and drawn == [0]  # the copy numbers trials 0 and 1 as the study does
     pareto_png(st, tmp_path / "p.png", "t", pooled)
     assert (tmp_path / "p.png").stat().st_size > 0
+    # the study's own trials keep their measurements: get_trials(deepcopy=False) hands out
+    # the storage's cached objects, and a plot that wrote into them once fed the pooled
+    # medians to a study's confirm phase in the same process
+    assert [t.values for t in st.get_trials()] == stored
