@@ -70,14 +70,6 @@ class Validation:
     why: list[str] = field(default_factory=list)
     max_tpot_ms: float | None = None
 
-    @property
-    def inside(self) -> bool | None:
-        """Whether the study's gain lies inside the re-runs' interval (None: too few re-runs
-        to bound it)."""
-        if not self.gain.bounded:
-            return None
-        return self.gain.low <= self.study_gain.gain <= self.gain.high
-
     def to_json(self) -> dict[str, Any]:
         def gain(g: Gain) -> dict[str, Any]:
             return {"gain": g.gain, "low": g.low, "high": g.high, "n": g.n, "n_base": g.n_base,
