@@ -14,8 +14,11 @@
      |                               config's (a starved boot): recorded, its config tried again
      +-- StudyError                  the study storage or its state
           +-- TrialError             a trial raised something autotune did not expect: it is
-                                     recorded on the trial, the study stops, the same command
-                                     resumes it
+          |                          recorded on the trial, the study stops, the same command
+          |                          resumes it
+          +-- NotCertified           a study with a budget ended without certifying its pick
+                                     (exit 3: the gain's interval holds no gain; 4: the budget
+                                     ran out first); everything else was printed before it
 
 Expected trial failures (boot errors, timeouts, crashes) are ServerError/LoadError: the study
 records them on the trial with their cause and goes on. Anything else raised inside a trial
@@ -103,6 +106,15 @@ class Unmeasured(AutotuneError):
 
 class StudyError(AutotuneError):
     """The study's storage or state is not what the command needs."""
+
+
+class NotCertified(StudyError):
+    """A planned study's pick was not certified (autotune.tuning.certify): the message is the
+    certification's sentence, `exit_code` its status's (3 not certified, 4 budget spent)."""
+
+    def __init__(self, sentence: str, exit_code: int) -> None:
+        super().__init__(sentence)
+        self.exit_code = exit_code
 
 
 class TrialError(StudyError):

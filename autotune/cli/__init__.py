@@ -17,7 +17,7 @@ import click
 from rich.markup import escape
 
 from autotune import __version__
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, NotCertified
 from autotune.outputs.console import console
 
 DEBUG = {"on": False}
@@ -91,6 +91,9 @@ def main() -> None:
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
+    except NotCertified as e:  # the study printed everything; its last word, its exit code
+        console.print(escape(str(e)), highlight=False, soft_wrap=True)
+        sys.exit(e.exit_code)
     except AutotuneError as e:
         if DEBUG["on"]:
             raise
@@ -99,4 +102,4 @@ def main() -> None:
         log = getattr(e, "log_path", None)
         if log and log not in str(e):
             console.print(f"server log: {log}", highlight=False, soft_wrap=True)
-        sys.exit(1)
+        sys.exit(getattr(e, "exit_code", 1))

@@ -156,6 +156,9 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
                 console.print(f"  {k} {trial.metrics[k]:,.2f}{vs}", highlight=False)
     if "speculation" in res:
         console.print(speculation_text(res["speculation"]), highlight=False, soft_wrap=True)
+    if "quality" in res:  # the guard's verdict, its figures and the floor
+        console.print(f"quality: {res['quality']['text']}", highlight=False, soft_wrap=True,
+                      markup=False)
     console.print(f"vLLM config file: {res['config_path']}", highlight=False)
     if "bench_load" in res and cfg.capacity is not None:
         unit = "requests/s" if cfg.capacity.axis == "rate" else "requests in flight"
@@ -192,17 +195,30 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
         print_validation(cfg, st, summary, trial, repeats or 1, max_tpot_ms)
     if verify:
         print_verification(cfg, trial, verify_samples)
+    cert = summary.certification
+    if cert is not None and cert.exit_code and trial.number == rec.number:  # its ending too
+        from autotune.errors import NotCertified
+
+        raise NotCertified(cert.sentence(), cert.exit_code)
 
 
 def print_verification(cfg: StudyConfig, trial: TrialRecord, samples: int | None) -> None:
     """`export --verify`: the reference client's verdicts at the capacity and above it."""
     from autotune.measure.verify import lines
+    from autotune.outputs.console import PhaseLines
     from autotune.session.checks import verify_capacity
 
     console.print(f"verify: trial {trial.number} as a stock `vllm serve`, checked by `vllm "
                   "bench serve`", highlight=False, markup=False)
+    phases = PhaseLines()  # on a log or CI: a line per phase; each run's verdict as it lands
     with console.status("booting") as status:
-        doc = verify_capacity(cfg, trial, samples, lambda p: status.update(escape(p)))
+
+        def on_phase(p: str) -> None:
+            status.update(escape(f"verify: {p}"))
+            phases.phase(f"verify: {p}", 0)
+
+        doc = verify_capacity(cfg, trial, samples, on_phase, on_run=lambda line: console.print(
+            "  " + line, highlight=False, markup=False))
     for line in lines(doc):
         out.print(line, highlight=False, soft_wrap=True, markup=False)
     console.print(f"written to {doc['path']}", highlight=False)

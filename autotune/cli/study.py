@@ -46,18 +46,24 @@ from autotune.outputs.console import console, out
               help="End with the confirm phase (the front's top configs and the baseline "
                    "booted again, interleaved) or not; default: confirm.when in the config "
                    "(auto: when trials take minutes).")
+@click.option("--certify/--no-certify", "certify_flag", default=None,
+              help="With a budget or a timeout, keep a reserve to certify the pick and end "
+                   "with the certify phase (docs/certify.md), or explore all of it (a run on a "
+                   "machine lent for less than the budget; the next run certifies); default: "
+                   "certify.when in the config (auto: with a budget or a timeout).")
 def study(config_path: Path, study_name: str | None, storage: str | None, n_trials: int | None,
           timeout_s: float | None, budget_gpu_minutes: float | None, sampler: str | None,
           search_space: str | None, seed: int | None, tracking_uri: str | None,
           no_mlflow: bool, front_every: int, workers: int, gpus_per_trial: int | None,
-          warm_from: str | None, confirm_flag: bool | None) -> None:
+          warm_from: str | None, confirm_flag: bool | None, certify_flag: bool | None) -> None:
     """Run (or resume) a multi-objective study over vLLM's flags."""
     from autotune.session.study import SessionOptions, run_session
 
     began = time.monotonic()
+    when = None if certify_flag is None else "always" if certify_flag else "never"
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials, timeout_s=timeout_s,
                    budget_gpu_minutes=budget_gpu_minutes, search_space=search_space,
-                   **{"sampler.name": sampler, "sampler.seed": seed})
+                   **{"sampler.name": sampler, "sampler.seed": seed, "certify.when": when})
     if tracking_uri and not no_mlflow:  # before the study's storage is made, not after
         from autotune.outputs.mlflow_view import open_client
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from autotune.config import flags
 from autotune.config.base import StrictModel, parse_model, read_yaml
 from autotune.config.metric_names import CAPACITY_METRICS, base_metric, objective_metric
 from autotune.config.quality import QualityConfig
@@ -33,8 +34,8 @@ def default_executable() -> list[str]:
     return [shutil.which("vllm") or "vllm"]
 
 
-# the flags whose product is the GPUs one server uses
-PARALLEL_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+# the flags whose product is the GPUs one server uses: the flag registry's (config/flags.py)
+PARALLEL_FLAGS = flags.PARALLEL_FLAGS
 
 
 def gpus_per_replica(flags: dict[str, Any]) -> int:
@@ -173,6 +174,35 @@ class ConfirmConfig(StrictModel):
                                     "median trial took at least this long.")
 
 
+class CertifyConfig(StrictModel):
+    """How a study with a budget (`--budget-gpu-minutes`, `--timeout`) certifies its pick
+    (autotune.tuning.certify, docs/certify.md)."""
+
+    when: Literal["auto", "always", "never"] = Field(
+        "auto", description="auto: when the study has a budget or a timeout (the budget is then "
+        "a plan: a reserve to certify, the rest to explore); always: after every study run; "
+        "never: explore the whole budget and end with one measurement each.")
+    coverage: float = Field(0.9, gt=0.5, lt=1, description="The coverage of the certified "
+                            "gain's interval over boots.")
+    min_gain: float = Field(
+        0.2, gt=0, description="The smallest gain over vLLM's defaults the plan reserves "
+        "enough boots to certify (a larger one certifies in fewer, and leaves the rest unspent "
+        "or to explore on the next run).")
+    noise: float = Field(
+        0.06, gt=0, lt=1, description="The spread between boots of one config (relative sd) the "
+        "plan assumes until the defaults were booted twice (then theirs): 0.06 from three "
+        "boots of the dense 8B shape on one H100 (64.0, 58.45, 64.0 req/s); an MoE spread "
+        "more (15-36% between boots of one host).")
+    max_boots: int = Field(5, ge=2, le=20, description="Boots of the pick and of the defaults "
+                           "at most, the first pass's included.")
+    explore_trials: int = Field(
+        3, ge=1, description="Trials the plan leaves room for before its reserve (vLLM's "
+        "defaults, the space's start and one sampled config): a reserve that leaves none "
+        "certifies nothing, since the pick is then the defaults (bench/certify_split.py).")
+    reference: bool = Field(True, description="Check the certified pick with `vllm bench "
+                            "serve` on a stock server at its capacity (capacity studies).")
+
+
 class StudyConfig(StrictModel):
     """A study file: what to tune, on what workload, toward what."""
 
@@ -200,6 +230,7 @@ class StudyConfig(StrictModel):
         "points) instead of measuring one fixed load.")
     sampler: SamplerConfig = Field(default_factory=lambda: SamplerConfig.model_validate({}))
     confirm: ConfirmConfig = Field(default_factory=lambda: ConfirmConfig.model_validate({}))
+    certify: CertifyConfig = Field(default_factory=lambda: CertifyConfig.model_validate({}))
     quality: QualityConfig = Field(default_factory=lambda: QualityConfig.model_validate({}),
                                    description="The quality guard (docs/quality.md).")
     n_trials: int = Field(10, ge=1, description="Trials in the study, in all (resume included).")
@@ -270,6 +301,12 @@ class StudyConfig(StrictModel):
                                      "search finds; add a capacity: section (axis, low, high) "
                                      "and slos")
         return self
+
+    def planned(self) -> bool:
+        """Whether the study's budget is a plan with a certify phase (certify.when)."""
+        when = self.certify.when
+        return when == "always" or (when == "auto" and (
+            self.budget_gpu_minutes is not None or self.timeout_s is not None))
 
     def storage_url(self) -> str:
         if self.storage:

@@ -190,7 +190,7 @@ class SLOConfig(StrictModel):
 
 Axis = Literal["concurrency", "rate"]
 # how the capacity search steps while it brackets (autotune.measure.search.bracket_steps)
-Bracket = Literal["near", "double"]
+Bracket = Literal["near", "double", "step"]
 
 
 class CapacityConfig(StrictModel):
@@ -210,7 +210,9 @@ class CapacityConfig(StrictModel):
         "near", description="How the search steps from its first load until one load meets the "
         "SLOs and one misses: near takes two steps of (1 + tolerance)^3 up or "
         "(1 + tolerance)^-2 down (x1.33 / x0.83 at 10%), then doubles or halves; double doubles "
-        "or halves from the first step (the rule before 2026-11-25).")
+        "or halves from the first step; step moves one tolerance at a time, x(1 + tolerance) "
+        "up or down (a certify boot: meets or misses at a capacity already found and one step "
+        "above).")
     requests_per_point: int = Field(200, ge=1, description="Measured requests per load point.")
     requests_per_slot: float = Field(
         2.0, ge=0, description="On the concurrency axis, at least this many requests per slot "

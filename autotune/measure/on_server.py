@@ -56,8 +56,9 @@ OnRequest = Callable[[RequestRecord], None]
 OnPoint = Callable[[LoadPoint], None]
 
 CLIENT_BUSY = 0.9  # client CPU fraction over which a measurement is suspect
-# warm-up windows (capacity.warm_windows): two in a row this close in mean TTFT and mean TPOT
-# are a warm server; auto runs at most GPU_WARM_WINDOWS of them on a GPU
+# warm-up windows (capacity.warm_windows): two in a row this close in mean TTFT and TPOT are a
+# warm server; auto runs at most GPU_WARM_WINDOWS on a GPU, 2 without one for a certify boot
+# (its first point is the boot's first load: docs/results/certified check_vs_full)
 WARM_AGREE = 0.15
 GPU_WARM_WINDOWS = 4
 GPU_SAMPLES = 3  # capacity.samples auto: fresh samples a point is judged on with a GPU
@@ -68,12 +69,11 @@ def samples_of(cap: CapacityConfig) -> int:  # capacity.samples, auto resolved o
 CLOSE_SEED_STEP = 104_729  # a close point's later runs: seeds this far apart (fresh prompts)
 WARMUP_TOKENS = 16  # the output of a capacity point's warm-up requests, at most
 def samples(records: list[RequestRecord]) -> Samples:
-    """Per-request values in ms by metric stem, for the intervals of percentile SLOs."""
-    return {k: [v * 1000 for v in vals] for k, vals in per_request(records).items()}
+    return {k: [v * 1000 for v in vals] for k, vals in per_request(records).items()}  # ms
 
 
 def write_records(records: list[RequestRecord], path: Path) -> None:
-    """Per-request records as a table (chunk times left out: the ITLs summarise them)."""
+    """Per-request records as a table (no chunk times: the ITLs summarise them)."""
     import pandas as pd
 
     rows = [{k: v for k, v in asdict(r).items() if k != "chunk_times"} | {
@@ -182,8 +182,8 @@ def watched(url: str, log: Path | None, model: str, profile: ProfileConfig,
 def measure_profile(proc: ServerProcess, model: str, profile: ProfileConfig,
                     reqs: list[Request], *, label: str = "",
                     on_request: OnRequest | None = None) -> Point:
-    """`watched` on a server autotune started. A server that died raises its cause; a run in
-    which every request failed raises with the first error."""
+    """`watched` on a server autotune started: a dead server raises its cause; a run with every
+    request failed, its first error."""
     pt = watched(proc.base_url, proc.log_path, model, profile, reqs, on_request=on_request,
                  alive=proc.alive)
     proc.check_alive()
@@ -244,7 +244,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
         return pt, settle if settle is not None and settle.reason is not None else None
 
     windows = cap.warm_windows if cap.warm_windows != "auto" else \
-        (GPU_WARM_WINDOWS if has_gpu() else 0)
+        (GPU_WARM_WINDOWS if has_gpu() else 2 if cap.bracket == "step" else 0)
     warmed: list[dict[str, float]] = []
 
     def warm_up(load: float) -> dict[str, float]:

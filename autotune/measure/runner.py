@@ -49,6 +49,7 @@ class Timings:
     bench_s: float = 0.0
     stop_s: float = 0.0
     total_s: float = 0.0
+    guard_s: float = 0.0  # the quality guard's readings, before and after the load
 
 
 @dataclass(frozen=True)
@@ -202,13 +203,15 @@ def run_boot(server: ServerConfig, profiles: Sequence[ProfileConfig], params: Ma
              stop_below: float | None = None, requests: list[Request] | None = None,
              on_phase: Phase | None = None, on_request: OnRequest | None = None,
              on_point: OnPoint | None = None,
+             before: Callable[[str], dict[str, Any]] | None = None,
              after: Callable[[str], dict[str, Any]] | None = None) -> BootRun:
     """Boot `vllm serve` with the fixed args plus `params`, measure each profile in turn, stop it.
 
     Without `capacity`, each profile's requests (`requests`, for a single profile, or drawn
     while vLLM boots) run after their warm-up. With it, each profile's capacity is searched
-    (from `starts[label]` when given, stopping early below `stop_below`). `after` runs on the
-    server's URL once the measurement is done (the quality guard). Files go under
+    (from `starts[label]` when given, stopping early below `stop_below`). `before` runs on the
+    server's URL once it is healthy, before any load (the quality guard's reference, read
+    cold), `after` once the measurement is done (the guard's reading). Files go under
     `<workdir>/<label>/` when there are several profiles; `result.json` is the `BootRun`."""
     t_start = time.monotonic()
     phase = on_phase or (lambda _p: None)
@@ -241,6 +244,12 @@ def run_boot(server: ServerConfig, profiles: Sequence[ProfileConfig], params: Ma
         boot_s = proc.healthy_at - proc.started_at
         if pending:
             raise pending[0]
+        guard_s = 0.0
+        if before is not None:
+            phase("recording the quality reference")
+            t_guard = time.monotonic()
+            before(proc.base_url)
+            guard_s += time.monotonic() - t_guard
         t_bench = time.monotonic()
         for p in profiles:
             where = workdir / p.key if many else workdir
@@ -263,15 +272,17 @@ def run_boot(server: ServerConfig, profiles: Sequence[ProfileConfig], params: Ma
                                     "num_prompts": p.num_prompts,
                                     "max_concurrency": p.max_concurrency,
                                     "request_rate": str(p.request_rate), "seed": p.seed}
+        bench_s = time.monotonic() - t_bench
         found = None
         if after is not None:
             phase("checking outputs")
+            t_guard = time.monotonic()
             found = after(proc.base_url)
-        bench_s = time.monotonic() - t_bench
+            guard_s += time.monotonic() - t_guard
         phase("stopping")
         t_stop = time.monotonic()
     run = BootRun(proc.argv, dict(params), Timings(boot_s, bench_s, time.monotonic() - t_stop,
-                                                  time.monotonic() - t_start),
+                                                  time.monotonic() - t_start, guard_s),
                   str(proc.log_path), points, capacities, workloads, proc.launch, found)
     (workdir / "result.json").write_text(json.dumps(run.to_json(), indent=2, default=str) + "\n")
     return run

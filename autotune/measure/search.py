@@ -27,7 +27,11 @@ def bracket_steps(bracket: Bracket, tolerance: float, from_start: bool = True,
     """The factors a search steps its load by while it brackets the capacity, up (while the SLOs
     hold) and down (while they fail); the last factor repeats.
 
-    "double": x2 / x0.5 from the first step. "near", for a search that starts at a given load
+    "double": x2 / x0.5 from the first step. "step": one tolerance at a time, x(1 + tolerance)
+    up and x(1 + tolerance)^-1 down, for a search that starts at a capacity already found (a
+    certify boot, autotune.tuning.certify): a boot whose capacity is where it was found meets
+    there, misses one step above, and is done in two points, its capacity known to one
+    tolerance as a full search's is. "near", for a search that starts at a given load
     (the incumbent's capacity, or `start`): the first NEAR_STEPS steps are (1 + tolerance)^3 up
     and (1 + tolerance)^-2 down (x1.33 / x0.83 at 10%, never beyond x2 / x0.5), then x2 / x0.5.
     A study starts each trial at the incumbent's capacity and most configs land near it: from a
@@ -36,6 +40,8 @@ def bracket_steps(bracket: Bracket, tolerance: float, from_start: bool = True,
     load is at or below the early-stop bound, so a search that misses there stops at its first
     met load, a lower bound, which halving reaches in fewer points than near steps.
     """
+    if bracket == "step":
+        return [1 + tolerance], [1 / (1 + tolerance)]
     if bracket == "double" or not from_start:
         return [2.0], [0.5]
     up = min((1 + tolerance) ** 3, 2.0)
@@ -49,15 +55,25 @@ def _round(x: float, integer: bool, up: bool = False) -> float:
     return float(math.ceil(x) if up else math.floor(x))
 
 
-def _step(x: float, factor: float, integer: bool) -> float:
+def _step(x: float, factor: float, integer: bool, within: bool = False) -> float:
     """The load a bracket step from `x` goes to: whole on the concurrency axis (rounded away from
     `x`); on the rate axis three significant digits, whole from 100 up (x0.83 of 64 is 52.9, not
-    52.892561...), unless rounding would undo a step as small as a tight tolerance's."""
+    52.892561...), unless rounding would undo a step as small as a tight tolerance's. `within`
+    (the "step" bracket) rounds toward `x`, so one step never spans more than the tolerance and
+    a boot that meets at C and misses one step above ends there (99.9 x 1.1 = 109.89 rounded
+    to 110 would be 10.1% above, and one more point)."""
     y = x * factor
+    up = factor > 1
     if integer:
-        return _round(y, integer, up=factor > 1)
-    r = float(round(y)) if y >= 100 else float(f"{y:.3g}")
-    return r if (r > x if factor > 1 else r < x) else y
+        r = _round(y, integer, up=up != within)
+        return r if (r > x if up else r < x) else x + (1.0 if up else -1.0)
+    if within:
+        q = 10.0 ** (math.floor(math.log10(y)) - 2) if y < 100 else 1.0
+        r = (math.floor if up else math.ceil)(y / q) * q
+        r = float(f"{r:.6g}")
+    else:
+        r = float(round(y)) if y >= 100 else float(f"{y:.3g}")
+    return r if (r > x if up else r < x) else y
 
 
 class _Flagged(Exception):
@@ -113,7 +129,7 @@ def _bracket(probe: Callable[[float], bool], points: list[LoadPoint], axis: str,
         while hi is None:
             if x >= high:
                 return result(lo, None, f"met the SLOs at the highest load ({high:g})")
-            x = min(_step(x, factor(ups), integer), high)
+            x = min(_step(x, factor(ups), integer, bracket == "step"), high)
             step += 1
             if probe(x):
                 lo = x
@@ -124,13 +140,13 @@ def _bracket(probe: Callable[[float], bool], points: list[LoadPoint], axis: str,
         while lo is None:
             if x <= low:
                 return result(None, hi, f"missed the SLOs at the lowest load ({low:g})")
-            x = max(_step(x, factor(downs), integer), low)
+            x = max(_step(x, factor(downs), integer, bracket == "step"), low)
             step += 1
             if probe(x):
                 lo = x
             else:
                 hi = x
-    while (hi - lo) / lo > tolerance:
+    while (hi - lo) / lo > tolerance * (1 + 1e-9):  # 0.33 over 0.3 is 0.10000000000000003
         if stop_below is not None and hi <= stop_below:
             return result(lo, hi, f"{EARLY_STOP}'s {stop_below:g}: failed at {hi:g}")
         mid = _round((lo + hi) / 2, integer)

@@ -20,7 +20,7 @@ import random
 import re
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,13 +195,25 @@ def pooled(label: str, load: float, samples: list[RateCheck], slos: Sequence[SLO
             "samples": [asdict(c) for c in samples]}
 
 
+def run_line(c: RateCheck, i: int, samples: int) -> str:
+    """One reference run as it lands (`verify`'s on_run): its load, sample and verdict."""
+    m = c.metrics
+    what = "warm-up (not judged)" if not c.label else \
+        f"{c.label} sample {i}/{samples}: {c.verdict}"
+    return (f"{what} at {c.rate:g}: p99 TTFT {m.get('p99_ttft_ms', math.nan):,.0f} ms, p99 "
+            f"TPOT {m.get('p99_tpot_ms', math.nan):,.1f} ms"
+            + (f"; {'; '.join(c.misses)}" if c.misses and c.label else ""))
+
+
 def verify(ref: Reference, target: Target, slos: Sequence[SLOConfig], samples: int,
-           out_dir: Path, seed: int = 0, warmup: int | None = None, ceiling: bool = False
-           ) -> dict[str, Any]:
+           out_dir: Path, seed: int = 0, warmup: int | None = None, ceiling: bool = False,
+           on_run: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The check, as a JSON document: the unjudged warm-up run at C (`warmup` requests; None:
     a run's size, 0: none), then per rate the samples' medians, what missed and the verdict;
     `verdicts_agree`: meets at C and misses at C x (1 + tolerance). With `ceiling` (the
-    search's high end passed: C is a lower bound) only C is checked."""
+    search's high end passed: C is a lower bound) only C is checked. `on_run` gets each run's
+    line as it lands (`run_line`)."""
+    said = on_run or (lambda _line: None)
     if target.capacity <= 0:
         raise ConfigError(f"capacity {target.capacity:g}: nothing to check (the search found "
                           "no load that met the SLOs)")
@@ -217,6 +229,7 @@ def verify(ref: Reference, target: Target, slos: Sequence[SLOConfig], samples: i
         t0 = time.monotonic()
         w = check_rate(ref, target, slos, "", target.capacity, seed + 1, out_dir, warmup)
         doc["warmup"] = asdict(w) | {"s": round(time.monotonic() - t0, 1)}
+        said(run_line(w, 0, samples))
     rates = [("C", target.capacity), (f"C x {1 + target.tolerance:g}", target.above())]
     if ceiling:
         rates = rates[:1]
@@ -229,6 +242,7 @@ def verify(ref: Reference, target: Target, slos: Sequence[SLOConfig], samples: i
             lab, load = rates[j]
             runs[lab].append(check_rate(ref, target, slos, lab, load, seed + 2 + 2 * i + j,
                                         out_dir))
+            said(run_line(runs[lab][-1], i + 1, samples))
     doc["rates"] = [pooled(lab, load, runs[lab], slos) for lab, load in rates]
     doc["verdicts_agree"] = (doc["rates"][0]["verdict"] == "meets"
                              and (ceiling or doc["rates"][1]["verdict"] == "misses"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,11 +19,14 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     SpinnerColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from autotune.measure.metrics import BenchMetrics
 
@@ -72,10 +76,62 @@ class TrialProgress:
         self.p.advance(self.task)
 
 
+def clock(seconds: float) -> str:
+    """m:ss (h:mm:ss from an hour)."""
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else \
+        f"{s // 60}:{s % 60:02d}"
+
+
+class PhaseLines:
+    """A long run's phases as a user who waits reads them: the time into the current trial and
+    what one took so far ("2:31 of ~5:40"), shown on a terminal by the bar's PhaseClock; where
+    output is not a terminal (a log, CI, nohup), where the bar shows nothing, one timestamped
+    line per phase as it starts."""
+
+    def __init__(self, terminal: bool | None = None) -> None:
+        self.terminal = console.is_terminal if terminal is None else terminal
+        self.trial: int | None = None
+        self.since = time.monotonic()
+        self.last = ""
+
+    def phase(self, text: str, trial: int | None = None, typical_s: float | None = None
+              ) -> float | None:
+        """Say the phase (off a terminal); the time.monotonic() its trial began (None: not a
+        trial's phase), for the bar's clock."""
+        now = time.monotonic()
+        if trial is not None and trial != self.trial:
+            self.trial, self.since = trial, now
+        if not self.terminal and text != self.last:
+            shown = f"{text} {clock_text(now - self.since, typical_s)}" \
+                if trial is not None else text
+            console.print(f"{time.strftime('%H:%M:%S')} {shown}", highlight=False,
+                          soft_wrap=True, markup=False)
+        self.last = text
+        return self.since if trial is not None else None
+
+
+def clock_text(into: float, typical_s: float | None) -> str:
+    return f"[{clock(into)}" + (f" of ~{clock(typical_s)}]" if typical_s else "]")
+
+
+class PhaseClock(ProgressColumn):
+    """The bar's clock of the current trial: its task's `since` (time.monotonic()) and
+    `typical` (seconds a trial took so far) fields, as "[2:31 of ~5:40]"."""
+
+    def render(self, task: Task) -> Text:
+        since = task.fields.get("since")
+        if since is None:
+            return Text("")
+        return Text(clock_text(time.monotonic() - since, task.fields.get("typical")),
+                    style="dim")
+
+
 def progress_bar() -> Progress:
     """The one progress display: spinner, what is happening, bar, count, time elapsed."""
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                    MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True)
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), PhaseClock(),
+                    BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                    transient=True)
 
 
 @contextmanager

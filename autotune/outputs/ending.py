@@ -10,7 +10,7 @@ from autotune.config.study import StudyConfig
 from autotune.outputs.console import command_hint, console, out
 from autotune.outputs.tables import confirm_lines, confirm_table, front_tables, trials_table
 from autotune.tuning.confirm import ConfirmResult
-from autotune.tuning.summary import StudySummary
+from autotune.tuning.summary import CERTIFY_RULES, StudySummary
 
 
 def print_tables(summary: StudySummary, cfg: StudyConfig) -> None:
@@ -41,7 +41,12 @@ def deploy_lines(summary: StudySummary, cfg: StudyConfig, config_path: Path) -> 
     pick = summary.picked
     if pick is None:
         return []
-    return [f"deploy: {summary.headline()}", "  " + serve_line(cfg, pick),
+    head = summary.headline()
+    if summary.certification is not None and summary.recommendation.rule in CERTIFY_RULES:
+        who = f"vLLM's defaults (trial {pick.number})" if pick.baseline else \
+            f"trial {pick.number}"
+        head = f"{who} ({head})"  # the sentence may speak of another trial: name this one
+    return [f"deploy: {head}", "  " + serve_line(cfg, pick),
             "full export (YAML, bench line, sizing): "
             + command_hint(f"export --config {config_path}")]
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from autotune.config.quality import QUALITY_OK
 from autotune.config.study import StudyConfig
 from autotune.config.workload import ProfileConfig
 from autotune.errors import StudyError
@@ -20,6 +21,7 @@ from autotune.server.command import flag_name, serve_argv, shell_join
 from autotune.server.machine import launch_env
 from autotune.tuning.record import TrialRecord
 from autotune.tuning.summary import StudySummary
+from autotune.tuning.verdict import verdict_text
 
 
 def find_trial(summary: StudySummary, number: int) -> TrialRecord:
@@ -157,6 +159,10 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
         result["bench_load"] = checked[1]
     if trial.speculation:  # vLLM's acceptance counters for a config that speculates
         result["speculation"] = trial.speculation
+    q = trial.facts.quality
+    if q:  # the guard's verdict as the tables and the report show it
+        failed = trial.constraints.get(QUALITY_OK, 0.0) > 0
+        result["quality"] = {"verdict": q.get("verdict"), "text": verdict_text(q, failed)}
     if cfg.profiles:  # a suite: one line per profile, and each profile's values
         result["bench_commands"] = benches
         result["profile_metrics"] = {k: trial.metrics[k] for k in cfg.profile_metrics()

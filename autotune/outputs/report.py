@@ -16,9 +16,10 @@ from autotune.outputs.console import params_text, short_cause, short_metric, spe
 from autotune.outputs.tables import confirm_lines, gain_text, is_base
 from autotune.tuning.machines import machines_line
 from autotune.tuning.preflight import dropped_note
-from autotune.tuning.quality import QUALITY_OK, drop_text
+from autotune.tuning.quality import QUALITY_OK
 from autotune.tuning.record import TrialRecord, curve_profiles, study_facts
 from autotune.tuning.summary import StudySummary, summarize
+from autotune.tuning.verdict import verdict_text
 
 
 @dataclass(frozen=True)
@@ -161,22 +162,37 @@ def validation_markdown(path: Path) -> list[str]:
     return lines
 
 
+def _iv(x: list[float] | None, fmt: str = ".4g") -> str:
+    return f"{x[0]:{fmt}} [{x[1]:{fmt}}, {x[2]:{fmt}}]" if x else "-"
+
+
 def quality_markdown(recs: list[TrialRecord]) -> list[str]:
-    """The quality guard's figures for each trial it looked at (docs/quality.md)."""
+    """The quality guard's verdict for each trial it looked at, with its figures and the
+    defaults' own floor beside them (docs/quality.md)."""
     rows = [(r, r.facts.quality) for r in recs if r.facts.quality]
     if not rows:
         return []
-    lines = ["", "## Quality guard", "", "| # | judged | exact match | log-prob drop (nats/token)"
-             " | verdict |", "|---|---|---|---|---|"]
+    lines = ["", "## Quality guard", "", "KL(defaults || config) per token, teacher-forced on "
+             "the same texts, with its interval over texts; top-1 agreement counts exact ties "
+             "as agreement; the floor is the defaults read against themselves the same way.",
+             "", "| # | verdict | KL mean | KL p99 | top-1 agree | task drop | floor KL | "
+             "guard s | why |", "|---|---|---|---|---|---|---|---|---|"]
     for r, q in rows:
-        judged = bool(q.get("judged"))
-        failed = judged and r.constraints.get(QUALITY_OK, 0.0) > 0
-        at = (r.cause or "").find("quality:")  # -1: recorded before the guard's cause was
-        verdict = (("fails: " + (r.cause or "")[at:]) if at >= 0 else "fails the guard") \
-            if failed else ("passes" if judged else q.get("why", ""))
-        lines.append(f"| {r.number} | {'yes' if judged else 'no'} | "
-                     + (f"{q['exact_match']:.0%} | {drop_text(q)}" if judged else "- | -")
-                     + f" | {verdict.replace('|', '/')} |")
+        failed = r.constraints.get(QUALITY_OK, 0.0) > 0
+        kl = q.get("kl") or {}
+        task = q.get("task")
+        floor = (q.get("floor") or {}).get("kl_mean")
+        verdict = q.get("verdict") or ("reference" if q.get("floor") else
+                                       ("fails the guard" if failed else "passes")
+                                       if q.get("judged") else "not judged")
+        why = verdict_text(q, failed).removeprefix(f"{q.get('verdict')}: ")
+        seconds = q.get("seconds")
+        cells = [str(r.number), verdict, _iv(kl.get("kl_mean")), _iv(kl.get("kl_p99")),
+                 _iv(kl.get("top1_agree"), ".3f"),
+                 f"{task['drop']:+.3f} [{task['low']:+.3f}, {task['high']:+.3f}]"
+                 if task else "-", f"{floor:.2g}" if isinstance(floor, int | float) else "-",
+                 f"{seconds:.0f}" if isinstance(seconds, int | float) else "-", why]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return lines
 
 

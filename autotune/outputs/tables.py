@@ -10,9 +10,11 @@ from optuna.trial import FrozenTrial
 from rich.markup import escape
 from rich.table import Table
 
+from autotune.config.quality import QUALITY_OK
 from autotune.config.study import StudyConfig
 from autotune.measure.stats import Gain, interval_name
 from autotune.outputs.console import (
+    PhaseLines,
     console,
     fmt_value,
     out,
@@ -22,9 +24,9 @@ from autotune.outputs.console import (
     short_metric,
 )
 from autotune.tuning.confirm import ConfirmResult
-from autotune.tuning.quality import drop_text
 from autotune.tuning.record import Status, TrialRecord
 from autotune.tuning.summary import StudySummary
+from autotune.tuning.verdict import verdict_text
 
 
 def gain_text(g: Gain) -> str:
@@ -89,7 +91,11 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
     gains = summary.profile_gains if extra else summary.gains
     pick = summary.recommendation.number
     base_boots = summary.boots.get(summary.base.number, {}) if summary.base else {}
-    t = Table(title=title, header_style="bold", caption=GAIN_CAPTION
+    cert = summary.certification
+    certified = (f"; the pick's {metrics[0]}: its certified interval over boots "
+                 f"({cert.gain['coverage']:.0%}, docs/certify.md)"
+                 if cert is not None and cert.gain else "")
+    t = Table(title=title, header_style="bold", caption=GAIN_CAPTION + certified
               + (f"\n★ recommended: {summary.headline()}" if pick is not None else ""))
     t.add_column("#", justify="right")
     t.add_column("state")
@@ -123,14 +129,20 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
         cells.append(f"{tm.get('boot_s', 0):.1f}/{tm.get('bench_s', 0):.1f}" if tm else "-")
         text = escape(f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
                       else params_text(r.params))
-        shown = short_cause(r.cause, 200) if r.cause else ""
+        q = r.facts.quality
+        failed = r.constraints.get(QUALITY_OK, 0.0) > 0
+        said = verdict_text(q, failed) if q else ""
+        # the guard's verdict on a line of its own (with the floor), the measurement's after
+        cause = (r.cause or "").removeprefix(f"quality: {said}").lstrip("; ") if said \
+            else (r.cause or "")
+        shown = short_cause(cause, 200) if cause else ""
         if shown:
             text += f"\n[red]{escape(shown)}[/red]"
         if r.number in summary.artefacts:
             text += f"\n[red]{escape(summary.artefacts[r.number])}[/red]"
-        q = r.facts.quality or {}
-        if q.get("judged") and "quality:" not in shown:
-            text += f"\nquality: {q['exact_match']:.0%} exact, log-prob drop {drop_text(q)}"
+        if said:
+            style = "red" if failed else "default"
+            text += f"\n[{style}]quality: {escape(short_cause(said, 400))}[/{style}]"
         cells.append(text)
         t.add_row(*cells)
     return t
@@ -158,7 +170,9 @@ STATUS_STYLE = {Status.OK: "[green]{}[/green]", Status.SLO_MISS: "[yellow]{}[/ye
 
 
 class StudyView:
-    """Live progress of a study: an overall bar and the current trial's phase."""
+    """Live progress of a study: an overall bar and the current trial's phase, with the time
+    into the trial and what a trial took so far; where output is not a terminal (a log file,
+    CI, nohup), one timestamped line per phase instead (outputs/console.py PhaseLines)."""
 
     def __init__(self, total: int, done: int, metrics: list[str],
                  cfg: StudyConfig | None = None) -> None:
@@ -166,6 +180,8 @@ class StudyView:
         self.cfg = cfg  # for the bill so far, printed with each trial
         self.progress = progress_bar()
         self.task = self.progress.add_task("study", total=total, completed=done)
+        self.lines = PhaseLines()
+        self.took: list[float] = []  # seconds of the measured trials seen, for the estimate
 
     def __enter__(self) -> StudyView:
         self.progress.__enter__()
@@ -175,14 +191,23 @@ class StudyView:
         self.progress.__exit__(None, None, None)
 
     def on_phase(self, number: int, phase: str, flags: dict[str, Any]) -> None:
-        self.progress.update(self.task, description=(
-            f"trial {number}: {phase}" if number >= 0 else phase))
+        what = f"trial {number}: {phase}" if number >= 0 else phase
+        typical = statistics.median(self.took) if self.took else None
+        since = self.lines.phase(what, number if number >= 0 else None, typical)
+        self.progress.update(self.task, description=escape(what), since=since,
+                             typical=typical)
 
     def on_running(self, text: str) -> None:
         self.progress.update(self.task, description=text)
 
+    def step(self, text: str) -> None:
+        """A step of the study beyond its trials (the certify phase), as its own line."""
+        console.print(text, highlight=False, soft_wrap=True)
+
     def on_trial(self, summary: StudySummary, trial: FrozenTrial) -> None:
         self.progress.advance(self.task)
+        self.took = [r.timings["total_s"] for r in summary.records
+                     if r.measured and "total_s" in r.timings][1:] or self.took
         recs = summary.records
         rec = next(r for r in recs if r.number == trial.number)
         if rec.measured:

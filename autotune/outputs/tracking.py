@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune import __version__
+from autotune.config.quality import QUALITY_OK
 from autotune.config.study import StudyConfig
 from autotune.outputs.artifacts import confirm_files, front_files, trial_files
 from autotune.outputs.mlflow_view import (
@@ -46,6 +47,7 @@ from autotune.server.machine import hardware
 from autotune.tuning.confirm import ConfirmResult
 from autotune.tuning.record import deltas, metric_deltas, study_facts
 from autotune.tuning.summary import StudySummary, summarize
+from autotune.tuning.verdict import quality_tags
 
 PICK_TAG = "autotune.recommended"  # on the study run: the recommended trial's number
 TRIAL_PICK_TAG = "autotune.pick"  # on the recommended trial's run alone (moved, not added)
@@ -186,6 +188,7 @@ class Tracker:
             tags["autotune.repeat_of"] = str(facts.repeat_of)
         if facts.warnings:
             tags["autotune.warnings"] = " | ".join(facts.warnings)[:5000]
+        tags.update(quality_tags(facts.quality, rec.constraints.get(QUALITY_OK, 0.0) > 0))
         run = self.client.create_run(self.experiment_id, run_name=f"trial-{trial.number:04d}",
                                      tags=tags, start_time=_ms(rec.started))
         rid = run.info.run_id
@@ -265,8 +268,7 @@ class Tracker:
         # its config's pooled one (every boot of its flags), the same text as the terminal's
         ranks = summary.rank()
         for num, rec in summary.pooled.items():
-            rid = ids.get(num)
-            if rid is None:
+            if (rid := ids.get(num)) is None:
                 continue
             tags = [RunTag(GAIN_TAG, gain_tag(rec, summary) or "-")]
             if num == pick:
@@ -304,8 +306,7 @@ class Tracker:
         for num, row in res.configs.items():
             numbers = {"median": row.median, "ci_low": row.ci_low, "ci_high": row.ci_high}
             if row.gain is not None:
-                numbers.update(gain=row.gain.gain, gain_low=row.gain.low,
-                               gain_high=row.gain.high)
+                numbers.update(gain=row.gain.gain, gain_low=row.gain.low, gain_high=row.gain.high)
             metrics += [Metric(f"confirm_trial_{num}_{k}", float(v), ts, 0)
                         for k, v in numbers.items()]
         tags = [RunTag("autotune.confirm", confirm_note(res))]
@@ -318,9 +319,8 @@ class Tracker:
             mine = [Metric("confirm_boots", float(len(row.values)), ts, 0),
                     Metric("confirm_median", float(row.median), ts, 0)]
             if row.gain is not None:
-                mine += [Metric("confirm_gain", row.gain.gain, ts, 0),
-                         Metric("confirm_gain_low", row.gain.low, ts, 0),
-                         Metric("confirm_gain_high", row.gain.high, ts, 0)]
+                mine += [Metric(f"confirm_gain{k}", v, ts, 0) for k, v in (
+                    ("", row.gain.gain), ("_low", row.gain.low), ("_high", row.gain.high))]
             self.client.log_batch(rid, metrics=mine, tags=[
                 RunTag("autotune.confirm", row.text or "baseline")])
         with tempfile.TemporaryDirectory() as tmp:

@@ -102,17 +102,20 @@ def validate(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: li
 
 
 def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
-                    on_phase: Callable[[str], None]) -> dict[str, Any]:
+                    on_phase: Callable[[str], None], *, capacity: float | None = None,
+                    on_run: Callable[[str], None] | None = None) -> dict[str, Any]:
     """`export --verify`: boot the trial's config as a stock `vllm serve` (the deploy line's
-    flags and environment, the study's caches) and check its capacity with `vllm bench serve`
+    flags and environment, the study's caches) and check its capacity (`capacity`: this one,
+    e.g. the median over the config's boots; default: the trial's) with `vllm bench serve`
     (measure/verify.py): it should meet the SLOs at the capacity and miss them tolerance above.
-    The JSON lands in the study's folder, verify-trial-NNNN/verify.json."""
+    `on_run` gets each run's verdict as it lands. The JSON lands in the study's folder,
+    verify-trial-NNNN/verify.json."""
     from autotune.measure.capacity import stopped_early
     from autotune.measure.on_server import samples_of
     from autotune.measure.runner import booted
     from autotune.measure.verify import Reference, can_judge, capacity_target, verify
 
-    cap, c = cfg.capacity, trial.value("capacity")
+    cap, c = cfg.capacity, capacity if capacity is not None else trial.value("capacity")
     if cfg.profiles:
         raise StudyError("--verify: a suite's trial has one capacity per profile; check each "
                          "with scripts/reference_check.py")
@@ -140,7 +143,7 @@ def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
                         cfg.server.tokenizer_dir, cfg.profile.model_copy(
                             update={"warmup": cap.warmup}), proc.log_path)
         doc = verify(ref, target, cfg.slos, k, workdir / "runs", cfg.profile.seed,
-                     ceiling=ceiling)
+                     ceiling=ceiling, on_run=on_run)
     doc = {"trial": trial.number, "serve_command": serve_line(cfg, trial)} | doc
     (workdir / "verify.json").write_text(json.dumps(doc, indent=2) + "\n")
     doc["path"] = str(workdir / "verify.json")

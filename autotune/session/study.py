@@ -10,6 +10,7 @@ ends on outputs/ending.py's, from the same summary.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +19,14 @@ from typing import Any
 import optuna
 
 from autotune.config.study import StudyConfig
-from autotune.errors import ConfigError, StudyError
+from autotune.errors import ConfigError, NotCertified, StudyError
 from autotune.outputs.console import command_hint, console
 from autotune.outputs.ending import end_of_study
 from autotune.outputs.live import TrialHook, tracked
 from autotune.outputs.mlflow_view import study_extra
 from autotune.outputs.tables import StudyView
 from autotune.outputs.tracking import Tracker
+from autotune.session.certify import Budget, certified_minutes, certify_phase
 from autotune.session.open import make_tracker
 from autotune.tuning.bill import bill, over_budget
 from autotune.tuning.confirm import ConfirmResult
@@ -126,11 +128,18 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
                   f"({len(pre.space.parameters)} parameters); {done} of {cfg.n_trials} trials "
                   f"done; storage {cfg.storage_url()}", highlight=False)
     tracker = make_tracker(cfg, opts.tracking_uri, opts.no_mlflow)
+    planned = cfg.planned() and envs is None
+    if cfg.planned() and envs is not None:
+        console.print("note: with --workers the budget is a stop, not a plan: the certify "
+                      "phase runs in one process (`autotune study` again without --workers "
+                      "certifies the pick)", highlight=False)
+    budget = Budget(cfg, began)
 
     got: list[Any] = []
 
     def on_start(st: optuna.Study, requests: list[Any]) -> None:
         got.append(requests)
+        budget.open(st)
         if tracker is not None:
             tracker.open_run(st, study_extra(cfg, pre.vllm.version, requests))
 
@@ -138,7 +147,9 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
                  front_every=opts.front_every, backfill=envs is not None) as (view, on_trial):
         if envs is None:
             st = run_study(cfg, on_phase=view.on_phase, on_trial=on_trial, pre=pre,
-                           on_start=on_start)
+                           on_start=on_start, reserve=budget.reserve if planned else None,
+                           deadline=began + cfg.timeout_s if cfg.timeout_s else None,
+                           reference=lambda: budget.reference_spent)
         else:
             st = run_pool(
                 cfg, pre, envs, gpus_per_trial or 0,
@@ -153,7 +164,18 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
         held = len(completed(st))
         now, note = confirm_now(st, cfg, confirm_flag, complete=held >= cfg.n_trials and
                                 bool(got), pooled=envs is not None, config_path=config_path)
-        res = None
+        res, cert = None, None
+        if planned and got:
+            now, note = None, ""
+            first = summarize(st, cfg, confirm=False, certified=False).recommendation
+            if first.number is not None:
+                left = budget.left()
+                console.print(f"certify phase: the pick so far is trial {first.number}"
+                              + (f"; {left:.1f} {budget.bill().unit} left"
+                                 if math.isfinite(left) else ""), highlight=False)
+                cert = certify_phase(st, cfg, pre, got[0], first.number, budget,
+                                     view.on_phase, on_trial, view.step)
+                budget.reference_spent = certified_minutes(cert)  # every run's, summed
         if now:
             console.print(f"confirm phase ({now})", highlight=False)
             try:
@@ -163,23 +185,24 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
             except ConfigError as e:  # nothing to confirm: no baseline, or a front of defaults
                 note = f"no confirm phase: {e}"
     summary = summarize(st, cfg, res if res is not None else True)
-    cost = bill(summary.records, cfg)
+    cost = bill(summary.records, cfg, reference=budget.reference_spent)
     cost_lines = cost.lines()
     if tracker is not None:
         tracker.log_study_metrics(cost.metrics())
     if pre.dataset and pre.dropped:  # what the study measured is not the whole file
         note = " ".join(filter(None, [note, f"Measured on the requests kept: {pre.dataset}."]))
     end_of_study(summary, cfg, res, note, cost_lines, config_path)
-    if held < cfg.n_trials and (spent := over_budget(cost, cfg.budget_gpu_minutes)):
+    if cert is None and held < cfg.n_trials and \
+            (spent := over_budget(cost, cfg.budget_gpu_minutes)):
         console.print(f"stopped for --budget-gpu-minutes: {spent}. {held} of {cfg.n_trials} "
                       "trials done; a larger budget resumes the study.", highlight=False)
-    if held < cfg.n_trials and grid_done(st, cfg):
+    if cert is None and held < cfg.n_trials and grid_done(st, cfg):
         console.print(f"The grid is done: each of its configs tried, {held} of "
                       f"{cfg.n_trials} trials. `{command_hint(f'replay --config {config_path}')} "
                       "--repeat N` enqueues N of them again; the same command then measures "
                       "them.",
                       highlight=False)
-    elif cfg.timeout_s and held < cfg.n_trials:
+    elif cert is None and cfg.timeout_s and held < cfg.n_trials:
         console.print(f"stopped for --timeout {cfg.timeout_s:g} s: the next trial would have "
                       f"ended after it. {held} of {cfg.n_trials} trials done; the same command "
                       "resumes the study.", highlight=False)
@@ -193,3 +216,5 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
             console.print("  " + line, highlight=False, soft_wrap=True)
         raise StudyError(f"study {cfg.name!r} has nothing to recommend: "
                          f"{summary.recommendation.reason}")
+    if cert is not None and cert.exit_code:
+        raise NotCertified(cert.sentence(), cert.exit_code)

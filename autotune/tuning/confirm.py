@@ -81,12 +81,15 @@ def boot_estimate(study: optuna.Study) -> list[float]:
 def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: list[Any],
                 plan: list[int], *, on_phase: PhaseHook | None = None,
                 on_trial: TrialHook | None = None, deadline: float | None = None,
-                trials_dir: Path | None = None) -> int:
+                trials_dir: Path | None = None,
+                start_at: dict[int, float | None] | None = None) -> int:
     """Boot each trial of `plan` again with its own flags, in that order, as new trials of the
-    study (`repeat_of`). They are created directly, not through the queue, so configs still
-    waiting there (starts a study did not reach) cannot slip in between. With a `deadline`
-    (time.monotonic()), no boot starts that the study's longest trial says would end after
-    it; returns the boots run. Their folders go under `trials_dir` (default: the study's)."""
+    study (`repeat_of`); with `start_at`, a capacity study's boot of a trial in it searches in
+    tolerance steps from that load (a certify boot, `check_at`). They are created directly,
+    not through the queue, so configs still waiting there (starts a study did not reach)
+    cannot slip in between. With a `deadline` (time.monotonic()), no boot starts that the
+    study's longest trial says would end after it; returns the boots run. Their folders go
+    under `trials_dir` (default: the study's)."""
     objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase,
                           trials_dir=trials_dir)
     took = [max(boot_estimate(study), default=0.0)]
@@ -97,7 +100,7 @@ def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
         # what Study.ask does, less popping the queue
         trial_id = study._storage.create_new_trial(study._study_id)
         trial = optuna.Trial(study, trial_id)
-        write_facts(trial, TrialFacts(repeat_of=num))
+        write_facts(trial, TrialFacts(repeat_of=num, check_at=(start_at or {}).get(num)))
         try:
             values = objective(trial)
         except Unmeasured:  # a starved boot: no verdict; the same command boots it again

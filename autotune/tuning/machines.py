@@ -13,6 +13,7 @@ report lists the machines.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import socket
@@ -35,6 +36,12 @@ def identity() -> dict[str, str]:
     count."""
     return {"id": machine_id(), "host": socket.gethostname(), **hardware(),
             "cpus": str(os.cpu_count() or 0)}
+
+
+@functools.cache
+def here() -> str:
+    """This machine's key (each trial records it: TrialFacts.machine)."""
+    return key(identity())
 
 
 def key(m: dict[str, Any]) -> str:

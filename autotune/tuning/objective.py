@@ -37,11 +37,13 @@ from autotune.load.record import Request
 from autotune.measure.runner import run_boot
 from autotune.server.refusals import refusal
 from autotune.tuning.failures import failed_timings, unfixable_by, unless_machines
+from autotune.tuning.machines import here
 from autotune.tuning.quality import QUALITY_OK, Guard
 from autotune.tuning.record import TrialFacts, facts_of, records, write_facts
 from autotune.tuning.record import baseline as baseline_record
 from autotune.tuning.search_space import SearchSpace
 from autotune.tuning.suite import combine, ratio
+from autotune.tuning.verdict import quality_metrics
 
 _SHOWN: dict[Any, Any] = {}  # the warnings a trial's measurement gave, shown once a process
 BOOT_OK = "boot_ok"
@@ -96,8 +98,7 @@ class Objective:
         facts, violation, why = self.guard.verdict(flags, baseline, found)
         if facts is not None:
             write_facts(trial, TrialFacts(quality=facts))
-            metrics.update({f"quality_{k}": float(facts[k]) for k in
-                            ("exact_match", "logprob_drop") if k in facts})
+            metrics.update(quality_metrics(facts))
         if self.guard.on:
             trial.set_constraint(QUALITY_OK, violation)
         return "; ".join(c for c in (why, cause) if c) or None
@@ -113,7 +114,7 @@ class Objective:
             flags = {**self.space.fixed, **self.space.to_flags(sampled)}
         key = flags_key(flags)
         write_facts(trial, TrialFacts(flags=flags, flags_key=key, worker=self.worker,
-                                      process=PROCESS))
+                                      process=PROCESS, machine=here()))
         hook = self.on_phase or (lambda *_: None)
 
         prior = self._failed_before(trial, key)
@@ -159,7 +160,7 @@ class Objective:
                 warnings.simplefilter("always")
                 run = run_boot(self.cfg.server, [self.cfg.profile], flags, workdir,
                                requests=self.requests, on_phase=on_phase,
-                               after=self.guard.after(flags, baseline))
+                               **self.guard.hooks(flags, baseline))
             caught = [w for w in caught if issubclass(w.category, MeasurementWarning)]
             for w in caught:  # kept with the trial, and shown once each as they would have been
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
@@ -216,15 +217,15 @@ class Objective:
         if self.cfg.profiles:
             return self._capacity_suite(trial, flags, gpus, workdir, on_phase, by_gpu)
         best = incumbent(trial.study, per_gpu=by_gpu)
-        if best is not None and by_gpu:
-            best *= gpus
+        best, mine = best * gpus if best is not None and by_gpu else best, facts_of(trial)
         # a confirm-phase repeat measures the whole capacity: an early stop gives only a bound
-        early = cap.early_stop and facts_of(trial).repeat_of is None
-        is_base = bool(facts_of(trial).baseline)
+        early, is_base = cap.early_stop and mine.repeat_of is None, bool(mine.baseline)
+        if (at := mine.check_at) is not None:  # a certify boot: at C and a step above
+            best, cap = at, cap.model_copy(update={"bracket": "step"})
         run = run_boot(self.cfg.server, [self.cfg.profile], flags, workdir, capacity=cap,
                        slos=self.cfg.slos, starts=None if best is None else
                        {self.cfg.profile.key: best}, stop_below=best if early else None,
-                       on_phase=on_phase, after=self.guard.after(flags, is_base))
+                       on_phase=on_phase, **self.guard.hooks(flags, is_base))
         res = run.capacity
         metrics = res.summary()
         metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
@@ -247,7 +248,7 @@ class Objective:
         the baseline trial's value, combined by `suite_score` (autotune.tuning.suite)."""
         profiles = self.cfg.workloads()
         run = run_boot(self.cfg.server, profiles, flags, workdir, on_phase=on_phase,
-                       after=self.guard.after(flags, is_baseline))
+                       **self.guard.hooks(flags, is_baseline))
         metrics = run.metrics()
         for label, pt in run.points.items():
             metrics.update({f"{label}/{k}": v for k, v in per_gpu(pt.metrics.flat(),
@@ -301,7 +302,7 @@ class Objective:
         is_baseline = bool(facts_of(trial).baseline)
         run = run_boot(self.cfg.server, profiles, flags, workdir, capacity=cap,
                        slos=self.cfg.slos, starts=starts, on_phase=on_phase,
-                       after=self.guard.after(flags, is_baseline))
+                       **self.guard.hooks(flags, is_baseline))
         metrics = run.metrics()
         for label, res in run.capacities.items():
             metrics.update({f"{label}/{k}": v for k, v in per_gpu(res.summary(), gpus).items()})

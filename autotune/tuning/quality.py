@@ -1,36 +1,55 @@
-"""The quality guard as a constraint (docs/quality.md): vLLM's defaults' greedy outputs on a
-fixed prompt set (the study's first requests) are recorded once per study, by the baseline
-trial; each trial whose flags can change outputs (`OUTPUT_FLAGS`) is compared with them on its
-own boot, after its measurement. A config whose outputs drift beyond the study's thresholds
-(`quality.min_exact_match`, `quality.max_logprob_drop`) is infeasible, with the figures as its
-cause. On dummy weights the guard says it cannot judge, and why, instead of passing silently.
+"""The quality guard as a constraint (docs/quality.md). On vLLM's defaults' trial, cold, before
+its load: the reference (the defaults' greedy completions of the guard's prompts, one
+teacher-forced reading of each prompt + completion and of each dataset text, and the task's
+answers), then after its load, read again as every judged trial is: the defaults against
+themselves, the noise floor. Each trial whose flags can change outputs (`OUTPUT_FLAGS`) is read
+the same way after its measurement, on its own boot, and judged by `tuning.verdict` against the
+reference and the floor: passes, fails or cannot tell, with its figures. On dummy weights the
+guard says it cannot judge, and why, instead of passing silently.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
-from autotune.config.quality import OUTPUT_FLAGS
+from autotune.config.quality import OUTPUT_FLAGS, SPECULATIVE
 from autotune.config.quality import QUALITY_OK as QUALITY_OK
 from autotune.config.study import StudyConfig
 from autotune.load.record import Request
-from autotune.measure.quality import Completion, compare, greedy, score
+from autotune.load.tasks import load_task
+from autotune.measure.divergence import Divergence, Position, compare_prompt, pool
+from autotune.measure.paired import Paired, paired
+from autotune.measure.quality import Completion, greedy, greedy_check, read_texts, self_gap
+from autotune.measure.task import TaskRun, run_task
+from autotune.measure.texts import dataset_texts, prompt_ids
 from autotune.server.scrape import spec_rates
+from autotune.tuning import verdict as v
 
-REFERENCE = "quality-reference.json"  # in the study's folder: the defaults' completions
+REFERENCE = "quality-reference.json"  # in the study's folder: the defaults' readings, cold
+FLOOR = "quality-floor.json"  # the defaults against themselves, read as a judged trial is
 DUMMY = ("dummy weights (--load-format dummy): their outputs are noise, so no config's "
          "outputs can be judged against the defaults'")
+COLD = "cold, before the load, one request at a time"
+# the guard draws its prompts from the study's profile with the profile's seed + this: the
+# reference, read before the defaults' load, would otherwise leave the load's own first prompts
+# in vLLM's prefix cache, and the defaults' trial alone would find them there (on a 200-request
+# ShareGPT point, 32 of its requests' prefills skipped)
+GUARD_SEED = 1
 
-AfterHook = Callable[[str], dict[str, Any]]
-# nats/token: a server whose prompt_logprobs and greedy log-probs of the same tokens disagree by
-# more has returned its prompt_logprobs wrong (a greedy pick at -9.6 nats is no pick), so the
-# drop is read from the greedy log-probs over the tokens shared with the defaults instead. On
-# an H200 (vLLM 0.26.0), Qwen2.5-Coder-1.5B with the 0.5B drafting matched the defaults on 16 of
-# 16 prompts while its prompt_logprobs read 9.6 nats/token below them (vLLM issue 53488 reports
-# prompt_logprobs corrupted under model-based speculation); n-gram read a drop of -0.002.
+Hook = Callable[[str], dict[str, Any]]
+
+
+class Hooks(TypedDict):
+    before: Hook | None
+    after: Hook | None
+
+
+# nats/token: a config's teacher-forced reading further than this from its own greedy
+# log-probabilities of the same tokens is wrong, and its KL cannot be judged (self_gap)
 SELF_GAP_MAX = 1.0
 
 
@@ -53,8 +72,8 @@ def changes_outputs(flags: dict[str, Any]) -> list[str]:
 
 
 def prompts_of(requests: list[Request], n: int) -> list[str | list[int]]:
-    """The guard's fixed prompt set: the first `n` requests' prompts (text or token ids; a
-    chat request's last message's text)."""
+    """The guard's prompts: the first `n` requests' prompts (text or token ids; a chat
+    request's last message's text)."""
     out: list[str | list[int]] = []
     for r in requests[:n]:
         p = r.prompt
@@ -67,12 +86,13 @@ def prompts_of(requests: list[Request], n: int) -> list[str | list[int]]:
     return out
 
 
-def drop_text(q: dict[str, Any]) -> str:
-    """The drop a judged trial's record holds, as tables and the report show it."""
-    if q.get("logprob_judged") is False:
-        return (f"{q.get('logprob_drop_greedy') or 0.0:.3f} (greedy; its prompt_logprobs "
-                f"{q.get('logprob_self_gap', 0.0):.1f} off)")
-    return f"{q['logprob_drop']:.3f}"
+def _positions(rows: list[list[list[Any]]]) -> list[list[Position]]:
+    return [[Position({int(t): lp for t, lp in top}, tok, lp0) for top, tok, lp0 in text]
+            for text in rows]
+
+
+def _rows(read: list[list[Position]]) -> list[list[list[Any]]]:
+    return [[[list(p.top.items()), p.token, p.token_logprob] for p in text] for text in read]
 
 
 class Guard:
@@ -80,8 +100,11 @@ class Guard:
 
     def __init__(self, cfg: StudyConfig, study_dir: Path, requests: list[Request]) -> None:
         self.cfg, self.q = cfg, cfg.quality
-        self.path = study_dir / REFERENCE
+        self.path, self.floor_path = study_dir / REFERENCE, study_dir / FLOOR
         self.prompts = prompts_of(requests, self.q.prompts)
+        # read once here: a task whose package is missing is one clear error at the start
+        self.items = load_task(self.q.task, self.q.task_items) \
+            if self.on and self.q.task != "none" else []
 
     @property
     def on(self) -> bool:
@@ -92,7 +115,7 @@ class Guard:
 
     def wanted(self, flags: dict[str, Any], baseline: bool) -> str | None:
         """Why this trial is judged ("reference" for the defaults' trial), or None."""
-        if not self.on or not self.prompts:
+        if not self.on or not (self.prompts or self.q.texts):
             return None
         if baseline:
             return "reference"
@@ -101,66 +124,190 @@ class Guard:
             return "sets " + ", ".join(which)
         return "quality.when: always" if self.q.when == "always" else None
 
-    def after(self, flags: dict[str, Any], baseline: bool) -> AfterHook | None:
+    # -- the readings ------------------------------------------------------------------------
+    def guard_prompts(self) -> list[str | list[int]]:
+        """The prompts the reference completes: the profile's own kind of prompt, drawn with
+        another seed (GUARD_SEED) where a seed changes the draw (ShareGPT, random); a
+        dataset's first prompts otherwise."""
+        p = self.cfg.workloads()[0]
+        if not self.q.prompts or p.name == "dataset":
+            return self.prompts
+        from autotune.load.datasets import load_tokenizer, sample_requests
+
+        drawn = sample_requests(p, load_tokenizer(self.cfg.server.tokenizer_dir),
+                                self.q.prompts, p.seed + GUARD_SEED)
+        return prompts_of(drawn, self.q.prompts)
+
+    def _task(self, url: str, concurrency: int) -> TaskRun | None:
+        if not self.items:
+            return None
+        return run_task(url, self.cfg.server.model, self.q.task, self.items,
+                        self.q.task_max_tokens, concurrency)
+
+    def record(self, url: str) -> dict[str, Any]:
+        """The reference, cold: the defaults' greedy completions of the prompts, one
+        teacher-forced reading of every text, the task's answers; one request at a time."""
+        t0 = time.monotonic()
+        model, q = self.cfg.server.model, self.q
+        ids = prompt_ids(url, model, self.guard_prompts(), q.max_positions - q.max_tokens)
+        done = greedy(url, model, ids, q.max_tokens)
+        texts = [c.prompt_ids + c.ids for c in done] + dataset_texts(
+            url, model, q.texts, q.max_positions)
+        read = read_texts(url, model, texts, q.top_k)
+        task = self._task(url, 1)
+        doc = {"version": 2, "conditions": COLD, "greedy": [c.to_json() for c in done],
+               "texts": texts, "read": _rows(read), "task": task.to_json() if task else None,
+               "seconds": round(time.monotonic() - t0, 2)}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(doc) + "\n")
+        return {"reference_seconds": doc["seconds"]}
+
+    def _reference(self) -> dict[str, Any] | None:
+        if not self.path.is_file():
+            return None
+        doc = json.loads(self.path.read_text())  # an earlier guard's: a list, not judged on
+        return doc if isinstance(doc, dict) and doc.get("version") == 2 else None
+
+    def read(self, url: str, ref: dict[str, Any]) -> dict[str, Any]:
+        """This server read as a judged trial is (after its load, `concurrency` in flight),
+        against the reference: divergence, greedy check, task, speculation's counters."""
+        t0 = time.monotonic()
+        model, q, n = self.cfg.server.model, self.q, self.q.concurrency
+        mine_ref = _positions(ref["read"])
+        done = [Completion.from_json(d) for d in ref["greedy"]]
+        before = spec_counters(url)
+        cand = greedy(url, model, [c.prompt_ids for c in done], q.max_tokens, n)
+        spec = {k: val - before.get(k, 0.0) for k, val in spec_counters(url).items()}
+        read = read_texts(url, model, ref["texts"], q.top_k, n)
+        div = pool([compare_prompt(a, b) for a, b in zip(mine_ref, read, strict=True)],
+                   q.coverage)
+        found: dict[str, Any] = {
+            "kl": div.to_json(), "greedy": greedy_check(done, mine_ref[:len(done)], cand,
+                                                        q.tie_margin),
+            "self_gap": self_gap(done, cand, read[:len(done)])}
+        if ref.get("task"):
+            task = self._task(url, n)
+            assert task is not None
+            base = TaskRun.from_json(ref["task"])
+            found["task"] = {"name": task.name, **paired(base.passed, task.passed,
+                                                         q.coverage).to_json()}
+        if spec.get("spec_drafts"):  # speculation on greedy completions of the prompt set
+            found.update(spec, **spec_rates(spec))
+        found["read_seconds"] = round(time.monotonic() - t0, 2)
+        return found
+
+    # -- the hooks a trial's boot runs ---------------------------------------------------------
+    def before(self, flags: dict[str, Any], baseline: bool) -> Hook | None:
+        """What to run on the defaults' server before their load (None: nothing)."""
+        if not baseline or self.wanted(flags, baseline) is None or self.dummy(flags):
+            return None
+        return self.record
+
+    def after(self, flags: dict[str, Any], baseline: bool) -> Hook | None:
         """What to run on the trial's server after its measurement (None: nothing)."""
         why = self.wanted(flags, baseline)
         if why is None or self.dummy(flags):
             return None
-        model = self.cfg.server.model
-        if why == "reference":
-            def record(url: str) -> dict[str, Any]:
-                ref = greedy(url, model, self.prompts, self.q.max_tokens)
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.path.write_text(json.dumps([c.to_json() for c in ref]) + "\n")
-                return {"judged": False, "why": "vLLM's defaults: the reference",
-                        "reference_prompts": len(ref)}
-            return record
+
+        def floor(url: str) -> dict[str, Any]:
+            ref = self._reference()
+            if ref is None:
+                return {"judged": False, "why": "vLLM's defaults: the reference was not "
+                        "recorded"}
+            found = self.read(url, ref)
+            doc = {"conditions": f"reference {COLD}; read after the load, {self.q.concurrency} "
+                   "in flight, same boot", **found}
+            self.floor_path.write_text(json.dumps(doc) + "\n")
+            return {"judged": False, "why": "vLLM's defaults: the reference and the floor",
+                    "floor": floor_figures(doc),
+                    "seconds": round(ref["seconds"] + found["read_seconds"], 2)}
 
         def judge(url: str) -> dict[str, Any]:
-            if not self.path.is_file():
-                return {"judged": False, "why": "no reference: vLLM's defaults' trial has not "
-                        "recorded its outputs (it failed, or another worker runs it)"}
-            ref = [Completion.from_json(d) for d in json.loads(self.path.read_text())]
-            before = spec_counters(url)
-            mine = greedy(url, model, [self.prompts[i] for i in range(len(ref))],
-                          self.q.max_tokens)
-            spec = {k: v - before.get(k, 0.0) for k, v in spec_counters(url).items()}
-            drift = compare(ref, mine, score(url, model, ref))
-            found = {"judged": True, "why": why, **drift.to_json()}
-            if spec.get("spec_drafts"):  # speculation on greedy completions of the prompt set
-                found.update(spec, **spec_rates(spec))
-            return found
-        return judge
+            ref = self._reference()
+            if ref is None:
+                return {"judged": False, "why": "no reference: vLLM's defaults' trial has "
+                        "not recorded it (it failed, or another worker runs it)"}
+            found = self.read(url, ref)
+            fl = json.loads(self.floor_path.read_text()) if self.floor_path.is_file() else None
+            return {"judged": True, "why": why, **found, "seconds": found["read_seconds"],
+                    "floor": floor_figures(fl) if fl else None, "floor_raw": _floor_raw(fl)}
+        return floor if baseline else judge
+
+    def hooks(self, flags: dict[str, Any], baseline: bool) -> Hooks:
+        """A trial's boot's hooks (measure.runner.run_boot's `before` and `after`)."""
+        return {"before": self.before(flags, baseline), "after": self.after(flags, baseline)}
 
     def verdict(self, flags: dict[str, Any], baseline: bool, found: dict[str, Any] | None
                 ) -> tuple[dict[str, Any] | None, float, str | None]:
         """(what the trial records, the constraint's violation (0: met), the cause if not)."""
-        why = self.wanted(flags, baseline)
-        if why is None:
+        if self.wanted(flags, baseline) is None:
             return None, 0.0, None
         if self.dummy(flags):
             return {"judged": False, "why": DUMMY}, 0.0, None
+        if baseline:
+            return found, 0.0, None
         if not found or not found.get("judged"):
-            return found, 0.0, None
-        em, drop = float(found["exact_match"]), float(found["logprob_drop"])
-        what = "log-prob drop"
-        gap, greedy_drop = found.get("logprob_self_gap"), found.get("logprob_drop_greedy")
-        if gap is not None and gap > SELF_GAP_MAX:  # its prompt_logprobs contradict it
-            what = "log-prob drop (greedy, over the shared tokens)"
-            drop = float(greedy_drop) if greedy_drop is not None else 0.0
-            found = {**found, "logprob_judged": False, "logprob_why": (
-                f"prompt_logprobs {gap:.2f} nats/token from its own greedy log-probs of the "
-                f"same tokens: judged on the greedy drop ({drop:.3f})")}
-        short = max(self.q.min_exact_match - em, 0.0)
-        over = max(drop - self.q.max_logprob_drop, 0.0)
-        if not short and not over:
-            return found, 0.0, None
-        n = int(found["prompts"])
-        cause = (f"quality: exact match {em:.0%} of {n} prompts (min "
-                 f"{self.q.min_exact_match:.0%}), {what} {drop:.3f} nats/token (max "
-                 f"{self.q.max_logprob_drop:g}) against vLLM's defaults' outputs")
-        if not over and short <= 1 / n + 1e-9:  # one more prompt alike would meet it
-            # one prompt from the line: on an H100, fp8 weights read 8 then 7 of 16 on two runs
-            cause += (f"; one prompt short, a verdict that can flip between runs: raise "
-                      f"quality.prompts (now {n}) for a firmer one")
-        return found, short + over, cause
+            why = (found or {}).get("why", "the guard did not read this server")
+            rec = {"judged": False, "why": why, "verdict": v.CANNOT_TELL, "reason": why}
+            return rec, v.VIOLATION[v.CANNOT_TELL], f"quality: cannot tell: {why}"
+        return decide(flags, found, self.q)
+
+
+def floor_figures(doc: dict[str, Any]) -> dict[str, Any]:
+    """The floor as a verdict shows it beside a config's figures."""
+    d = Divergence.from_json(doc["kl"])
+    task = doc.get("task")
+    return {"kl_mean": d.kl_mean.value, "kl_p99": d.kl_p99.value,
+            "top1_agree": d.top1_agree.value, "task_drop": task["drop"] if task else None,
+            "conditions": doc["conditions"]}
+
+
+def _floor_raw(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+    return {"kl": doc["kl"], "task": doc.get("task")} if doc else None
+
+
+def decide(flags: dict[str, Any], found: dict[str, Any], q: Any
+           ) -> tuple[dict[str, Any], float, str | None]:
+    """A judged trial's verdict from its readings (`found`: Guard.read's, with the floor)."""
+    raw = found.get("floor_raw") or {}
+    floor = Divergence.from_json(raw["kl"]) if raw.get("kl") else None
+    div = Divergence.from_json(found["kl"])
+    which = changes_outputs(flags)
+    spec_only = which == [SPECULATIVE]
+    parts = []
+    kl = v.kl_part(div, floor, q)
+    gap = found.get("self_gap")
+    if gap is not None and gap > SELF_GAP_MAX:
+        kl = v.Part("kl", v.CANNOT_TELL, f"its prompt_logprobs read {gap:.2f} nats/token from "
+                    "its own greedy log-probabilities of the same tokens: the teacher-forced "
+                    "reading is wrong here (vLLM issue 53488), so its KL cannot be judged")
+    if spec_only:  # lossless by construction: the bug check decides, the KL is shown
+        parts.append(v.spec_part(v.GreedyCheck(**found["greedy"]), q))
+        deciding = "spec"
+    else:
+        parts.append(kl)
+        deciding = "kl"
+        if SPECULATIVE in which:
+            parts.append(v.spec_part(v.GreedyCheck(**found["greedy"]), q))
+    if found.get("task"):
+        t = dict(found["task"])
+        name = t.pop("name")
+        tf = raw.get("task")
+        parts.append(v.task_part(name, Paired(**t), Paired(**{k: x for k, x in tf.items()
+                                                              if k != "name"}) if tf else None,
+                                 q))
+    verdict, reason = v.combine(parts, deciding)
+    if spec_only:
+        reason += f"; KL (shown, not judged: speculation) {div.kl_mean.value:.4g}"
+    line = v.kl_line(q, floor)
+    rec = {**{k: x for k, x in found.items() if k != "floor_raw"}, "verdict": verdict,
+           "reason": reason, "parts": {p.name: p.verdict for p in parts},
+           "line": {"kl": line, "max_kl": q.max_kl, "floor_multiple": q.floor_multiple,
+                    "task_drop": v.task_line(q, Paired(**{k: x for k, x in raw["task"].items()
+                                                          if k != "name"}))
+                    if raw.get("task") else q.max_task_drop}}
+    if verdict == v.PASSES:
+        return rec, 0.0, None
+    excess = max(div.kl_mean.low / line - 1, 0.0) if verdict == v.FAILS and line else 0.0
+    return (rec, v.VIOLATION[verdict] + excess,
+            f"quality: {v.verdict_text(rec)}")

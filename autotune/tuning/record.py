@@ -54,6 +54,7 @@ class TrialFacts:
     error: dict[str, str] | None = None  # an unexpected exception: type, message, log
     preboot: str | None = None  # refused without a boot by this rule (autotune.server.refusals)
     repeat_of: int | None = None  # a confirm-phase repeat of this trial's config
+    check_at: float | None = None  # a certify boot: searched in steps from this capacity
     warnings: list[str] | None = None  # what the measurement warned (too short, a busy client)
     grid: int | None = None  # enqueued as this config of a grid
     start: int | None = None  # enqueued as this start config
@@ -61,6 +62,7 @@ class TrialFacts:
     quality: dict[str, Any] | None = None  # the quality guard's figures (tuning/quality.py)
     process: str | None = None  # "host:pid" of the run that measured it (between runs: a pause)
     unmeasured: str | None = None  # why nothing was measured, not the config's doing
+    machine: str | None = None  # the machine's key (tuning/machines.py): capacities compare within
 
     @property
     def bound_only(self) -> bool:
@@ -94,8 +96,7 @@ def facts_of(t: FrozenTrial | optuna.Trial) -> TrialFacts:
     return TrialFacts.from_attrs(t.user_attrs)
 
 
-def enqueue(study: optuna.Study, params: dict[str, Any], facts: TrialFacts | None = None
-            ) -> None:
+def enqueue(study: optuna.Study, params: dict[str, Any], facts: TrialFacts | None = None) -> None:
     """Enqueue a config, with what the trial should know of itself (baseline, retry_of, ...)."""
     study.enqueue_trial(params, user_attrs=(facts or TrialFacts()).to_attrs() or None)
 
@@ -292,8 +293,7 @@ def delta(value: float, base: float) -> float:
 
 
 def deltas(rec: TrialRecord, base: TrialRecord | None) -> dict[str, float]:
-    """Each objective's relative change against the baseline's (empty when either is not
-    measured)."""
+    """Each objective's relative change against the baseline's (empty: either not measured)."""
     if base is None or not rec.measured:
         return {}
     return {m: delta(v, base.values[m]) for m, v in rec.values.items() if m in base.values}

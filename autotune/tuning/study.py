@@ -215,6 +215,9 @@ def run_trials(
     on_phase: PhaseHook | None = None,
     on_trial: TrialHook | None = None,
     worker: dict[str, Any] | None = None,
+    reserve: Callable[[], float] | None = None,
+    deadline: float | None = None,
+    reference: Callable[[], float] | None = None,
 ) -> int:
     """Run trials one at a time until complete + running trials reach `cfg.n_trials`, counted
     in the storage, so several workers (processes or hosts) share one budget. Returns the
@@ -223,23 +226,29 @@ def run_trials(
     worker)."""
     objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase, worker=worker)
     callbacks = [*([on_trial] if on_trial is not None else []), stop_if_fatal]
-    deadline = time.monotonic() + cfg.timeout_s if cfg.timeout_s else None
+    if deadline is None and cfg.timeout_s:
+        deadline = time.monotonic() + cfg.timeout_s
     durations: list[float] = []
     ran = unmeasured = 0
     while True:
         done, running = claimed(study)
         if done >= cfg.n_trials:
             return ran
-        why = over_budget(bill(study, cfg), cfg.budget_gpu_minutes) \
+        kept = reserve() if reserve is not None else 0.0
+        why = over_budget(bill(study, cfg, reference=reference() if reference else 0.0),
+                          cfg.budget_gpu_minutes, kept) \
             if cfg.budget_gpu_minutes is not None else None
         if why is not None:
             if on_phase is not None:
                 on_phase(-1, f"{why}; stopping", {})
             return ran
-        if deadline is not None and not fits_before(deadline, time.monotonic(), durations):
+        end = deadline - kept * 60 / (cfg.gpus_per_trial or 1) if kept and deadline else deadline
+        if end is not None and not fits_before(end, time.monotonic(), durations):
             if on_phase is not None:
                 on_phase(-1, f"timeout: the next trial (about {trial_estimate(durations):.0f} s) "
-                             "would end after it; stopping", {})
+                             "would end after it" + (f" and the {kept:.1f} minutes kept to "
+                                                     "certify" if kept else "")
+                         + "; stopping", {})
             return ran
         if grid_done(study, cfg):
             if not running:  # the grid is done (or n_trials cut it short)
@@ -296,14 +305,18 @@ def run_study(
     on_trial: TrialHook | None = None,
     pre: Preflight | None = None,
     on_start: Callable[[optuna.Study, list[Any]], None] | None = None,
+    reserve: Callable[[], float] | None = None,
+    deadline: float | None = None,
+    reference: Callable[[], float] | None = None,
 ) -> optuna.Study:
     """Run trials in this process until the study holds `cfg.n_trials` complete ones (or
-    `timeout_s` passes)."""
+    `timeout_s` passes, or the budget less the `reserve()` is spent)."""
     pre = pre or preflight(cfg)
     requests = study_requests(cfg, pre.max_len)
     study = prepare_study(cfg, pre)
     if on_start is not None:
         on_start(study, requests)
-    run_trials(study, cfg, pre, requests, on_phase=on_phase, on_trial=on_trial)
+    run_trials(study, cfg, pre, requests, on_phase=on_phase, on_trial=on_trial,
+               reserve=reserve, deadline=deadline, reference=reference)
     return study
 

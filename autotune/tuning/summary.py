@@ -6,14 +6,16 @@ Every surface reads a `StudySummary` instead of calling back into the records: t
 the end of a study, `trials`, `pareto`, `export` (its default is the recommendation), the report
 and MLflow. The recommendation rule (`recommend`, docs/noise.md):
 
+- after a certify phase (a study with a budget, tuning/certify.py): a certified pick; the pick
+  still, marked uncertified, where the budget ran out first; the defaults where the pick's gain
+  was not certified;
 - after a confirm phase: its pick (the finalist with the best lower confidence bound among those
   that beat the defaults beyond the noise, else the defaults);
 - without one, on the pooled front: a capacity study's most capacity (a tie: the defaults if
   tied, else the most req/s at it; a suite's score), a throughput/latency study's knee;
-- never a config whose per-token time is a measurement artefact (`artefact`: tokens read late by
-  the client, or a TPOT/ITL below what any searched flag can give), nor one that gives up most of
-  the first objective against the defaults (`MAX_LOSS`); with nothing left, the defaults. It
-  and a preference pick from the front once artefacts are left out (`fit`);
+- never a config whose per-token time is a measurement artefact (tuning/artefacts.py), nor one
+  that gives up most of the first objective against the defaults (`MAX_LOSS`); with nothing
+  left, the defaults. It and a preference pick from the front without artefacts (`fit`);
 - with no measured feasible config at all, nothing, and one line per failed trial saying why.
 """
 
@@ -32,46 +34,16 @@ from autotune.config.study import Preference, StudyConfig
 from autotune.errors import StudyError
 from autotune.measure.stats import Gain
 from autotune.tuning import front as picking
+from autotune.tuning.artefacts import artefact
+from autotune.tuning.certify import BUDGET_SPENT, CERTIFIED, Certification, read_certification
 from autotune.tuning.confirm import ConfirmResult, config_boots, config_gains
 from autotune.tuning.front import by_kind, knee, metric_of, pooled_front, reason_of, sign_of
+from autotune.tuning.plan import same_config
 from autotune.tuning.record import TrialRecord, baseline, records
 
 # a config that keeps less than this share of the defaults' first objective is never the default
 # pick, whatever its other objectives (the knee credited a -59% throughput for a 0.01 ms TPOT)
 MAX_LOSS = 0.5
-# more than this share of a run's token gaps read in one socket read with the token before: the
-# TPOT and ITL are the client's reading (the capacity search's limit, measure/capacity.py)
-MAX_LATE_READS = 0.1
-# no searched flag makes decoding 10x faster per token than vLLM's defaults on the same machine
-# (fp8 weights ~1.5-2x, a smaller batch less than that); speculation's k draft tokens raise that
-# at most (k + 1)-fold. A mean TPOT or ITL below the defaults' / (FLOOR_SPEEDUP * (k + 1)) is a
-# burst: the tokens reached the client together, not one decode step apart.
-FLOOR_SPEEDUP = 10.0
-PER_TOKEN = ("mean_tpot_ms", "mean_itl_ms")
-
-
-def artefact(rec: TrialRecord, base: TrialRecord | None) -> str | None:
-    """Why the trial's per-token figures are a measurement artefact (None: they are not). The
-    client's own lag is checked first: late reads blame the client, a TPOT below the floor with
-    none blames the delivery (a burst)."""
-    m = rec.metrics
-    late = m.get("late_read_share", 0.0)
-    if late > MAX_LATE_READS:
-        return (f"the client read {late:.0%} of its token gaps late (in one read with the token "
-                "before): its TPOT/ITL are the client's, not the server's")
-    if base is None or not base.measured or rec.baseline:
-        return None
-    spec = rec.flags.get("speculative_config")
-    k = int(spec.get("num_speculative_tokens", 0)) if isinstance(spec, dict) else 0
-    for name in PER_TOKEN:
-        v, b = m.get(name), base.metrics.get(name)
-        if v is not None and b and v < b / (FLOOR_SPEEDUP * (k + 1)):
-            return (f"{name} {v:.3g} ms is below the floor {b / (FLOOR_SPEEDUP * (k + 1)):.3g} "
-                    f"ms (vLLM's defaults' {b:.3g} ms / {FLOOR_SPEEDUP:g}"
-                    + (f" / {k + 1}" if k else "") + "): its tokens arrived in a burst")
-    return None
-
-
 @dataclass(frozen=True)
 class Recommendation:
     """The config a study recommends (None: nothing to recommend), the rule that chose it and
@@ -112,6 +84,7 @@ class StudySummary:
     profile_gains: dict[int, dict[str, Gain]] = field(default_factory=dict)  # and their gains
     fit: list[int] = field(default_factory=list)  # the front once artefacts are left out
     off_front: str | None = None  # why the recommendation is not on the front (None: it is)
+    certification: Certification | None = None  # how a planned study ended (tuning/certify)
     # the front's rows, the recommended config first where it is on it; its record
     front_rows: list[TrialRecord] = field(init=False)
     picked: TrialRecord | None = field(init=False)
@@ -154,6 +127,8 @@ class StudySummary:
         if r.number is None:
             return f"nothing to recommend: {r.reason}"
         who = f"vLLM's defaults (trial {r.number})" if r.baseline else f"trial {r.number}"
+        if self.certification is not None and r.rule in CERTIFY_RULES:
+            return self.certification.sentence()  # it names the trial and the defaults
         gain = f": {self.metrics[0]} {r.gain.text()} over vLLM's defaults" \
             if r.gain is not None and not r.baseline else ""
         return f"{who}{gain} ({r.reason})"
@@ -161,6 +136,8 @@ class StudySummary:
     def to_json(self) -> dict[str, Any]:
         return {"study": self.name, "recommendation": self.recommendation.to_json(),
                 "headline": self.headline(), "front": self.front, "off_front": self.off_front,
+                "certification": None if self.certification is None else
+                self.certification.to_json(),
                 "artefacts": {str(k): v for k, v in self.artefacts.items()},
                 "failures": self.failures,
                 "pooled": {str(n): r.values for n, r in self.pooled.items()}}
@@ -192,9 +169,14 @@ def _loses_most(r: TrialRecord, base: TrialRecord | None, metric: str, maximize:
     return (v / b if maximize else b / v) < 1 - MAX_LOSS
 
 
+# the rules of a planned study's ending: its headline is the certification's sentence
+CERTIFY_RULES = ("certified", "uncertified", "certify")
+
+
 def recommend(cfg: StudyConfig, base: TrialRecord | None, front: list[TrialRecord],
               artefacts: dict[int, str], gains: dict[int, dict[str, Gain]],
-              confirm: ConfirmResult | None, failures: list[str]) -> Recommendation:
+              confirm: ConfirmResult | None, failures: list[str],
+              certified: Certification | None = None) -> Recommendation:
     """The study's recommendation (the module's docstring states the rule)."""
     metric = cfg.metric_names()[0]
     maximize = cfg.objectives[0].direction == "maximize"
@@ -204,6 +186,12 @@ def recommend(cfg: StudyConfig, base: TrialRecord | None, front: list[TrialRecor
         return Recommendation(num, is_base, rule, reason,
                               None if is_base else gains.get(num, {}).get(metric))
 
+    c = certified
+    if c is not None and c.pick is not None and c.base is not None:
+        if c.status in (CERTIFIED, BUDGET_SPENT):
+            return Recommendation(c.pick, c.pick == c.base, "certified" if c.status == CERTIFIED
+                                  else "uncertified", c.sentence(), c.gain_obj())
+        return made(c.base, "certify", c.sentence())
     if confirm is not None and confirm.configs:
         # a finalist survives when, over every boot of it and of the defaults, it is better
         # beyond the noise on one objective and worse beyond it on none; among survivors, the
@@ -274,17 +262,22 @@ def failure_line(r: TrialRecord) -> str:
 
 
 def summarize(study: optuna.Study, cfg: StudyConfig,
-              confirm: ConfirmResult | None | bool = True) -> StudySummary:
-    """The study's summary (`confirm`: a result, True to read `confirm.json`, False: none)."""
-    return summarize_records(study.study_name, records(study), cfg, confirm)
+              confirm: ConfirmResult | None | bool = True, certified: bool = True
+              ) -> StudySummary:
+    """The study's summary (`confirm`: a result, True to read `confirm.json`, False: none;
+    `certified`: read `certify.json`, the certify phase's ending, or not: the first-pass
+    pick the certify phase starts from)."""
+    return summarize_records(study.study_name, records(study), cfg, confirm, certified)
 
 
 def summarize_records(name: str, recs: list[TrialRecord], cfg: StudyConfig,
-                      confirm: ConfirmResult | None | bool = True) -> StudySummary:
+                      confirm: ConfirmResult | None | bool = True, certified: bool = True
+                      ) -> StudySummary:
     """`summarize` on records already read."""
     metrics = cfg.metric_names()
     directions = [str(o.direction) for o in cfg.objectives]
     res = read_confirm(cfg, recs) if confirm is True else (confirm or None)
+    cert = read_certification(cfg, recs) if certified else None
     base = baseline(recs)
     boots = config_boots(recs, metrics)
     pooled = pool_records(recs, boots)
@@ -299,14 +292,18 @@ def summarize_records(name: str, recs: list[TrialRecord], cfg: StudyConfig,
                 ("running", "waiting")]
     on = {r.number for r in front}  # the front's artefacts are named as left out
     rec = recommend(cfg, base, front + [r for r in fit if r.number not in on], arts, gains,
-                    res, failures)
+                    res, failures, cert)
+    if cert is not None and cert.pick is not None and (g := cert.gain_obj()) is not None:
+        # the pick's gain on every surface, its repeats' rows too, is the certified one
+        mine = {r.number for r in same_config(recs, cert.pick)}
+        gains = {**gains, **{n: {**gains.get(n, {}), metrics[0]: g} for n in mine}}
     extra, on_front = cfg.profile_metrics(), [r.number for r in front]
     return StudySummary(name, metrics, directions, recs, base, pooled, boots, gains, on_front,
                         arts, rec, res, failures, extra,
                         config_gains(recs, metrics + extra) if extra else {},
                         [r.number for r in fit], picking.off_front_line(
                             rec.number, rec.baseline, rec.reason, on_front, pooled, recs,
-                            metrics, directions))
+                            metrics, directions), cert)
 
 
 def choose(summary: StudySummary, cfg: StudyConfig, prefer: Preference | None = None,

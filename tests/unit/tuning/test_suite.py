@@ -200,6 +200,12 @@ def test_sizing_counts_every_boot_of_the_config() -> None:
     assert "4 replicas" in text and "sized on the interval's low end" in text
 
 
+# a config's teacher-forced reading far from the defaults' (KL 0.4 nats/token over 16 texts)
+KL_READ = {"prompts": 16, "positions": 1600, "kl_mean": [0.4, 0.3, 0.5],
+           "kl_p99": [1.0, 0.9, 1.1], "top1_agree": [0.8, 0.75, 0.85],
+           "ll_change": [-0.3, -0.4, -0.2], "ties": 0.03, "rest_mass": 0.01, "coverage": 0.95}
+
+
 @pytest.mark.parametrize("capacity", [False, True])
 def test_a_suite_trial_is_judged_by_the_quality_guard(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capacity: bool) -> None:
@@ -223,8 +229,9 @@ def test_a_suite_trial_is_judged_by_the_quality_guard(
              after: Any = None, **kw: Any) -> BootRun:
         hooks.append(after is not None)
         found = {"judged": False, "why": "vLLM's defaults: the reference"} if not flags else {
-            "judged": True, "why": "sets kv_cache_dtype", "prompts": 1, "exact_match": 0.2,
-            "logprob_drop": 0.4}
+            "judged": True, "why": "sets kv_cache_dtype", "kl": KL_READ, "greedy": {
+                "prompts": 16, "equal": 3, "at_ties": 0, "near_ties": 0, "beyond": 13,
+                "first_diff": ""}, "self_gap": 0.0}
         run = BootRun(["vllm"], flags, Timings(1, 1, 0, 2), "x", quality=found)
         for p in profiles:
             if capacity:
@@ -250,5 +257,5 @@ def test_a_suite_trial_is_judged_by_the_quality_guard(
     assert base.user_attrs["quality"]["why"] == "vLLM's defaults: the reference"
     assert base.constraints["quality_ok"] == 0.0
     assert fp8.constraints["quality_ok"] > 0
-    assert fp8.user_attrs["cause"].startswith("quality: exact match 20% of 1 prompts")
-    assert fp8.user_attrs["metrics"]["quality_exact_match"] == 0.2
+    assert fp8.user_attrs["cause"].startswith("quality: fails: KL 0.4 [0.3, 0.5]")
+    assert fp8.user_attrs["metrics"]["quality_kl_mean"] == 0.4

@@ -1,0 +1,137 @@
+"""A study with a budget, as a plan (autotune.tuning.certify): what the run may still spend, the
+reserve its exploration keeps, and the certify phase with the reference check of the pick, as
+`autotune study` runs them. The reference check boots a stock `vllm serve`, so it lives here
+with `export --verify` (session/checks.py), not in tuning/.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from autotune.config.study import StudyConfig
+from autotune.errors import ClientError, ConfigError, LoadError, ServerError, StudyError
+from autotune.outputs.console import console
+from autotune.tuning.bill import Bill, bill
+from autotune.tuning.certify import Certification, machine_of, read_certification, run_certify
+from autotune.tuning.confirm import TrialHook
+from autotune.tuning.machines import here
+from autotune.tuning.objective import PhaseHook
+from autotune.tuning.plan import BudgetPlan, Costs, plan
+from autotune.tuning.preflight import Preflight
+from autotune.tuning.record import TrialRecord, records
+
+
+@dataclass
+class Budget:
+    """What a planned run may spend in device-minutes: the study's budget less its bill (its
+    reference checks included), and what its timeout leaves times its GPUs; the smaller of
+    the two, or unbounded."""
+
+    cfg: StudyConfig
+    began: float  # time.monotonic() when the run began
+    reference_spent: float = 0.0  # device-minutes of the study's reference checks so far
+    study: optuna.Study | None = None
+    spent_before: float = 0.0  # the bill when this run opened the study
+    shown: list[float] = field(default_factory=list)  # reserves printed
+
+    def open(self, study: optuna.Study) -> None:
+        """The study this run plans in: what its earlier runs spent, reference checks too."""
+        self.study = study
+        self.reference_spent = certified_minutes(read_certification(self.cfg, records(study)))
+        self.spent_before = self.bill().total
+
+    def bill(self) -> Bill:
+        return bill(self.study if self.study is not None else [], self.cfg,
+                    reference=self.reference_spent)
+
+    def total(self) -> float:
+        """The device-minutes of the plan: the budget, or what the timeout gives this run on
+        top of what the study held before it, whichever is less."""
+        b, t = self.cfg.budget_gpu_minutes, self.cfg.timeout_s
+        by_time = self.spent_before + t * (self.cfg.gpus_per_trial or 1) / 60 if t else math.inf
+        return min(b if b is not None else math.inf, by_time)
+
+    def left(self) -> float:
+        """Device-minutes this run may still spend."""
+        by_budget = (self.cfg.budget_gpu_minutes - self.bill().total
+                     if self.cfg.budget_gpu_minutes is not None else math.inf)
+        by_time = ((self.began + self.cfg.timeout_s - time.monotonic())
+                   * (self.cfg.gpus_per_trial or 1) / 60 if self.cfg.timeout_s else math.inf)
+        return min(by_budget, by_time)
+
+    def plan(self) -> BudgetPlan:
+        total = self.total()
+        recs = records(self.study) if self.study is not None else []
+        return plan(recs, self.cfg, self.bill(), total if math.isfinite(total) else 0.0,
+                    machine_of(recs, here()))
+
+    def reserve(self) -> float:
+        """The exploration's reserve (printed when it changes by a tenth of a minute)."""
+        p = self.plan()
+        if p.costs.measured and math.isfinite(self.total()) and (
+                not self.shown or abs(self.shown[-1] - p.reserve) >= 0.1):
+            console.print(p.text(), highlight=False, soft_wrap=True)
+            if not self.shown and self.bill().total + p.costs.trial + p.reserve > p.budget:
+                console.print(f"warning: {p.budget:.1f} {p.costs.unit} leaves no room to explore "
+                              "beyond vLLM's defaults once the certify boots and the reference "
+                              f"check are kept ({p.reserve:.1f}): the study can only end on the "
+                              "defaults; a larger budget explores", highlight=False,
+                              soft_wrap=True)
+            self.shown.append(p.reserve)
+        return p.reserve
+
+    def costs(self) -> Costs:
+        return self.plan().costs
+
+
+def reference_check(cfg: StudyConfig, samples: int | None, on_phase: Callable[[str], None]
+                    ) -> Callable[[TrialRecord, float], dict[str, Any]]:
+    """The certify phase's reference check: `export --verify`'s (a stock `vllm serve` of the
+    pick, `vllm bench serve` at its capacity with fresh samples), as the certification records
+    it: the load, samples, the verdict at C and its median p99s, and its device-minutes."""
+    from autotune.session.checks import verify_capacity
+
+    def check(rec: TrialRecord, load: float) -> dict[str, Any]:
+        t0 = time.monotonic()
+
+        def took() -> float:
+            return (time.monotonic() - t0) * (cfg.gpus_per_trial or 1) / 60
+
+        try:
+            doc = verify_capacity(cfg, rec, samples, on_phase, capacity=load, on_run=lambda
+                                  line: console.print("  " + line, highlight=False))
+        except (ServerError, LoadError, ClientError, StudyError, ConfigError) as e:
+            # the stock server did not boot, or the reference could not run: no verdict,
+            # its minutes billed, the study ends "not certified" saying why
+            cause = getattr(e, "cause", None) or str(e)
+            return {"error": f"{type(e).__name__}: {cause}"[:300], "load": load,
+                    "minutes": took()}
+        at = doc["rates"][0]
+        m = at["metrics"]
+        return {"load": at["rate"], "samples": at["samples_n"], "met": at["verdict"] == "meets",
+                "p99_ttft_ms": m.get("p99_ttft_ms", math.nan),
+                "p99_tpot_ms": m.get("p99_tpot_ms", math.nan), "misses": at["misses"],
+                "above": [r["verdict"] for r in doc["rates"][1:]], "path": doc["path"],
+                "minutes": took()}
+    return check
+
+
+def certify_phase(st: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: list[Any],
+                  pick: int, budget: Budget, on_phase: PhaseHook, on_trial: TrialHook,
+                  on_step: Callable[[str], None]) -> Certification:
+    """The certify phase of a planned study, within what its budget leaves."""
+    ref = reference_check(cfg, None, lambda p: on_phase(-1, p, {})) \
+        if cfg.certify.reference else None
+    return run_certify(st, cfg, pre, requests, pick, budget.left, budget.costs, reference=ref,
+                       on_phase=on_phase, on_trial=on_trial, on_step=on_step)
+
+
+def certified_minutes(c: Certification | None) -> float:
+    """Device-minutes of a certification's reference check (the bill's own line)."""
+    return float((c.minutes or {}).get("reference", 0.0)) if c is not None else 0.0

@@ -1,0 +1,201 @@
+"""The budget plan of a study with a budget (docs/certify.md): what each step costs in
+device-minutes (an exploration trial, a certify boot, the reference check), how many certify
+boots a gain needs at the spread between boots, and the reserve the exploration keeps for them
+(autotune.tuning.certify runs the certify phase). The split was chosen on a simulated study
+(bench/certify_split.py, docs/results/certified): see `certify.min_gain`."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from autotune.config.study import StudyConfig
+from autotune.measure.stats import CERTIFY_LEVEL, boots_for_width
+from autotune.tuning.bill import Bill
+from autotune.tuning.record import TrialRecord, baseline
+
+# Before a study has measured its own costs, a certify boot and the reference check are priced
+# as shares of a warm trial. On the H100 (dense 8B, ShareGPT) a warm capacity trial took 5.56
+# GPU-min (median of 7); a boot that meets at C and misses one step above is a warm boot (63-150
+# s), the warm-up (30-60 s) and two points (56 s met, 26 s settled miss): about 0.6 of it; the
+# reference check a stock boot and 7 runs of `vllm bench serve` (a warm-up and 3 samples at C
+# and above, 25-40 s each): about 1.0 (docs/results/warm-server-h100).
+CHECK_SHARE = 0.6
+REFERENCE_SHARE = 1.0
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Device-minutes of each step of the plan: the next exploration trial, one certify boot,
+    and the reference check (0: none for this study); `measured`: from the study's own trials,
+    not the shares above."""
+
+    unit: str
+    trial: float
+    check: float
+    reference: float
+    measured: bool
+
+    def reserve(self, pairs: int) -> float:
+        """What `pairs` more boots of the pick and of the defaults and the reference cost."""
+        return 2 * pairs * self.check + self.reference
+
+
+def estimate_costs(recs: list[TrialRecord], cfg: StudyConfig, b: Bill) -> Costs:
+    """The plan's costs from the study's trials so far: a trial as the bill's next trial; a
+    certify boot as the median warm boot, warm-up and two median points (a capacity study;
+    otherwise a trial); the reference check as a warm boot and seven reference runs (a warm-up
+    and 3 samples at two loads, each about a sample of a point)."""
+    devices = b.devices
+    trial = b.next_trial()
+    warm = [r for r in recs if r.measured and r.timings][1:] or \
+        [r for r in recs if r.measured and r.timings]
+    checked = capacity_first(cfg)  # else a certify boot is a whole measurement, a trial
+    referenced = checked and cfg.certify.reference
+    if not warm or not checked:
+        return Costs(b.unit, trial, trial * CHECK_SHARE if checked else trial,
+                     trial * REFERENCE_SHARE if referenced else 0.0, bool(warm))
+    boot = statistics.median(r.timings.get("boot_s", 0.0) for r in warm)
+    warmup = statistics.median(r.metrics.get("warm_s", 0.0) for r in warm)
+    points = [p for r in warm for p in r.points()]
+    point = statistics.median(p.seconds for p in points) if points else 0.0
+    samples = max(1, round(statistics.median(
+        max(p.runs, 1) for p in points))) if points else 1
+    check = (boot + warmup + 2 * point) * devices / 60
+    ref = (boot + 7 * point / samples) * devices / 60 if referenced else 0.0
+    return Costs(b.unit, trial, check, ref, True)
+
+
+def capacity_first(cfg: StudyConfig) -> bool:
+    """Whether the certify phase judges a capacity (one profile, capacity the first
+    objective): then a boot's value is a search's bracket, a certify boot searches in steps
+    from the capacity found, and the reference check can judge it."""
+    from autotune.config.metric_names import base_metric
+
+    return cfg.capacity is not None and not cfg.profiles and \
+        base_metric(cfg.objectives[0].metric) == "capacity"
+
+
+def boots_for(gain: float, noise: float, tolerance: float, level: float = CERTIFY_LEVEL,
+              most: int = 10) -> int:
+    """Boots of each config for a gain of `gain` to be certified about half the time when boots
+    spread by `noise` (relative sd): the smallest n whose expected lower bound
+    (stats.censored_gain: the bracket's width and a t-interval of the spread) clears 0, i.e.
+    whose interval's half-width fits in the room the bracket leaves; `most` when none up to it
+    does. (A true +20% at that n certifies in 44-52% of simulated studies; the certify phase
+    adds boots while the budget allows.)"""
+    room = math.log1p(gain) - math.log1p(tolerance)
+    return min(boots_for_width(noise, room, level), most) if room > 0 else most
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """How a budget is split: certify boots reserved per config beyond the first pass, the
+    device-minutes kept for them and the reference check, the rest explored."""
+
+    budget: float  # device-minutes in all (the budget, or what the timeout leaves)
+    pairs: int
+    reserve: float
+    costs: Costs
+    noise: float  # the boot-to-boot spread planned for
+    noise_from: str  # where that spread came from
+
+    def text(self) -> str:
+        c = self.costs
+        est = "measured" if c.measured else "estimated before any trial"
+        return (f"plan: {self.budget:.1f} {c.unit}; {self.reserve:.1f} kept to certify the pick "
+                f"({self.pairs} more boot{'s' if self.pairs > 1 else ''} of it and of the "
+                f"defaults at {c.check:.1f} each, the reference check {c.reference:.1f}; "
+                f"{est}), the rest explores (a trial {c.trial:.1f}); planned for a "
+                f"{self.noise:.0%} spread between boots ({self.noise_from})")
+
+
+def fit_pairs(budget: float, costs: Costs, wanted: int, explore: float) -> int:
+    """The certify pairs to reserve: `wanted`, less while the rest of the budget cannot pay
+    `explore` device-minutes of exploring (MIN_PAIRS at least). On the simulated H100 study
+    (bench/certify_split.py) a reserve that leaves no room to explore certifies nothing: the
+    pick is the defaults."""
+    pairs = wanted
+    while pairs > MIN_PAIRS and budget - costs.reserve(pairs) < explore:
+        pairs -= 1
+    return pairs
+
+
+MIN_PAIRS = 2  # the fewest new boots of the pick that give its gain an interval
+
+
+def plan(recs: list[TrialRecord], cfg: StudyConfig, b: Bill, budget: float,
+         machine: str | None = None) -> BudgetPlan:
+    """The split of `budget` (device-minutes): reserve the boots a gain of
+    `certify.min_gain` needs at the spread between boots (the defaults' own once they were
+    booted twice, else `certify.noise`), at most `certify.max_boots` a config, and fewer where
+    the rest could not pay `certify.explore_trials` trials (the first as it cost, the others
+    as the next is expected to). `machine`: the spread of the defaults' boots there only."""
+    base = baseline(recs)
+    spread = boots_of(recs, base.number, cfg, machine) if base else []
+    noise, src = cfg.certify.noise, "certify.noise"
+    if len(spread) > 1:  # two boots in one bracket read 0: never below the prior
+        mids = [math.sqrt(lo * hi) for lo, hi in spread]
+        if (seen := statistics.stdev(mids) / statistics.fmean(mids)) > noise:
+            noise, src = seen, f"the defaults' {len(mids)} boots"
+    tol = cfg.capacity.tolerance if cfg.capacity is not None else 0.0
+    n = min(boots_for(cfg.certify.min_gain, noise, tol), cfg.certify.max_boots)
+    costs = estimate_costs(recs, cfg, b)
+    first = b.trials[0].minutes if b.trials else costs.trial
+    # n new boots of the pick: the boot that made it the pick was its luckiest (a selected
+    # maximum), so it does not count toward its interval (certify.same_config)
+    pairs = fit_pairs(budget, costs, n, first + (cfg.certify.explore_trials - 1) * costs.trial)
+    return BudgetPlan(budget, pairs, costs.reserve(pairs), costs, noise, src)
+
+
+def same_config(recs: list[TrialRecord], number: int, machine: str | None = None,
+                selected: bool = False) -> list[TrialRecord]:
+    """Every measured boot of trial `number`'s config (its served flags): itself, its repeats,
+    any other trial that served the same flags; a search stopped early (a bound) left out (it
+    gives no bracket: unlike the tables' pooling, which keeps a bound where nothing else is);
+    with `machine`, only the boots on that machine (TrialFacts.machine); with `selected`, not
+    trial `number` itself: the boot a pick was chosen on read high by its choosing (among 20
+    configs equal to the defaults at a 20% spread, counting it certified 7.4% of them falsely,
+    leaving it out 2.6%)."""
+    by = {r.number: r for r in recs}
+    if number not in by:
+        return []
+    key = by[number].facts.flags_key
+    return [r for r in recs if r.measured and not r.bound_only and (
+        r.number == number or r.facts.repeat_of == number
+        or (key is not None and r.facts.flags_key == key))
+        and (machine is None or r.facts.machine == machine)
+        and not (selected and r.number == number)]
+
+
+def boots_of(recs: list[TrialRecord], number: int, cfg: StudyConfig,
+             machine: str | None = None, selected: bool = False) -> list[tuple[float, float]]:
+    """Each boot of the config (same_config) as the bracket that holds its value: a capacity
+    search's [capacity met, lowest load missed above it) (no failing load: one tolerance
+    above) where the first objective is the capacity; else that objective's value,
+    [value, value]."""
+    out = []
+    metric = cfg.metric_names()[0]
+    for r in same_config(recs, number, machine, selected):
+        found = r.facts.searches().get(None)
+        if capacity_first(cfg) and found is not None:
+            assert cfg.capacity is not None
+            # capacity_per_gpu: the bracket per GPU the server used
+            per = r.metrics.get("gpus", 1.0) if metric.endswith("_per_gpu") else 1.0
+            if found.capacity > 0:
+                hi = found.fail if found.fail is not None else \
+                    found.capacity * (1 + cfg.capacity.tolerance)
+                out.append((found.capacity / per, max(hi, found.capacity) / per))
+        elif (v := r.values.get(metric)) is not None and v > 0:
+            out.append((v, v))
+    return out
+
+
+
+
+def capacities_of(recs: list[TrialRecord], number: int, machine: str | None = None
+                  ) -> list[float]:
+    """The capacities (on the search's own axis, whole server) the config's boots found."""
+    return [found.capacity for r in same_config(recs, number, machine)
+            if (found := r.facts.searches().get(None)) is not None and found.capacity > 0]

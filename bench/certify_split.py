@@ -1,0 +1,141 @@
+"""How to split a GPU budget between exploring and certifying (docs/results/certified/split.json).
+
+A simulated capacity study on a measured landscape: the 36 configs of the H100 grid
+(docs/results/replay/h100-throughput/table.json: each config's mean over its boots, as a ratio to
+vLLM's defaults'), each boot's capacity drawn around its config's with a boot-to-boot spread and
+found to a bracket [C, C x 1.1), as the capacity search finds it. The study runs as the product
+runs it (autotune.tuning.plan and certify, the same rules): vLLM's defaults, then configs in a
+random order (a lower bound for TPE, which the replay found within 2% of the best in 2 trials
+with the GPU start) while the budget less the reserve pays the next trial; then the certify
+phase, pairs of boots of the first-pass pick and the defaults until the gain's lower bound
+clears 0, or the budget cannot pay a pair and the reference check.
+
+Costs (GPU-minutes, the H100 figures of docs/results/warm-server-h100): the first trial 9.5
+(cold), a warm trial 5.5, a certify boot 3.5, the reference check 5.0. For each reserve rule
+(certify.min_gain; "none": explore the whole budget, certify with what is left) and spread, it
+reports the share of studies certified, the mean true gain of what the user deploys (the pick
+when certified, else the defaults: 0), the boots, and the trials explored.
+
+    .venv/bin/python bench/certify_split.py [--seeds 2000] [--out docs/results/certified/split.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from autotune.measure.stats import censored_gain
+from autotune.tuning.plan import Costs, boots_for, fit_pairs
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "docs/results/replay/h100-throughput/table.json"
+COLD, WARM, CHECK, REFERENCE = 9.5, 5.5, 3.5, 5.0
+TOL = 0.1
+MAX_BOOTS = 5
+
+
+def landscape() -> list[float]:
+    """Each config's mean as a ratio to the defaults' (the first row: no flag set)."""
+    rows = json.loads(TABLE.read_text())
+    means = [statistics.fmean(r["values"]) for r in rows if r["values"]]
+    base = statistics.fmean(next(r["values"] for r in rows
+                                 if not any(v is not None and v != "auto"
+                                            for v in r["params"].values())))
+    return [m / base for m in means]
+
+
+def found(rng: np.random.Generator, true: float, spread: float, anchor: float
+          ) -> tuple[float, float]:
+    x = true * math.exp(rng.normal(0, spread))
+    step = math.log1p(TOL)
+    lo = anchor * math.exp(math.floor(math.log(x / anchor) / step) * step)
+    return lo, lo * (1 + TOL)
+
+
+def study(rng: np.random.Generator, ratios: list[float], spread: float, budget: float,
+          min_gain: float | None, explore: int) -> dict[str, float]:
+    """One study, its reserve as autotune.tuning.plan sets it (min_gain None: no reserve)."""
+    base_true = 70.0
+    order = [0, *rng.permutation(np.arange(1, len(ratios)))]
+    costs = Costs("GPU-min", WARM, CHECK, REFERENCE, True)
+    pairs = 0 if min_gain is None else fit_pairs(
+        budget, costs, min(boots_for(min_gain, spread, TOL), MAX_BOOTS),
+        COLD + (explore - 1) * WARM)
+    reserve = costs.reserve(pairs) if pairs else 0.0
+    spent, boots = 0.0, {}
+    for i, c in enumerate(order):
+        cost = COLD if i == 0 else WARM
+        if i > 0 and spent + cost + reserve > budget:
+            break
+        spent += cost
+        true = base_true * ratios[c]
+        boots[c] = [found(rng, true, spread, true * math.exp(rng.normal(0, spread)))]
+    explored = len(boots)
+    pick = max(boots, key=lambda c: boots[c][0][0])
+    if pick == 0:
+        return {"certified": 0.0, "deployed_gain": 0.0, "explored": explored, "boots": 1,
+                "defaults_pick": 1.0, "spent": spent}
+    # the pick's first boot chose it (its luckiest): as the product does, it does not count
+    anchor_pick = boots[pick][0][0]
+    mine: list[tuple[float, float]] = []
+    g = censored_gain(mine, boots[0])
+    while True:
+        both = g.n > 1 and g.n_base > 1
+        if both and (g.low > 0 or g.high < 0) or min(g.n, g.n_base) >= MAX_BOOTS:
+            break
+        if budget - spent < 2 * CHECK + REFERENCE:
+            break
+        mine.append(found(rng, base_true * ratios[pick], spread, anchor_pick))
+        anchor = statistics.median(lo for lo, _ in boots[0])
+        boots[0].append(found(rng, base_true, spread, anchor))
+        spent += 2 * CHECK
+        g = censored_gain(mine, boots[0])
+    certified = g.n > 1 and g.n_base > 1 and g.low > 0 and budget - spent >= REFERENCE
+    return {"certified": float(certified),
+            "deployed_gain": ratios[pick] - 1 if certified else 0.0,
+            "explored": explored, "boots": g.n, "defaults_pick": 0.0,
+            "spent": spent + (REFERENCE if certified else 0.0)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=2000)
+    ap.add_argument("--budgets", default="30,45,60")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs/results/certified/split.json")
+    args = ap.parse_args()
+    ratios = landscape()
+    rules: list[float | None] = [None, 0.1, 0.2, 0.3, 0.5]
+    explores = (1, 2, 3, 4)
+    out: dict[str, object] = {
+        "landscape": {"source": str(TABLE.relative_to(ROOT)), "configs": len(ratios),
+                      "best_ratio": max(ratios), "share_above_1_2": sum(
+                          r > 1.2 for r in ratios) / len(ratios)},
+        "costs_gpu_min": {"cold_trial": COLD, "warm_trial": WARM, "certify_boot": CHECK,
+                          "reference": REFERENCE},
+        "seeds": args.seeds, "tolerance": TOL, "max_boots": MAX_BOOTS,
+        "exploration_order": "the defaults, then random (a lower bound for TPE)",
+        "results": []}
+    for budget in (float(b) for b in args.budgets.split(",")):
+        for spread in (0.04, 0.12):
+            for rule, explore in [(None, 0), *((r, e) for r in rules[1:] for e in explores)]:
+                rng = np.random.default_rng(0)
+                runs = [study(rng, ratios, spread, budget, rule, explore)
+                        for _ in range(args.seeds)]
+                row = {"budget": budget, "spread": spread,
+                       "min_gain": rule if rule is not None else "none",
+                       "explore_trials": explore,
+                       **{k: round(statistics.fmean(r[k] for r in runs), 4)
+                          for k in runs[0]}}
+                out["results"].append(row)  # type: ignore[union-attr]
+                print(json.dumps(row))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,346 @@
+"""The budget plan and the certify phase (tuning/plan.py, tuning/certify.py) on a synthetic
+capacity study whose boots spread: the split of a budget, the certify loop's endings
+(certified, not certified, budget spent, the defaults), and what every surface reads."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import pytest
+
+from autotune.config.study import StudyConfig
+from autotune.tuning import certify as certify_mod
+from autotune.tuning.bill import bill, over_budget
+from autotune.tuning.certify import (
+    BUDGET_SPENT,
+    CERTIFIED,
+    DEFAULTS,
+    NOT_CERTIFIED,
+    read_certification,
+    run_certify,
+)
+from autotune.tuning.plan import boots_for, boots_of, plan
+from autotune.tuning.record import TrialFacts, records
+from autotune.tuning.summary import summarize
+
+T0 = datetime(2026, 11, 28, 8, 0, 0)
+
+
+def cfg_of(tmp_path: Path, **certify: Any) -> StudyConfig:
+    return StudyConfig.model_validate({
+        "name": "cert", "server": {"model": "/m", "executable": ["vllm"]},
+        "profile": {"name": "random", "input_len": 8, "output_len": 4},
+        "objectives": [{"metric": "capacity", "direction": "maximize"}],
+        "slos": [{"metric": "p99_ttft_ms", "max": 1000}],
+        "capacity": {"axis": "rate", "low": 1, "high": 500, "tolerance": 0.1},
+        "search_space": "cpu-demo", "workdir": str(tmp_path), "budget_gpu_minutes": 45,
+        "certify": certify})
+
+
+class Synthetic:
+    """A study of capacity trials; each boot's capacity is drawn around its config's with a
+    relative spread, found to a bracket [C, C x 1.1) from where the search starts, and each
+    trial takes `minutes` of wall time (the bill's device-minutes)."""
+
+    def __init__(self, cfg: StudyConfig, spread: float, seed: int = 0) -> None:
+        self.cfg, self.spread = cfg, spread
+        Path(cfg.workdir).mkdir(parents=True, exist_ok=True)
+        self.rng = np.random.default_rng(seed)
+        self.study = optuna.create_study(study_name=cfg.name, directions=["maximize"],
+                                         storage=cfg.storage_url())
+        self.study.set_metric_names(["capacity"])
+        self.clock = T0
+        self.true: dict[str, float] = {}
+
+    def boot(self, key: str, minutes: float, *, base: bool = False,
+             repeat_of: int | None = None, start: float | None = None,
+             machine: str | None = None) -> int:
+        true = self.true[key] * math.exp(self.rng.normal(0, self.spread))
+        anchor = start or self.true[key]
+        step = math.log1p(0.1)
+        lo = anchor * math.exp(math.floor(math.log(true / anchor) / step) * step)
+        lo, hi = round(lo, 3), round(lo * 1.1, 3)
+        points = [{"load": lo, "passed": True, "seconds": 60.0},
+                  {"load": hi, "passed": False, "seconds": 30.0}]
+        facts = TrialFacts(flags={"k": key}, flags_key=key, baseline=base or None,
+                           repeat_of=repeat_of, check_at=start, machine=machine,
+                           metrics={"capacity": lo, "warm_s": 30.0},
+                           timings={"boot_s": 60.0, "bench_s": minutes * 60 - 60,
+                                    "total_s": minutes * 60},
+                           capacity={"axis": "rate", "capacity": lo, "fail": hi,
+                                     "stopped": None, "points": points})
+        t = optuna.trial.create_trial(values=[lo], user_attrs=facts.to_attrs(),
+                                      constraints={"capacity_ok": 0.0})
+        t.datetime_start = self.clock
+        t.datetime_complete = self.clock + timedelta(minutes=minutes)
+        self.clock += timedelta(minutes=minutes, seconds=5)
+        self.study.add_trial(t)
+        return len(self.study.trials) - 1
+
+    def repeats(self, machine: str | None = None) -> Any:
+        """A run_repeats that boots synthetically (what a certify pair costs: 3.5 min each)."""
+        def run(study: Any, cfg: Any, pre: Any, requests: Any, pair: list[int], *,
+                start_at: dict[int, float | None], **kw: Any) -> int:
+            for n in pair:
+                key = str(records(study)[n].facts.flags_key)
+                self.boot(key, 3.5, repeat_of=n, start=start_at[n], machine=machine)
+            return len(pair)
+        return run
+
+
+def run(syn: Synthetic, pick: int, monkeypatch: pytest.MonkeyPatch, budget: float,
+        reference: Any = None, machine: str | None = None) -> Any:
+    monkeypatch.setattr(certify_mod, "run_repeats", syn.repeats(machine))
+
+    def left() -> float:
+        return budget - bill(syn.study, syn.cfg).total
+
+    def costs() -> Any:
+        recs = records(syn.study)
+        return plan(recs, syn.cfg, bill(recs, syn.cfg), budget).costs
+    return run_certify(syn.study, syn.cfg, None, [], pick, left, costs,  # type: ignore[arg-type]
+                       reference=reference)
+
+
+def explored(tmp_path: Path, gain: float, spread: float, seed: int = 0, **certify: Any
+             ) -> tuple[Synthetic, int]:
+    syn = Synthetic(cfg_of(tmp_path, **certify), spread, seed)
+    syn.true = {"defaults": 70.0, "pick": 70.0 * (1 + gain), "other": 60.0}
+    syn.boot("defaults", 9.0, base=True)  # cold
+    pick = syn.boot("pick", 5.5)
+    syn.boot("other", 5.0)
+    return syn, pick
+
+
+def test_a_large_gain_is_certified_in_few_boots_and_every_surface_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    syn, pick = explored(tmp_path, 0.44, 0.03)
+    ref = {"load": 100.0, "samples": 3, "met": True, "p99_ttft_ms": 900.0,
+           "p99_tpot_ms": 40.0, "minutes": 5.0}
+    c = run(syn, pick, monkeypatch, 45.0, lambda rec, load: ref | {"load": load})
+    assert c.status == CERTIFIED and c.exit_code == 0
+    assert c.gain is not None and c.gain["low"] > 1.0 and c.gain["coverage"] == 0.9
+    # the pick's first-pass boot, chosen for reading high, does not count: 2 new boots of it
+    assert 2 <= c.gain["boots_pick"] <= 3 and c.gain["boots_defaults"] == c.gain["boots_pick"] + 1
+    assert c.minutes["reference"] == 5.0
+    text = c.sentence()
+    assert text.startswith(f"certified: trial {pick} is ") and "(90%, " in text
+    assert "`vllm bench serve` meets the SLOs at" in text
+    # the study summary reads it: the recommendation, its gain and the headline
+    s = summarize(syn.study, syn.cfg)
+    assert s.certification is not None and s.recommendation.number == pick
+    assert s.recommendation.rule == "certified" and s.headline() == text
+    assert s.gains[pick]["capacity"].low == pytest.approx(c.gain["low"] - 1)
+    assert read_certification(syn.cfg, s.records) == c
+    # certify boots start at the capacity found and are repeats of the configs, interleaved
+    new = records(syn.study)[3:]
+    assert {r.facts.repeat_of for r in new} == {0, pick}
+    assert all(r.facts.check_at for r in new)
+
+
+def test_no_gain_is_not_certified_and_recommends_the_defaults(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    syn, pick = explored(tmp_path, 0.0, 0.05, seed=3, max_boots=3)
+    c = run(syn, pick, monkeypatch, 1000.0)
+    assert c.status == NOT_CERTIFIED and c.exit_code == 3
+    assert c.gain is not None and c.gain["low"] <= 1.0
+    assert c.gain["boots_pick"] == 3  # every boot the plan allows, then the verdict
+    s = summarize(syn.study, syn.cfg)
+    assert s.recommendation.number == 0 and s.recommendation.rule == "certify"
+    assert s.headline().startswith(f"not certified: trial {pick}'s capacity is ")
+
+
+def test_a_budget_too_small_ends_spent_and_says_what_is_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    syn, pick = explored(tmp_path, 0.44, 0.03)
+    spent = bill(syn.study, syn.cfg).total
+    c = run(syn, pick, monkeypatch, spent + 6.0)  # less than a pair and the reference
+    assert c.status == BUDGET_SPENT and c.exit_code == 4
+    assert "more boot" in c.remaining and "reference check" in c.remaining
+    assert c.sentence().startswith("budget spent before certification: ")
+    s = summarize(syn.study, syn.cfg)
+    assert s.recommendation.number == pick and s.recommendation.rule == "uncertified"
+
+
+def test_a_pick_that_is_the_defaults_needs_no_certifying(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    syn, _ = explored(tmp_path, 0.44, 0.03)
+    c = run(syn, 0, monkeypatch, 45.0)
+    assert c.status == DEFAULTS and c.exit_code == 0
+    assert len(syn.study.trials) == 3  # no boot
+
+
+def test_the_plan_reserves_more_where_boots_spread_more(tmp_path: Path) -> None:
+    """The split: the reserve is the certify boots a gain of certify.min_gain needs at the
+    spread between the defaults' boots, plus the reference check; a wider spread keeps more,
+    and exploration stops once the next trial would eat into it."""
+    out = {}
+    for spread in (0.01, 0.15):
+        syn = Synthetic(cfg_of(tmp_path / str(spread)), spread, seed=1)
+        syn.true = {"defaults": 70.0, "pick": 90.0}
+        syn.boot("defaults", 9.0, base=True)
+        syn.boot("defaults", 5.5, repeat_of=0)
+        syn.boot("pick", 5.5)
+        recs = records(syn.study)
+        b = bill(recs, syn.cfg)
+        p = plan(recs, syn.cfg, b, 90.0)
+        out[spread] = p
+        assert p.costs.measured and p.reserve == pytest.approx(p.costs.reserve(p.pairs))
+        # a spread under certify.noise's is not trusted from two boots (one bracket reads 0)
+        assert p.noise_from == ("the defaults' 2 boots" if spread > 0.06 else "certify.noise")
+        # 14.5 minutes spent; the next trial (5.5) fits only if the reserve leaves room
+        fits = over_budget(b, 45.0, p.reserve) is None
+        assert fits == (b.total + b.next_trial() + p.reserve <= 45.0)
+        # a budget with room for little exploring keeps the fewest pairs that can certify
+        assert plan(recs, syn.cfg, b, 30.0).pairs == 2
+    assert out[0.15].pairs > out[0.01].pairs and out[0.15].reserve > out[0.01].reserve
+    assert "kept to certify the pick" in out[0.01].text()
+
+
+def test_boots_needed_grow_with_the_spread_and_shrink_with_the_gain() -> None:
+    assert boots_for(0.44, 0.05, 0.1) <= boots_for(0.2, 0.05, 0.1) <= boots_for(0.2, 0.15, 0.1)
+    assert boots_for(0.05, 0.05, 0.1) == 10  # inside one tolerance step: never certifiable
+
+
+def test_a_boot_reads_as_its_bracket(tmp_path: Path) -> None:
+    syn = Synthetic(cfg_of(tmp_path), 0.0)
+    syn.true = {"defaults": 64.0}
+    syn.boot("defaults", 5.0, base=True)
+    assert boots_of(records(syn.study), 0, syn.cfg) == [(64.0, 70.4)]
+
+
+def test_a_study_resumed_on_another_machine_certifies_on_this_one_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Explored on machine A, certified here: capacities compare within one machine, so the
+    interval counts this machine's boots alone (two of each at least), not A's."""
+    from autotune.tuning.machines import here
+
+    syn = Synthetic(cfg_of(tmp_path), 0.03)
+    syn.true = {"defaults": 70.0, "pick": 100.0}
+    syn.boot("defaults", 9.0, base=True, machine="machine:a")
+    pick = syn.boot("pick", 5.5, machine="machine:a")
+    syn.true = {"defaults": 40.0, "pick": 57.0}  # a slower machine: A's boots would mislead
+    c = run(syn, pick, monkeypatch, 1000.0, machine=here())
+    assert c.status == "certified" and c.gain is not None
+    assert c.gain["boots_pick"] >= 2 and c.gain["boots_defaults"] >= 2
+    here_only = [r for r in records(syn.study) if r.facts.machine == here()]
+    assert len(here_only) == c.gain["boots_pick"] + c.gain["boots_defaults"]
+    assert c.gain["low"] <= 57 / 40 <= c.gain["high"]
+
+
+def test_a_failed_certify_boot_of_the_pick_ends_it_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pick whose certify boot fails (an OOM on this machine) is not booted again for ever:
+    its flags fail at once after, and only the defaults would boot."""
+    syn, pick = explored(tmp_path, 0.44, 0.03)
+
+    def failing(study: Any, cfg: Any, pre: Any, requests: Any, pair: list[int], **kw: Any
+                ) -> int:
+        for n in pair:
+            if n == pick:
+                t = optuna.trial.create_trial(
+                    values=[0.0], user_attrs=TrialFacts(
+                        repeat_of=n, failure="ServerBootError", cause="CUDA out of memory",
+                        flags_key="pick").to_attrs(), constraints={"capacity_ok": 1.0})
+                t.datetime_start, t.datetime_complete = syn.clock, syn.clock
+                study.add_trial(t)
+            else:
+                syn.boot("defaults", 3.5, repeat_of=n, start=70.0)
+        return len(pair)
+
+    monkeypatch.setattr(certify_mod, "run_repeats", failing)
+    c = run_certify(syn.study, syn.cfg, None, [], pick, lambda: 1e9,  # type: ignore[arg-type]
+                    lambda: plan(records(syn.study), syn.cfg, bill(syn.study, syn.cfg), 1e9).costs)
+    assert c.status == NOT_CERTIFIED and "a certify boot was not measured" in c.why
+    assert len(syn.study.trials) == 5  # one pair, then the verdict
+
+
+def spoiling(syn: Synthetic, pick: int, times: int) -> Any:
+    """A run_repeats whose first `times` boots of `pick` the machine spoils (unmeasured)."""
+    left = [times]
+
+    def run(study: Any, cfg: Any, pre: Any, requests: Any, pair: list[int], *,
+            start_at: dict[int, float | None], **kw: Any) -> int:
+        for n in pair:
+            if n == pick and left[0]:
+                left[0] -= 1
+                t = optuna.trial.create_trial(
+                    state=optuna.trial.TrialState.FAIL, user_attrs=TrialFacts(
+                        repeat_of=n, flags_key="pick", unmeasured="boot timeout while other "
+                        "work starved the machine").to_attrs())
+                t.datetime_start, t.datetime_complete = syn.clock, syn.clock
+                study.add_trial(t)
+            else:
+                syn.boot(str(records(study)[n].facts.flags_key), 3.5, repeat_of=n,
+                         start=start_at[n])
+        return len(pair)
+    return run
+
+
+def test_a_certify_boot_the_machine_spoiled_is_booted_again_not_a_verdict(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 70, item 5: a certify boot that timed out while other work starved the machine
+    (recorded unmeasured) says nothing of the pick: the pair boots again and the certification
+    goes on; a machine that stays starved stops it with one clear error (the same command
+    resumes), never with a "not certified" that later runs would read."""
+    from autotune.errors import StudyError
+    from autotune.tuning.record import Status
+
+    def certify(syn: Synthetic, pick: int) -> Any:
+        return run_certify(syn.study, syn.cfg, None, [], pick, lambda: 1e9,  # type: ignore[arg-type]
+                           lambda: plan(records(syn.study), syn.cfg, bill(syn.study, syn.cfg),
+                                        1e9).costs)
+
+    syn, pick = explored(tmp_path, 0.44, 0.03)
+    monkeypatch.setattr(certify_mod, "run_repeats", spoiling(syn, pick, 1))
+    c = certify(syn, pick)
+    assert c.status == CERTIFIED, c.why
+    assert [r.status for r in records(syn.study)].count(Status.UNMEASURED) == 1
+    syn, pick = explored(tmp_path / "b", 0.44, 0.03)
+    monkeypatch.setattr(certify_mod, "run_repeats", spoiling(syn, pick, 99))
+    with pytest.raises(StudyError, match="3 certify pairs in a row measured nothing"):
+        certify(syn, pick)
+    assert read_certification(syn.cfg, records(syn.study)) is None  # nothing decided
+
+def test_a_study_run_again_reads_its_certification_and_bills_its_reference_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    syn, pick = explored(tmp_path, 0.44, 0.03)
+    calls: list[float] = []
+
+    def ref(rec: Any, load: float) -> dict[str, Any]:
+        calls.append(load)
+        return {"load": load, "samples": 3, "met": True, "p99_ttft_ms": 900.0,
+                "p99_tpot_ms": 40.0, "minutes": 5.0}
+    first = run(syn, pick, monkeypatch, 45.0, ref)
+    again = run(syn, pick, monkeypatch, bill(syn.study, syn.cfg).total + 1.0, ref)
+    assert first.status == again.status == CERTIFIED and len(calls) == 1
+    assert again.minutes["reference"] == 5.0
+    # exploring more makes it stale: the study's pick may have changed
+    syn.boot("other", 5.0)
+    assert read_certification(syn.cfg, records(syn.study)) is None
+
+
+def test_without_a_baseline_the_sentence_says_so() -> None:
+    c = certify_mod.Certification(NOT_CERTIFIED, 5, None, "capacity",
+                                  why="the study has no measured baseline to compare with")
+    assert c.sentence() == ("not certified: trial 5: the study has no measured baseline to "
+                            "compare with")
+
+
+def test_only_a_capacity_first_objective_is_judged_by_its_brackets(tmp_path: Path) -> None:
+    """With p99 TPOT the first objective of a capacity study, a boot is its TPOT, not its
+    capacity's bracket (a 1.43x capacity is not a 0.70x TPOT)."""
+    cfg = cfg_of(tmp_path).model_copy(update={"objectives": [
+        StudyConfig.model_validate({"name": "x", "server": {"model": "/m"},
+                                    "search_space": "cpu-demo"}).objectives[1]]})
+    syn = Synthetic(cfg_of(tmp_path), 0.0)
+    syn.true = {"defaults": 64.0}
+    syn.boot("defaults", 5.0, base=True)
+    recs = records(syn.study)
+    assert boots_of(recs, 0, cfg) == []  # its values are capacities; no TPOT objective stored
+    assert boots_of(recs, 0, syn.cfg) == [(64.0, 70.4)]
