@@ -5,9 +5,13 @@
      +-- ServerError                 one vLLM server process
      |    +-- ServerBootError        exited before it became healthy (exit code + root-cause line)
      |    +-- ServerBootTimeout      still not healthy at the boot deadline
+     |    |    +-- ServerBootStarved  ... while other work starved the machine (unmeasured
+     |    |                           where the study's boots show the timeout is ample)
      |    +-- ServerDiedError        exited while it was serving (crash mid-benchmark)
      +-- LoadError                   the benchmark could not produce a measurement
      +-- ClientError                 the load generator itself failed (not the server's doing)
+     +-- Unmeasured                  a trial measured nothing for a reason that is not its
+     |                               config's (a starved boot): recorded, its config tried again
      +-- StudyError                  the study storage or its state
           +-- TrialError             a trial raised something autotune did not expect: it is
           |                          recorded on the trial, the study stops, the same command
@@ -70,6 +74,17 @@ class ServerBootTimeout(ServerError):
     """The server did not become healthy before the deadline."""
 
 
+class ServerBootStarved(ServerBootTimeout):
+    """The server was not healthy at the deadline while other work starved the machine
+    (autotune.server.starved; `starved` says how): the config's verdict waits for a boot that
+    had the CPUs (tuning/failures.py)."""
+
+    def __init__(self, message: str, starved: str, *, cause: str | None = None,
+                 log_path: str | None = None) -> None:
+        super().__init__(message, cause=cause, log_path=log_path)
+        self.starved = starved
+
+
 class ServerDiedError(ServerError):
     """The server exited while serving requests."""
 
@@ -81,6 +96,12 @@ class LoadError(AutotuneError):
 class ClientError(AutotuneError):
     """The load generator failed for a reason of its own (a client process died, a request
     could not be built). Not a verdict on the server's config: a study stops on it."""
+
+
+class Unmeasured(AutotuneError):
+    """A trial that measured nothing for a reason that is not its config's (its boot timed out
+    on a starved machine, or after the same flags had booted in the study): recorded as
+    unmeasured, never infeasible, and its config enqueued again once."""
 
 
 class StudyError(AutotuneError):

@@ -38,12 +38,12 @@ def trials(config_path: Path, study_name: str | None, storage: str | None) -> No
 @study_options
 def pareto(config_path: Path, study_name: str | None, storage: str | None) -> None:
     """Table of the feasible Pareto front on each config's median over its boots; the
-    recommendation first."""
-    from autotune.outputs.tables import trials_table
+    recommendation first, or after it, apart, with why it is not on it."""
+    from autotune.outputs.tables import front_tables
 
     cfg, summary = _summary(config_path, study_name, storage)
-    out.print(trials_table(summary, cfg, title="Pareto front (feasible, pooled values)",
-                           rows=summary.front_rows))
+    for shown in front_tables(summary, cfg):
+        out.print(shown, highlight=False, soft_wrap=True)
     out.print(f"recommended: {summary.headline()}", highlight=False, soft_wrap=True)
 
 
@@ -64,7 +64,8 @@ def _summary(config_path: Path, study_name: str | None, storage: str | None
               help="Best throughput with mean TPOT under this.")
 @click.option("--trial", "trial_number", type=int, help="Export this trial instead.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
-              help="Where to write vllm-config.yaml (default: the study's folder).")
+              help="Where to write trial-NNNN/vllm-config.yaml and export.json (default: the "
+                   "study's folder/export).")
 @click.option("--validate", is_flag=True, help="Boot the baseline and the chosen config again, "
               "interleaved, and re-measure (a capacity study searches each capacity again).")
 @click.option("--repeats", type=click.IntRange(min=1),
@@ -177,6 +178,11 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
     for label, line in res.get("bench_commands", {"": res["bench_command"]}).items():
         console.print("  " + (f"{label}: " if label else "") + line, highlight=False,
                       soft_wrap=True, markup=False)
+    if "dataset_dropped" in res:  # the study measured fewer requests than the file holds
+        files = ", ".join(res["dataset_kept_files"].values())
+        console.print(f"{res['dataset_dropped']}"
+                      + (f"; the line reads the requests kept: {files}" if files else ""),
+                      highlight=False, soft_wrap=True, markup=False)
     console.print("serve it with:", highlight=False)
     out.print(res["serve_command"], highlight=False, soft_wrap=True, markup=False)
     size = None
@@ -194,7 +200,7 @@ def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
                                            image))
         console.print(f"Kubernetes Deployment: {k8s_path}", highlight=False)
     if validate:
-        print_validation(cfg, st, trial, repeats or 1)
+        print_validation(cfg, st, summary, trial, repeats or 1, max_tpot_ms)
     if verify:
         print_verification(cfg, trial, verify_samples)
     cert = summary.certification
@@ -229,43 +235,57 @@ def print_verification(cfg: StudyConfig, trial: TrialRecord, samples: int | None
                          f"capacity {doc['capacity']:g} (above); see {doc['path']}")
 
 
-def print_validation(cfg: StudyConfig, st: optuna.Study, trial: TrialRecord,
-                     repeats: int) -> None:
-    """`export --validate`: the baseline and the chosen config booted again, interleaved."""
-    from autotune.outputs.live import tracked
-    from autotune.outputs.tables import gain_text
+def print_validation(cfg: StudyConfig, st: optuna.Study, summary: StudySummary,
+                     trial: TrialRecord, repeats: int, max_tpot_ms: float | None) -> None:
+    """`export --validate`: the baseline and the chosen config booted again, interleaved,
+    beside the study (validate.json), ending with a verdict; exit 1 when the figure did not
+    hold."""
+    from autotune.outputs.tables import StudyView, gain_text
     from autotune.session.checks import validate
     from autotune.session.open import open_session
-    from autotune.tuning.study import completed
+    from autotune.tuning.validation import NOT_HELD, Boot
 
-    opened = open_session(cfg, study=st)
-    pre, requests, tracker = opened.pre, opened.requests, opened.tracker
-    done = len(completed(st))
-    console.print(f"validate: the baseline and trial {trial.number}, {repeats} boot(s) each, "
-                  "interleaved", highlight=False)
-    with tracked(cfg, tracker, done + 2 * repeats, done) as (view, on_trial):
-        v = validate(st, cfg, pre, requests, trial, repeats, on_phase=view.on_phase,
-                     on_trial=on_trial)
-    t = Table(title=f"validation (trials {', '.join(map(str, v.boots))})", header_style="bold")
-    for col, justify in (("metric", "left"), ("study", "right"), ("re-run median", "right"),
-                         ("change", "right")):
-        t.add_column(col, justify=justify)  # type: ignore[arg-type]
-    for metric, before, after in v.rows:
-        t.add_row(metric, f"{before:,.2f}", f"{after:,.2f}",
-                  f"{(after - before) / before * 100:+.1f}%" if before else "-")
-    out.print(t)
-    said = gain_text(v.study_gain)
-    out.print(f"{v.metric} vs defaults: the study said {said}; the re-runs say "
-              f"{gain_text(v.gain)}", highlight=False, soft_wrap=True)
-    if v.inside is None:
-        out.print("(one re-run each: --repeats 2 or more gives the re-runs' gain an interval "
-                  "and checks the study's figure against it)", highlight=False)
-    else:
-        out.print("the study's gain lies " + ("inside" if v.inside else "OUTSIDE")
-                  + " the re-runs' 95% interval", highlight=False)
+    opened = open_session(cfg, study=st, no_mlflow=True)
+    base = summary.base
+    console.print(f"validate: vLLM's defaults (trial {base.number if base else '?'}) and "
+                  f"trial {trial.number}, {repeats} boot(s) each, interleaved; beside the "
+                  "study, not added to it", highlight=False)
+
+    def on_boot(i: int, b: Boot) -> None:
+        who = "vLLM's defaults" if base is not None and b.of == base.number else \
+            f"trial {b.of}'s config"
+        what = ", ".join(f"{m} {v:,.2f}" for m, v in b.values.items()) or \
+            f"{b.status}: {b.cause}"
+        console.print(f"re-run {i + 1} of {2 * repeats}: {who}: {what}", highlight=False,
+                      soft_wrap=True)
+        view.progress.advance(view.task)
+
+    with StudyView(2 * repeats, 0, cfg.metric_names()) as view:
+        v = validate(st, cfg, opened.pre, opened.requests, summary, trial, repeats,
+                     max_tpot_ms=max_tpot_ms, on_boot=on_boot,
+                     on_phase=lambda _n, p, flags: view.on_phase(-1, f"re-run: {p}", flags))
+    if v.rows:
+        t = Table(title="validation (re-runs beside the study)", header_style="bold")
+        for col, justify in (("metric", "left"), ("study", "right"),
+                             ("re-run median", "right"), ("change", "right")):
+            t.add_column(col, justify=justify)  # type: ignore[arg-type]
+        for metric, before, after in v.rows:
+            t.add_row(metric, f"{before:,.2f}", f"{after:,.2f}",
+                      f"{(after - before) / before * 100:+.1f}%" if before else "-")
+        out.print(t)
+        out.print(f"{v.metric} vs defaults: the study said {gain_text(v.study_gain)}; the "
+                  f"re-runs say {gain_text(v.gain)}", highlight=False, soft_wrap=True)
     if cfg.capacity is not None:
         console.print(f"each re-run searched its capacity anew (tolerance "
                       f"{cfg.capacity.tolerance:.0%})", highlight=False)
+    for line in v.why:
+        out.print(f"  {line}", highlight=False, soft_wrap=True)
+    out.print(f"verdict: {v.verdict}", highlight=False)
+    console.print(f"written to {cfg.study_dir() / 'validate.json'} (the re-runs' files: "
+                  f"{cfg.study_dir() / 'validate'})", highlight=False)
+    if v.verdict == NOT_HELD:
+        raise StudyError(f"--validate: the study's figure did not hold for trial "
+                         f"{trial.number} (above); see {cfg.study_dir() / 'validate.json'}")
 
 
 COMMANDS = [trials, pareto, export_cmd]

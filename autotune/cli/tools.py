@@ -57,7 +57,12 @@ def ui(workdir: Path, port: int, tracking_uri: str | None, study: str | None) ->
     """Start the MLflow UI on 127.0.0.1 for the studies under mlruns/ and print the address of
     a study's runs (Ctrl-C stops it)."""
     from autotune.outputs.mlflow_ui import MlflowUI
-    from autotune.outputs.mlflow_view import find_study_experiment, has_shared_view, open_url
+    from autotune.outputs.mlflow_view import (
+        VIEW_ORDER,
+        find_study_experiment,
+        has_shared_view,
+        open_url,
+    )
 
     check_folder(workdir, "--workdir")
     uri = tracking_uri or f"sqlite:///{workdir.resolve() / 'mlflow.db'}"
@@ -69,7 +74,7 @@ def ui(workdir: Path, port: int, tracking_uri: str | None, study: str | None) ->
         console.print(f"MLflow UI ready in {took:.1f} s (Ctrl-C stops it)", highlight=False)
         if found is not None:
             shared = has_shared_view(uri, found[0])
-            console.print(f"study {found[1]!r}, its trials sorted by the first objective:"
+            console.print(f"study {found[1]!r}, its trials {VIEW_ORDER}:"
                           if shared else f"study {found[1]!r}, its trials (logged before "
                           "autotune saved a view: `autotune sync` writes one):", highlight=False)
             out.print(open_url(server.url, found[0], shared), highlight=False, soft_wrap=True)

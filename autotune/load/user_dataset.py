@@ -28,6 +28,14 @@ class Dataset:
     dropped: int
     max_len: int | None
     source: str = "the model's limit"  # what sets max_len
+    kept_lines: tuple[str, ...] = ()  # the file's lines that were kept, as written
+
+    def write_kept(self, path: Path) -> Path:
+        """The kept lines as a JSONL file of their own (what `vllm bench serve --dataset-path`
+        should read: the whole file holds the lines the study dropped)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(line + "\n" for line in self.kept_lines))
+        return path
 
     def note(self, path: str) -> str:
         text = f"dataset {path}: {self.lines} requests, {len(self.requests)} kept"
@@ -72,6 +80,7 @@ def read_dataset(path: str, endpoint: str, tokenizer: Any, tokenizer_dir: str,
                           "line; examples/requests.jsonl shows the format)")
     template = None
     kept: list[Request] = []
+    kept_lines: list[str] = []
     lines = dropped = 0
     # utf-8-sig: a file saved with a byte-order mark (Windows editors) reads the same
     with file.open(encoding="utf-8-sig") as f:
@@ -79,7 +88,9 @@ def read_dataset(path: str, endpoint: str, tokenizer: Any, tokenizer_dir: str,
             if not raw.strip():
                 continue
             try:
-                item = json.loads(raw)
+                # without its line end: json places an error at the end of the text on the
+                # next line otherwise ("line 2 column 1" for a line cut short)
+                item = json.loads(raw.rstrip("\r\n"))
             except json.JSONDecodeError as e:
                 # some of json's messages end in "at" ("Invalid control character at")
                 why = e.msg.removesuffix(" at")
@@ -129,12 +140,13 @@ def read_dataset(path: str, endpoint: str, tokenizer: Any, tokenizer_dir: str,
                 dropped += 1
                 continue
             kept.append(Request(prompt=prompt, prompt_len=n_tokens, output_len=out))
+            kept_lines.append(raw.rstrip("\r\n"))
     if not lines:
         raise ConfigError(f"profile.path: {path} holds no request")
     if not kept:
         raise ConfigError(f"profile.path: every request of {path} is longer than {max_len} "
                           f"tokens ({source}); raise that limit or shorten the requests")
-    return Dataset(kept, lines, dropped, max_len, source)
+    return Dataset(kept, lines, dropped, max_len, source, tuple(kept_lines))
 
 
 def sample_dataset(ds: Dataset, n: int, how: str, seed: int) -> list[Request]:

@@ -23,6 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 
 LEVEL = 0.95
+# a gain's interval from fewer boots than this on either side bounds nothing: with 2 each, Welch's
+# t has 1 to 2 degrees of freedom (t = 4.3 to 12.7) and the README demo's validation printed
+# "+23.9% [-91.7, +1756.6]"; with 3 each it has 2 to 4
+MIN_BOOTS = 3
+# a boot count a reader can still act on; above it, "more than" this is said
+MAX_BOOTS_SAID = 50
 
 
 def rel_sd(values: Sequence[float]) -> float:
@@ -125,15 +131,36 @@ class Gain:
     n_base: int
     noise_floor: float  # the baseline's relative standard deviation
     median: float | None = None  # A's median, the value the gain is of
+    log_sd: float | None = None  # the boots' spread: the pooled sd of the logs of A and B
+
+    @property
+    def bounded(self) -> bool:
+        """Whether both sides have the boots (MIN_BOOTS) for the interval to bound the gain."""
+        return self.n >= MIN_BOOTS and self.n_base >= MIN_BOOTS
 
     @property
     def significant(self) -> bool:
-        return (self.n > 1 and self.n_base > 1 and not self.low <= 0.0 <= self.high
+        return (self.bounded and not self.low <= 0.0 <= self.high
                 and abs(self.gain) > self.noise_floor)
+
+    def boots_needed(self) -> int | None:
+        """Boots of each side for an interval that tells this gain from none (a half-width of
+        |gain|, at least 5%), at the spread measured; None without a spread."""
+        if not self.log_sd:
+            return None
+        return max(MIN_BOOTS, boots_for_width(self.log_sd, max(abs(self.gain), 0.05)))
 
     def text(self) -> str:
         if self.n < 2 or self.n_base < 2:
             return f"{self.gain * 100:+.1f}% (one measurement)"
+        if not self.bounded:
+            need = self.boots_needed()
+            would = f"{need} boots each would" if need is not None and need <= MAX_BOOTS_SAID \
+                else f"more than {MAX_BOOTS_SAID} boots each would" if need is not None \
+                else f"{MIN_BOOTS} boots each at least would"
+            return (f"{self.gain * 100:+.1f}%, too few boots to bound it (n={self.n}"
+                    + ("" if self.n_base == self.n else f", defaults {self.n_base}")
+                    + f"; {would} at this spread)")
         if not self.significant:
             return (f"no significant change ({self.gain * 100:+.1f}% "
                     f"[{self.low * 100:+.1f}, {self.high * 100:+.1f}])")
@@ -159,12 +186,13 @@ def gain_ci(values: Sequence[float], base: Sequence[float], level: float = LEVEL
         return Gain(g, g, g, len(a), len(b), rel_sd(base), med)
     va, vb = float(la.var(ddof=1)) / len(a), float(lb.var(ddof=1)) / len(b)
     se = math.sqrt(va + vb)
+    spread = math.sqrt((float(la.var(ddof=1)) + float(lb.var(ddof=1))) / 2)
     if se == 0:
-        return Gain(g, g, g, len(a), len(b), rel_sd(base), med)
+        return Gain(g, g, g, len(a), len(b), rel_sd(base), med, spread)
     df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
     t = float(student.ppf(0.5 + level / 2, df))
     return Gain(g, math.expm1(d - t * se), math.expm1(d + t * se), len(a), len(b),
-                rel_sd(base), med)
+                rel_sd(base), med, spread)
 
 
 def pick(samples: Mapping[str, Sequence[float]], rule: str = "lower_bound",

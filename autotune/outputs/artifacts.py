@@ -51,8 +51,9 @@ def front_files(study: optuna.Study, cfg: StudyConfig, recs: list[TrialRecord],
     df.to_csv(d / "trials.csv", index=False)
     df[df.on_front].to_csv(d / "pareto_front.csv", index=False)
     if len(metrics) >= 2 and any(r.measured for r in recs):
-        plots.pareto_html(study, d / "pareto.html", cfg.name)
-        plots.pareto_png(study, d / "pareto.png", cfg.name)
+        pooled = {r.number: r.values for r in recs if r.measured}  # the summary's pooled
+        plots.pareto_html(study, d / "pareto.html", cfg.name, pooled)
+        plots.pareto_png(study, d / "pareto.png", cfg.name, pooled)
         hv = plots.hypervolume_history(study)
         if hv is not None:
             hv.to_csv(d / "hypervolume.csv", index=False)

@@ -8,16 +8,23 @@ from pathlib import Path
 
 from autotune.config.study import StudyConfig
 from autotune.outputs.console import command_hint, console, out
-from autotune.outputs.tables import capacity_line, confirm_lines, confirm_table, trials_table
+from autotune.outputs.tables import (
+    capacity_line,
+    confirm_lines,
+    confirm_table,
+    front_tables,
+    trials_table,
+)
 from autotune.tuning.confirm import ConfirmResult
 from autotune.tuning.summary import CERTIFY_RULES, StudySummary
 
 
 def print_tables(summary: StudySummary, cfg: StudyConfig) -> None:
-    """Every trial, then the feasible Pareto front (pooled values; the recommendation first)."""
+    """Every trial, then the feasible Pareto front (pooled values; the recommendation first,
+    or apart from it with the reason where it is not on it)."""
     out.print(trials_table(summary, cfg, title=f"study {cfg.name}"))
-    out.print(trials_table(summary, cfg, title="Pareto front (feasible)",
-                           rows=summary.front_rows))
+    for shown in front_tables(summary, cfg):
+        out.print(shown, highlight=False, soft_wrap=True)
 
 
 def print_confirm(res: ConfirmResult, cfg: StudyConfig) -> None:

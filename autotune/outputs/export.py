@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from autotune.config.quality import QUALITY_OK
-from autotune.config.study import StudyConfig, default_executable
+from autotune.config.study import StudyConfig
 from autotune.config.workload import ProfileConfig
 from autotune.errors import StudyError
 from autotune.server.command import flag_name, serve_argv, shell_join
@@ -32,8 +34,19 @@ def find_trial(summary: StudySummary, number: int) -> TrialRecord:
 
 
 def display_executable(executable: list[str]) -> list[str]:
-    """`vllm` for the default (this venv's) executable, else the configured command."""
-    return ["vllm"] if executable == default_executable() else executable
+    """The vLLM the study ran, as a line that runs where it is printed: `vllm` where that is
+    the `vllm` on PATH (an activated venv, a system install), else its path (relative to the
+    current folder when under it: the README's `.venv/bin/vllm`). After the README's install
+    a bare `vllm` is not on PATH (bash: vllm: command not found)."""
+    if len(executable) != 1:
+        return executable
+    exe = Path(executable[0])
+    found = shutil.which("vllm")
+    if found is not None and exe.name == "vllm" and Path(found).resolve() == exe.resolve():
+        return ["vllm"]
+    if exe.is_absolute() and exe.is_relative_to(Path.cwd()):
+        return [os.path.relpath(exe)]
+    return executable
 
 
 def serve_command(cfg: StudyConfig, trial: TrialRecord) -> list[str]:
@@ -59,8 +72,9 @@ def config_yaml(cfg: StudyConfig, trial: TrialRecord) -> str:
 
 
 def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
-                  executable: list[str]) -> list[str]:
-    """The `vllm bench serve` line for the same workload, against a running server."""
+                  executable: list[str], dataset_path: str | None = None) -> list[str]:
+    """The `vllm bench serve` line for the same workload, against a running server
+    (`dataset_path`: the requests the study kept, where it dropped some of a dataset's)."""
     i, o = profile.lengths()
     backend = ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"] if (
         profile.endpoint == "chat") else ["--backend", "vllm"]
@@ -77,7 +91,7 @@ def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
 
         argv += trace_args(profile)
     elif profile.name == "dataset":  # vLLM's custom dataset reads the prompt lines
-        argv += ["--dataset-name", "custom", "--dataset-path", str(profile.path),
+        argv += ["--dataset-name", "custom", "--dataset-path", dataset_path or str(profile.path),
                  "--custom-output-len", str(o or 128)]
     else:
         argv += ["--dataset-name", "random", "--random-input-len", str(i),
@@ -142,17 +156,27 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
     capacity study the `vllm bench serve` line runs at the capacity found: the profile alone
     sets no load there (the search sets it per point), so its line would send every request at
     once."""
+    from autotune.tuning.preflight import read_datasets
+
     serve = serve_line(cfg, trial)
     checked = at_capacity(cfg, trial)
-    notes = []
+    mine = export_dir(out_dir, trial) if out_dir is not None else None
+    # a dataset whose over-long lines the study dropped: the bench line reads the kept ones
+    kept: dict[str, str] = {}
+    notes, windows = [], []
+    for p, ds in read_datasets(cfg):
+        if ds.dropped:
+            notes.append(ds.note(str(p.path)))
+            if mine is not None:
+                kept[p.key] = str(ds.write_kept(mine / f"{p.key}-kept.jsonl"))
     profiles = [checked[0]] if checked else cfg.workloads()
-    for i, p in enumerate(profiles):
+    for i, p in enumerate(profiles):  # a trace: a window of it, as a point replayed one
         if p.name == "trace":
             profiles[i], note = trace_window(cfg, p, checked is not None,
                                              out_dir or cfg.study_dir() / "export")
-            notes += [note] if note else []
+            windows += [note] if note else []
     benches = {p.key: shell_join(bench_command(p, cfg.server.model, cfg.server.tokenizer_dir,
-                                               cfg.server.executable))
+                                               cfg.server.executable, kept.get(p.key)))
                for p in profiles}
     result = {
         "trial": trial.number,
@@ -161,10 +185,13 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
         "serve_command": serve,
         "bench_command": next(iter(benches.values())),
     }
+    if notes:
+        result["dataset_dropped"] = "; ".join(notes)
+        result["dataset_kept_files"] = kept
     if checked is not None:  # the line is one sample at C; --verify judges C and above
         result["bench_load"] = checked[1]
-    if notes:
-        result["bench_note"] = "; ".join(notes)
+    if windows:
+        result["bench_note"] = "; ".join(windows)
     if trial.speculation:  # vLLM's acceptance counters for a config that speculates
         result["speculation"] = trial.speculation
     q = trial.facts.quality
@@ -175,9 +202,16 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
         result["bench_commands"] = benches
         result["profile_metrics"] = {k: trial.metrics[k] for k in cfg.profile_metrics()
                                      if k in trial.metrics}
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "vllm-config.yaml").write_text(config_yaml(cfg, trial))
-        (out_dir / "export.json").write_text(json.dumps(result, indent=2) + "\n")
-        result["config_path"] = str(out_dir / "vllm-config.yaml")
+    if mine is not None:
+        # one folder per trial: exporting another config (--prefer, --trial) must not replace
+        # the file an earlier export printed
+        mine.mkdir(parents=True, exist_ok=True)
+        (mine / "vllm-config.yaml").write_text(config_yaml(cfg, trial))
+        (mine / "export.json").write_text(json.dumps(result, indent=2) + "\n")
+        result["config_path"] = str(mine / "vllm-config.yaml")
     return result
+
+
+def export_dir(out_dir: Path, trial: TrialRecord) -> Path:
+    """Where a trial's export files go under `--out` (default: the study's export/)."""
+    return out_dir / f"trial-{trial.number:04d}"

@@ -47,6 +47,11 @@ def objective_columns(cfg: StudyConfig) -> list[str]:
     return [f"objective_{m}" if cfg.profiles else m for m in cfg.metric_names()]
 
 
+# how `autotune ui` says the saved view (runs_view) orders the runs: by the `rank` metric
+VIEW_ORDER = ("sorted by rank: the recommended config first, then the Pareto front, then the "
+              "other configs (repeat boots nested under theirs)")
+
+
 def runs_view(cfg: StudyConfig, parent_id: str | None) -> dict[str, Any]:
     """The saved view of a study's runs (MLflow 3.17's shared view state): every trial, sorted
     by rank (the recommended config first, then the front), with the objectives, the gain
@@ -93,16 +98,22 @@ def study_note(cfg: StudyConfig, summary: StudySummary, experiment_id: str,
              f"Objectives: {asked}. SLOs: {slos}.", "",
              f"[Every trial, the recommended first]({link})", "",
              "The Pareto front on each config's median over its boots (no config is better on "
-             "every objective):", "",
-             "| trial | " + " | ".join(objs) + " | vs vLLM's defaults | flags |",
-             "|---|" + "---:|" * len(objs) + "---|---|"]
-    for r in summary.front_rows:
+             "every objective):", ""]
+    head = ["| trial | " + " | ".join(objs) + " | vs vLLM's defaults | flags |",
+            "|---|" + "---:|" * len(objs) + "---|---|"]
+
+    def row(r: TrialRecord) -> str:
         name = f"trial {r.number}"
         if r.number in run_ids:
             name = f"[{name}]({run_url('', experiment_id, run_ids[r.number])[1:]})"
         flags = shell_join(params_to_args(r.flags)) or "vLLM's defaults"
         vals = " | ".join(f"{r.values[m]:,.2f}" if m in r.values else "-" for m in objs)
-        lines.append(f"| {name} | {vals} | {gain_tag(r, summary) or '-'} | `{flags}` |")
+        return f"| {name} | {vals} | {gain_tag(r, summary) or '-'} | `{flags}` |"
+
+    lines += [*head, *(row(r) for r in summary.front_rows)]
+    if summary.off_front is not None and summary.picked is not None:
+        # the recommendation apart: under the front's heading it would contradict it
+        lines += ["", f"{summary.off_front}:", "", *head, row(summary.picked)]
     if summary.confirm is not None:
         lines += ["", confirm_note(summary.confirm)]
     lines += ["", "Plots and tables: this run's artifacts, `pareto/` (pareto.html, trials.csv)."]

@@ -5,6 +5,7 @@ measurement has no values to place."""
 from __future__ import annotations
 
 import warnings
+from copy import deepcopy
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,17 +21,27 @@ from autotune.outputs.console import params_text, short_metric
 from autotune.tuning.confirm import ConfirmResult, config_boots
 from autotune.tuning.record import TrialRecord, records
 
+Pooled = dict[int, dict[str, float]]  # a trial's values as its config's medians (StudySummary)
+
 
 def measured_study(study: optuna.Study, with_params: bool = False,
-                   full_only: bool = False) -> optuna.Study:
+                   full_only: bool = False, pooled: Pooled | None = None) -> optuna.Study:
     """An in-memory copy of the study holding only its measured first-pass trials (constraints
     kept; a confirm phase's repeats are drawn as error bars instead); `with_params`: only those
     that sampled parameters (not the baseline); `full_only`: not those whose capacity is a
-    bound (a search stopped early), which Optuna's Pareto plot would put on its front."""
+    bound (a search stopped early), which Optuna's Pareto plot would put on its front;
+    `pooled`: each trial's values as its config's medians over its boots (the study summary's),
+    so the plot's front is the one every table shows."""
     copy = optuna.create_study(directions=study.directions)
     if study.metric_names:
         copy.set_metric_names(list(study.metric_names))
-    copy.add_trials(first_pass(study, with_params, full_only))
+    trials = first_pass(study, with_params, full_only)
+    if pooled:  # on copies: the study's own trials (deepcopy=False) are its storage's cache
+        trials = [deepcopy(t) for t in trials]
+        for t in trials:
+            if t.number in pooled:
+                t.values = [pooled[t.number][m] for m in study.metric_names or []]
+    copy.add_trials(trials)
     return copy
 
 
@@ -89,12 +100,13 @@ def _baseline(recs: list[TrialRecord], metrics: list[str]) -> tuple[float, float
 BOUND_LABEL = "capacity a lower bound (search stopped early)"
 
 
-def pareto_html(study: optuna.Study, path: Path, title: str) -> None:
+def pareto_html(study: optuna.Study, path: Path, title: str, pooled: Pooled | None = None
+                ) -> None:
     """Optuna's interactive Pareto plot (infeasible trials greyed), with the baseline starred."""
     import plotly.graph_objects as go
     from optuna.visualization import plot_pareto_front
 
-    copy = measured_study(study, full_only=True)
+    copy = measured_study(study, full_only=True, pooled=pooled)
     names = [short_metric(m) for m in copy.metric_names or []] or None
     fig = plot_pareto_front(copy, target_names=names)
     base = _baseline(records(study), list(study.metric_names or []))
@@ -128,7 +140,8 @@ def _error_bars(ax: Any, recs: list[TrialRecord], metrics: list[str]) -> None:
         first = False
 
 
-def pareto_png(study: optuna.Study, path: Path, title: str) -> None:
+def pareto_png(study: optuna.Study, path: Path, title: str, pooled: Pooled | None = None
+               ) -> None:
     """The same plot as a PNG (Optuna's matplotlib backend), for reports and MLflow."""
     import matplotlib
 
@@ -136,7 +149,7 @@ def pareto_png(study: optuna.Study, path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
     from optuna.visualization.matplotlib import plot_pareto_front
 
-    copy = measured_study(study, full_only=True)
+    copy = measured_study(study, full_only=True, pooled=pooled)
     names = [short_metric(m) for m in copy.metric_names or []] or None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the matplotlib backend is "experimental"
@@ -149,8 +162,10 @@ def pareto_png(study: optuna.Study, path: Path, title: str) -> None:
         ax.scatter([b[1] for b in bound], [b[2] for b in bound], marker=">", s=60,
                    facecolors="none", edgecolors="grey", label=BOUND_LABEL, zorder=4)
     for t in first_pass(study):  # annotated with the study's own trial numbers
-        if t.values and len(t.values) >= 2:
-            ax.annotate(str(t.number), (t.values[0], t.values[1]), textcoords="offset points",
+        v = [pooled[t.number][m] for m in study.metric_names or []] if pooled and \
+            t.number in pooled else t.values
+        if v and len(v) >= 2:
+            ax.annotate(str(t.number), (v[0], v[1]), textcoords="offset points",
                         xytext=(4, 4), fontsize=7)
     recs = records(study)
     _error_bars(ax, recs, list(study.metric_names or []))

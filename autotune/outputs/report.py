@@ -15,6 +15,7 @@ from autotune.measure.stats import interval_name
 from autotune.outputs.console import params_text, short_cause, short_metric, speculation_text
 from autotune.outputs.tables import capacity_line, confirm_lines, gain_text, is_base
 from autotune.tuning.machines import machines_line
+from autotune.tuning.preflight import dropped_note
 from autotune.tuning.quality import QUALITY_OK
 from autotune.tuning.record import TrialRecord, curve_profiles, study_facts
 from autotune.tuning.summary import StudySummary, summarize
@@ -143,6 +144,24 @@ def confirm_markdown(path: Path, out_dir: Path) -> list[str]:
     return lines
 
 
+def validation_markdown(path: Path) -> list[str]:
+    """Each `export --validate` run from the study's `validate.json`: its re-runs (beside the
+    study, not in its tables) and its verdict."""
+    from autotune.tuning.validation import read_runs
+
+    runs = read_runs(path)
+    if not runs:
+        return []
+    lines = ["", "## Validation (`export --validate`)", "",
+             "Re-runs beside the study, not trials of it: the tables above are the study's.", ""]
+    for v in runs:
+        lines += [f"- trial {v['trial']} against vLLM's defaults (trial {v['baseline']}): "
+                  f"{v['metric']} the study said {v['study_gain']['text']}, the re-runs say "
+                  f"{v['gain']['text']} ({len(v['boots'])} boots); **{v['verdict']}**: "
+                  + "; ".join(v["why"])]
+    return lines
+
+
 def _iv(x: list[float] | None, fmt: str = ".4g") -> str:
     return f"{x[0]:{fmt}} [{x[1]:{fmt}}, {x[2]:{fmt}}]" if x else "-"
 
@@ -233,7 +252,9 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
              "- objectives: " + ", ".join(f"{o.direction} {o.metric}" for o in cfg.objectives)
              + (f"; SLOs: {', '.join(s.text() for s in cfg.slos)}" if cfg.slos else ""),
              f"- {len(recs)} trials, {sum(r.measured for r in recs)} measured; "
-             f"storage `{cfg.storage_url()}`", *filter(None, [machines_line(study)]), "",
+             f"storage `{cfg.storage_url()}`", *filter(None, [machines_line(study)]),
+             *(f"- measured on the requests kept: {d}" for d in filter(None, [dropped_note(cfg)])),
+             "",
              "## Trials", ""]
     lines += trials_markdown(recs, summary)
     lines += quality_markdown(recs)
@@ -242,13 +263,19 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
         lines += ["", "Not measured, in one line each (the full cause is in each trial's "
                   "record and `result.json`):", ""] + [f"- {f}" for f in summary.failures]
     if len(metrics) >= 2 and any(r.measured for r in recs):
-        plots.pareto_png(study, out_dir / "pareto.png", cfg.name)
+        plots.pareto_png(study, out_dir / "pareto.png", cfg.name,
+                         {n: r.values for n, r in summary.pooled.items()})
         lines += ["", "## Pareto front", "", "![Pareto front](pareto.png)", "",
-                  "On each config's median over its boots; the recommendation first.", ""]
+                  "On each config's median over its boots; the recommendation first where it is "
+                  "on the front, else after it with the reason.", ""]
         lines += trials_markdown(summary.front_rows, summary)
+        if summary.off_front is not None and summary.picked is not None:
+            lines += ["", f"{summary.off_front}:", ""]
+            lines += trials_markdown([summary.picked], summary)
     confirmed = cfg.study_dir() / "confirm.json"
     if confirmed.is_file():
         lines += ["", "## Confirm phase", ""] + confirm_markdown(confirmed, out_dir)
+    lines += validation_markdown(cfg.study_dir() / "validate.json")
     axis = cfg.capacity.axis if cfg.capacity is not None else None
     for prof in curve_profiles(recs) if axis is not None else []:
         assert axis is not None

@@ -32,9 +32,12 @@ from autotune.tuning.verdict import verdict_text
 def gain_text(g: Gain) -> str:
     """A gain as every view prints it: "+75.1%, one measurement" until the config and the
     baseline were both measured more than once, then "+12.4% [+9.8, +15.1], 3 boots" or
-    "no significant change (+3.1% [-2.0, +8.3]), 3 boots" (the config's boots, `Gain.n`)."""
+    "no significant change (+3.1% [-2.0, +8.3]), 3 boots" (the config's boots, `Gain.n`);
+    from too few boots to bound it, `Gain.text` says so and how many would."""
     if g.n < 2 or g.n_base < 2:
         return f"{g.gain * 100:+.1f}%, one measurement"
+    if not g.bounded:
+        return g.text()
     return f"{g.text()}, {g.n} boots"
 
 
@@ -68,6 +71,14 @@ def value_text(r: TrialRecord, m: str, v: Any, g: Gain | None) -> str:
     return fmt_value(v) + (f" ({gain_text(g)})" if g is not None else "")
 
 
+def base_text(r: TrialRecord, m: str, v: Any, boots: list[float]) -> str:
+    """A boot of vLLM's defaults: its value and, where the defaults were booted more than
+    once, their median over every boot (the value `pareto`, `export` and every gain use)."""
+    if v is None or len(boots) < 2 or r.lower_bound(m):
+        return value_text(r, m, v, None)
+    return f"{fmt_value(v)}; median {fmt_value(statistics.median(boots))} ({len(boots)} boots)"
+
+
 def is_base(r: TrialRecord, recs: list[TrialRecord]) -> bool:
     """The baseline trial, or a repeat of it (no gain to print against itself)."""
     return r.baseline or (r.facts.repeat_of is not None and any(
@@ -92,6 +103,7 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
     pool = summary.records
     gains = summary.profile_gains if extra else summary.gains
     pick = summary.recommendation.number
+    base_boots = summary.boots.get(summary.base.number, {}) if summary.base else {}
     cert = summary.certification
     certified = (f"; the pick's {metrics[0]}: its certified interval over boots "
                  f"({cert.gain['coverage']:.0%}, docs/certify.md)"
@@ -122,8 +134,10 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
         g = gains.get(r.number, {})
         for m in metrics + extra:
             v = r.values.get(m, r.metrics.get(m) if m in extra else None)
-            cells.append(value_text(r, m, v, g[m] if m in g and not is_base(r, pool)
-                                    else None))
+            if is_base(r, pool):  # the defaults' median over their boots, as pareto shows it
+                cells.append(base_text(r, m, v, base_boots.get(m, [])))
+                continue
+            cells.append(value_text(r, m, v, g.get(m)))
         tm = r.timings
         cells.append(f"{tm.get('boot_s', 0):.1f}/{tm.get('bench_s', 0):.1f}" if tm else "-")
         text = escape(f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
@@ -145,6 +159,23 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
         cells.append(text)
         t.add_row(*cells)
     return t
+
+
+FRONT_TITLE = "Pareto front (feasible, pooled values)"
+OFF_FRONT_TITLE = "Recommended, not on the Pareto front"
+
+
+def front_tables(summary: StudySummary, cfg: StudyConfig, title: str = FRONT_TITLE,
+                 width: int | None = None) -> list[Table | str]:
+    """The feasible front (its members only), then, where the recommendation is not on it,
+    the recommended config in a table of its own and the line saying why (the summary's
+    `off_front`): what `pareto` and the end of a study print."""
+    shown: list[Table | str] = [trials_table(summary, cfg, title=title,
+                                             rows=summary.front_rows, width=width)]
+    if summary.off_front is not None and summary.picked is not None:
+        shown += [trials_table(summary, cfg, title=OFF_FRONT_TITLE, rows=[summary.picked],
+                               width=width), summary.off_front]
+    return shown
 
 
 STATUS_STYLE = {Status.OK: "[green]{}[/green]", Status.SLO_MISS: "[yellow]{}[/yellow]",

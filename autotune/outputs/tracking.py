@@ -50,6 +50,7 @@ from autotune.tuning.summary import StudySummary, summarize
 from autotune.tuning.verdict import quality_tags
 
 PICK_TAG = "autotune.recommended"  # on the study run: the recommended trial's number
+TRIAL_PICK_TAG = "autotune.pick"  # on the recommended trial's run alone (moved, not added)
 
 
 def default_tracking_uri(cfg: StudyConfig) -> str:
@@ -247,9 +248,10 @@ class Tracker:
                 front_files(study, self.cfg, list(summary.pooled.values()), front, d)
                 self.client.log_artifacts(self.parent_id, str(d), artifact_path="pareto")
         assert self.experiment_id is not None
-        ids = {int(r.data.tags[TRIAL_TAG]): r.info.run_id for r in self.client.search_runs(
+        runs = {int(r.data.tags[TRIAL_TAG]): r for r in self.client.search_runs(
             [self.experiment_id], f"tags.`{KIND_TAG}` = 'trial'", max_results=5000)
             if TRIAL_TAG in r.data.tags}
+        ids = {num: r.info.run_id for num, r in runs.items()}
         ts = int(time.time() * 1000)
         n = len(recs)
         pick = summary.recommendation.number
@@ -266,14 +268,16 @@ class Tracker:
         # its config's pooled one (every boot of its flags), the same text as the terminal's
         ranks = summary.rank()
         for num, rec in summary.pooled.items():
-            rid = ids.get(num)
-            if rid is None:
+            if (rid := ids.get(num)) is None:
                 continue
             tags = [RunTag(GAIN_TAG, gain_tag(rec, summary) or "-")]
             if num == pick:
-                tags.append(RunTag("autotune.pick", "recommended"))
+                tags.append(RunTag(TRIAL_PICK_TAG, "recommended"))
             rank = [Metric(RANK, float(ranks[num]), ts, n)] if num in ranks else []
             self.client.log_batch(rid, metrics=rank, tags=tags)
+        for num, r in runs.items():  # an earlier refresh's pick loses it: one run holds it
+            if TRIAL_PICK_TAG in r.data.tags and num != pick:
+                self.client.delete_tag(r.info.run_id, TRIAL_PICK_TAG)
 
     # -- the study's own numbers (the bill) ------------------------------------------------------
     def log_study_metrics(self, values: dict[str, float]) -> None:
@@ -295,7 +299,6 @@ class Tracker:
     def _log_confirm(self, res: ConfirmResult) -> None:
         from mlflow.entities import Metric, RunTag
 
-
         if self.parent_id is None:
             raise RuntimeError("the study's parent run was not created")
         ts = int(time.time() * 1000)
@@ -303,8 +306,7 @@ class Tracker:
         for num, row in res.configs.items():
             numbers = {"median": row.median, "ci_low": row.ci_low, "ci_high": row.ci_high}
             if row.gain is not None:
-                numbers.update(gain=row.gain.gain, gain_low=row.gain.low,
-                               gain_high=row.gain.high)
+                numbers.update(gain=row.gain.gain, gain_low=row.gain.low, gain_high=row.gain.high)
             metrics += [Metric(f"confirm_trial_{num}_{k}", float(v), ts, 0)
                         for k, v in numbers.items()]
         tags = [RunTag("autotune.confirm", confirm_note(res))]
@@ -314,13 +316,11 @@ class Tracker:
             rid = self._find(f"tags.`{TRIAL_TAG}` = '{num}'")
             if rid is None:
                 continue
-            boots = len(row.values)
-            mine = [Metric("confirm_boots", float(boots), ts, 0),
+            mine = [Metric("confirm_boots", float(len(row.values)), ts, 0),
                     Metric("confirm_median", float(row.median), ts, 0)]
             if row.gain is not None:
-                mine += [Metric("confirm_gain", row.gain.gain, ts, 0),
-                         Metric("confirm_gain_low", row.gain.low, ts, 0),
-                         Metric("confirm_gain_high", row.gain.high, ts, 0)]
+                mine += [Metric(f"confirm_gain{k}", v, ts, 0) for k, v in (
+                    ("", row.gain.gain), ("_low", row.gain.low), ("_high", row.gain.high))]
             self.client.log_batch(rid, metrics=mine, tags=[
                 RunTag("autotune.confirm", row.text or "baseline")])
         with tempfile.TemporaryDirectory() as tmp:

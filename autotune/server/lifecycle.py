@@ -21,11 +21,19 @@ import httpx
 from autotune.errors import (
     ServerBootError,
     ServerBootHung,
+    ServerBootStarved,
     ServerBootTimeout,
     ServerDiedError,
 )
 from autotune.server.forkserver import ForkedGroup, ForkServerError, fork_server, refuse
-from autotune.server.process import ProcessGroup, log_line, owned_tmpdir, port_is_free
+from autotune.server.process import (
+    ProcessGroup,
+    group_pids,
+    log_line,
+    owned_tmpdir,
+    port_is_free,
+)
+from autotune.server.starved import CpuClock, cpu_text, group_ticks, starved_since
 
 # Lines that wrap the real cause; the root cause is the first exception line that is not one.
 _WRAPPERS = (
@@ -110,6 +118,10 @@ class ServerProcess:
         self.preload_log = preload_log or self.log_path.with_name("vllm-forkserver.log")
         self.group: ProcessGroup | None = None
         self.started_at: float | None = None
+        # when the server itself started: after the fork server's imports, which are the
+        # study's once, not this config's (a busy machine took 324 s over them, and they
+        # had counted against a 240 s boot timeout), and the CPU's stall clock then
+        self.launched: CpuClock | None = None
         self.healthy_at: float | None = None
         self.tmpdir: str | None = None
         self.launch = "direct"  # or "forked"; `direct_why` says why a preload fell back
@@ -146,6 +158,7 @@ class ServerProcess:
             self.group = ProcessGroup(self.argv, log_path=self.log_path, env=env,
                                       pdeathsig=True, header=True)
             self.group.start()
+        self.launched = CpuClock.now()
 
     def _forked(self, executable: list[str], env: dict[str, str]) -> ProcessGroup | None:
         """The server forked from the fork server of `executable`, or None (started directly,
@@ -179,10 +192,14 @@ class ServerProcess:
     def wait_healthy(self, timeout_s: float, poll_interval_s: float = 0.5) -> float:
         """Block until GET /health answers 200; returns seconds since start. A server whose
         engine failed to start and that has not exited `hang_grace_s` later is hung: raise
-        ServerBootHung with the engine's cause (the caller stops the group)."""
+        ServerBootHung with the engine's cause (the caller stops the group). The deadline runs
+        from the server's own start (`launched`: a fork server's imports come before it); at
+        the deadline, ServerBootStarved where the machine was starved meanwhile, else
+        ServerBootTimeout."""
         assert self.group is not None and self.started_at is not None, "start() first"
+        assert self.launched is not None
         started = self.started_at
-        deadline = started + timeout_s
+        deadline = self.launched.at + timeout_s
         engine_failed_at: float | None = None
         next_scan = 0.0
         with httpx.Client(timeout=httpx.Timeout(2.0)) as client:
@@ -201,8 +218,18 @@ class ServerProcess:
                 with contextlib.suppress(httpx.HTTPError):
                     if client.get(f"{self.base_url}/health").status_code == 200:
                         self.healthy_at = time.monotonic()
+                        # what the CPUs did during a boot that made it (starved: below)
+                        log_line(self.log_path, "# autotune: healthy; during the boot: "
+                                 + cpu_text(self.launched, CpuClock.now(),
+                                            group_ticks(group_pids(self.group.pid))))
                         return self.healthy_at - started
                 if time.monotonic() >= deadline:
+                    starved = starved_since(self.launched, group_pids(self.group.pid))
+                    if starved is not None:
+                        raise ServerBootStarved(
+                            f"vLLM server not healthy after {timeout_s:.0f} s on a machine "
+                            f"starved by other work: {starved}", starved,
+                            cause=f"boot timeout ({timeout_s:.0f} s)", log_path=str(self.log_path))
                     raise ServerBootTimeout(
                         f"vLLM server not healthy after {timeout_s:.0f} s",
                         cause=f"boot timeout ({timeout_s:.0f} s)",

@@ -1,5 +1,5 @@
 """Checks that boot servers for a study's chosen config after the study: `export --validate`
-(the config and the baseline booted again, interleaved, as repeat trials of the study) and
+(the config and the baseline booted again, interleaved, beside the study: never its trials) and
 `export --verify` (the config booted as a stock `vllm serve` and its capacity checked with
 `vllm bench serve`). They run sessions of their own, so they live here, not in outputs/, which
 only formats what was measured.
@@ -8,71 +8,97 @@ only formats what was measured.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import optuna
+from optuna.trial import FrozenTrial
 
 from autotune.config.study import StudyConfig
 from autotune.errors import StudyError
-from autotune.measure.stats import Gain, gain_ci
+from autotune.measure.stats import gain_ci
 from autotune.outputs.export import serve_line
-from autotune.tuning.confirm import TrialHook, config_gains, run_repeats
+from autotune.tuning.confirm import run_repeats
 from autotune.tuning.objective import PhaseHook
 from autotune.tuning.preflight import Preflight
-from autotune.tuning.record import TrialRecord, baseline, records
+from autotune.tuning.record import TrialRecord, record_of, records
+from autotune.tuning.summary import StudySummary
+from autotune.tuning.validation import (
+    NOT_HELD,
+    UNDECIDED,
+    Boot,
+    Validation,
+    verdict,
+    write_run,
+)
 
 
-@dataclass(frozen=True)
-class Validation:
-    """A chosen config and the baseline booted again, interleaved: each objective's study value
-    and the median of the re-runs, the gain of the first objective measured by the re-runs
-    alone (with its interval from two re-runs each), and the gain the study had printed."""
-
-    trial: int
-    base: int
-    metric: str
-    rows: list[tuple[str, float, float]]  # objective, study value, median of the re-runs
-    gain: Gain  # the re-runs only
-    study_gain: Gain  # every boot before the validation (`n`: the chosen config's boots)
-    boots: list[int]  # the validation's trials
-
-    @property
-    def inside(self) -> bool | None:
-        """Whether the study's gain lies inside the re-runs' interval (None without one)."""
-        if self.gain.n < 2 or self.gain.n_base < 2:
-            return None
-        return self.gain.low <= self.study_gain.gain <= self.gain.high
+def scratch_copy(study: optuna.Study) -> optuna.Study:
+    """An in-memory study holding every trial of `study` under the same numbers: the
+    validation boots on it, so the objective reads the study as it is (a repeat's flags, the
+    incumbent) and writes nothing into it."""
+    copy = optuna.create_study(directions=study.directions)
+    if study.metric_names:
+        copy.set_metric_names(list(study.metric_names))
+    copy.add_trials(study.get_trials(deepcopy=False))
+    return copy
 
 
 def validate(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: list[Any],
-             trial: TrialRecord, repeats: int, *, on_phase: PhaseHook | None = None,
-             on_trial: TrialHook | None = None) -> Validation:
+             summary: StudySummary, trial: TrialRecord, repeats: int, *,
+             max_tpot_ms: float | None = None, on_phase: PhaseHook | None = None,
+             on_boot: Callable[[int, Boot], None] | None = None) -> Validation:
     """Boot the baseline and the trial's config again, interleaved (base A base A ...),
-    `repeats` times each, as repeat trials of the study (so nothing measured is lost and every
-    view pools them); a capacity study searches each boot's capacity anew."""
-    recs = records(study)
-    base = baseline(recs)
+    `repeats` times each, beside the study: the boots are trials of a copy of it
+    (`scratch_copy`), their files under `validate/run-<time>/`, and the run with its verdict
+    is appended to `validate.json` (autotune.tuning.validation); the study itself is left as
+    it was. A capacity study searches each boot's capacity anew."""
+    base = summary.base
     if base is None:
         raise StudyError("--validate: the study has no measured baseline trial to compare with")
-    metrics = cfg.metric_names()
-    before = config_gains(recs, metrics).get(trial.number, {})
-    first = len(study.get_trials(deepcopy=False))
-    run_repeats(study, cfg, pre, requests, [base.number, trial.number] * repeats,
-                on_phase=on_phase, on_trial=on_trial)
-    new = [r for r in records(study)[first:] if r.measured]
-    mine = [r for r in new if r.facts.repeat_of == trial.number]
-    theirs = [r for r in new if r.facts.repeat_of == base.number]
-    if not mine or not theirs:
-        raise StudyError("--validate: a re-run was not measured (see `autotune trials`)")
-    rows = [(m, v, float(np.median([r.values[m] for r in mine]))) for m, v in
-            trial.values.items()]
-    m0 = metrics[0]
-    gain = gain_ci([r.values[m0] for r in mine], [r.values[m0] for r in theirs])
-    return Validation(trial.number, base.number, m0, rows, gain, before[m0],
-                      [r.number for r in new])
+    m0 = summary.metrics[0]
+    before = summary.gains.get(trial.number, {}).get(m0)
+    if before is None:
+        raise StudyError(f"--validate: trial {trial.number} has no {m0} to compare with")
+    of = trial.facts.repeat_of if trial.facts.repeat_of is not None else trial.number
+    scratch = scratch_copy(study)  # its boots are trials of this copy, never of the study
+    first = len(scratch.get_trials(deepcopy=False))
+    folder = cfg.study_dir() / "validate" / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
+
+    def on_trial(st: optuna.Study, frozen: FrozenTrial) -> None:
+        if on_boot is not None:
+            r = record_of(st, frozen)
+            on_boot(frozen.number - first, Boot.of_record(
+                r, r.facts.repeat_of if r.facts.repeat_of is not None else -1,
+                str(folder / f"trial-{frozen.number:04d}")))
+
+    run_repeats(scratch, cfg, pre, requests, [base.number, of] * repeats, on_phase=on_phase,
+                on_trial=on_trial, trials_dir=folder)
+    new = records(scratch)[first:]
+    boots = [Boot.of_record(r, r.facts.repeat_of if r.facts.repeat_of is not None else -1,
+                            str(folder / f"trial-{r.number:04d}")) for r in new]
+    mine = [b for b, r in zip(boots, new, strict=True) if r.measured and b.of == of]
+    theirs = [b for b, r in zip(boots, new, strict=True) if r.measured and b.of == base.number]
+    if not mine or not theirs:  # a re-run the machine spoiled decides nothing either way
+        spoiled = all(b.status == "unmeasured" for b in boots if not b.values)
+        v = Validation(trial.number, base.number, m0, [], before, before, boots,
+                       UNDECIDED if spoiled else NOT_HELD,
+                       ["a re-run was not measured: " + "; ".join(
+                           f"trial {b.of}'s config: {b.status}: {b.cause}" for b in boots
+                           if not b.values)], max_tpot_ms)
+    else:
+        rows = [(m, v, float(np.median([b.values[m] for b in mine]))) for m, v in
+                trial.values.items()]
+        gain = gain_ci([b.values[m0] for b in mine], [b.values[m0] for b in theirs])
+        study_base = summary.boots.get(base.number, {}).get(m0) or [base.values[m0]]
+        said, why = verdict(before, gain, [*study_base, *(b.values[m0] for b in theirs)],
+                            mine, max_tpot_ms)
+        v = Validation(trial.number, base.number, m0, rows, gain, before, boots, said, why,
+                       max_tpot_ms)
+    write_run(cfg.study_dir() / "validate.json", v)
+    return v
 
 
 def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,

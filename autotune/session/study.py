@@ -189,6 +189,8 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
     cost_lines = cost.lines()
     if tracker is not None:
         tracker.log_study_metrics(cost.metrics())
+    if pre.dataset and pre.dropped:  # what the study measured is not the whole file
+        note = " ".join(filter(None, [note, f"Measured on the requests kept: {pre.dataset}."]))
     end_of_study(summary, cfg, res, note, cost_lines, config_path)
     if cert is None and held < cfg.n_trials and \
             (spent := over_budget(cost, cfg.budget_gpu_minutes)):

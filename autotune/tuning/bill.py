@@ -105,6 +105,8 @@ def device_unit() -> str:
 
 
 FINISHED = (Status.OK, Status.SLO_MISS, Status.INFEASIBLE)  # Optuna's COMPLETE
+# and a trial the machine spoiled: its boot held the device, though no trial budget counts it
+BILLED = (*FINISHED, Status.UNMEASURED)
 
 
 def bill(study: optuna.Study | list[TrialRecord], cfg: StudyConfig, unit: str | None = None,
@@ -114,8 +116,9 @@ def bill(study: optuna.Study | list[TrialRecord], cfg: StudyConfig, unit: str | 
     devices = cfg.gpus_per_trial or 1
     costs = []
     spans = []
-    for r in study if isinstance(study, list) else records(study):
-        if r.status not in FINISHED or r.started is None or r.completed is None:
+    recs = study if isinstance(study, list) else records(study)
+    for r in recs:
+        if r.status not in BILLED or r.started is None or r.completed is None:
             continue
         wall = (r.completed - r.started).total_seconds()
         spans.append((r.started, r.completed, r.facts.process))
@@ -135,7 +138,8 @@ def bill(study: optuna.Study | list[TrialRecord], cfg: StudyConfig, unit: str | 
             idle += gap * devices / 60
         end = e if end is None else max(end, e)
         last = proc
-    first = sum(not c.confirm for c in costs)
+    spoiled = {r.number for r in recs if r.status == Status.UNMEASURED}
+    first = sum(not c.confirm and c.number not in spoiled for c in costs)
     return Bill(unit or device_unit(), devices, tuple(costs), idle,
                 max(cfg.n_trials - first, 0), reference)
 

@@ -27,14 +27,16 @@ from typing import Any
 import optuna
 
 from autotune.config.study import StudyConfig
+from autotune.errors import StudyError
 from autotune.measure.stats import Gain, censored_gain
 from autotune.tuning.bill import bill
 from autotune.tuning.confirm import TrialHook, run_repeats
+from autotune.tuning.failures import MAX_UNMEASURED
 from autotune.tuning.machines import here
 from autotune.tuning.objective import PhaseHook
 from autotune.tuning.plan import Costs, boots_of, capacities_of, capacity_first
 from autotune.tuning.preflight import Preflight
-from autotune.tuning.record import TrialRecord, baseline, records
+from autotune.tuning.record import Status, TrialRecord, baseline, records
 
 CERTIFIED = "certified"
 NOT_CERTIFIED = "not certified"
@@ -225,6 +227,7 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
     if where is not None:
         say("certify: the study's boots ran on another machine too; its interval counts the "
             "boots of this one only")
+    starved = 0
     while True:
         recs = records(study)
         g = pick_gain(recs, pick, base.number, cfg, where)
@@ -250,10 +253,16 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
                     start_at=at)
         new = records(study)[n_before:]
         spent["boots"] += bill(new, cfg).total
-        failed = [r for r in new if not r.measured]
+        failed = [r for r in new if not r.measured and r.status != Status.UNMEASURED]
         if failed:  # a boot that fails once fails again (its flags are not booted twice)
             return done(NOT_CERTIFIED, g, why=f"a certify boot was not measured (trial "
                         f"{failed[0].number}: {failed[0].label()}; see `autotune trials`)")
+        # a boot the machine spoiled (starved, issue 70) is no verdict: the pair boots again
+        starved = starved + 1 if any(r.status == Status.UNMEASURED for r in new) else 0
+        if starved >= MAX_UNMEASURED:
+            raise StudyError(f"{starved} certify pairs in a row measured nothing because the "
+                             "machine was too busy (`autotune trials` shows each). Free the "
+                             "machine; the same command resumes the certification")
     if not (g.n > 1 and g.n_base > 1 and g.low > 0):
         return done(NOT_CERTIFIED, g, why=(
             f"its interval holds no gain ({cfg.certify.max_boots} boots each)"

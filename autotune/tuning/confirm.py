@@ -16,13 +16,14 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.study import StudyConfig
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, Unmeasured
 from autotune.measure.stats import Gain, gain_ci, median_ci, pick, rel_sd
 from autotune.tuning.objective import Objective, PhaseHook
 from autotune.tuning.preflight import Preflight
@@ -80,14 +81,17 @@ def boot_estimate(study: optuna.Study) -> list[float]:
 def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: list[Any],
                 plan: list[int], *, on_phase: PhaseHook | None = None,
                 on_trial: TrialHook | None = None, deadline: float | None = None,
+                trials_dir: Path | None = None,
                 start_at: dict[int, float | None] | None = None) -> int:
     """Boot each trial of `plan` again with its own flags, in that order, as new trials of the
     study (`repeat_of`); with `start_at`, a capacity study's boot of a trial in it searches in
     tolerance steps from that load (a certify boot, `check_at`). They are created directly,
     not through the queue, so configs still waiting there (starts a study did not reach)
     cannot slip in between. With a `deadline` (time.monotonic()), no boot starts that the
-    study's longest trial says would end after it; returns the boots run."""
-    objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase)
+    study's longest trial says would end after it; returns the boots run. Their folders go
+    under `trials_dir` (default: the study's)."""
+    objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase,
+                          trials_dir=trials_dir)
     took = [max(boot_estimate(study), default=0.0)]
     for i, num in enumerate(plan):
         if deadline is not None and not fits_before(deadline, time.monotonic(), took):
@@ -99,6 +103,12 @@ def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
         write_facts(trial, TrialFacts(repeat_of=num, check_at=(start_at or {}).get(num)))
         try:
             values = objective(trial)
+        except Unmeasured:  # a starved boot: no verdict; the same command boots it again
+            study.tell(trial, state=TrialState.FAIL)
+            took.append(time.monotonic() - started)
+            if on_trial is not None:
+                on_trial(study, study.get_trials(deepcopy=False)[trial.number])
+            continue
         except BaseException:
             study.tell(trial, state=TrialState.FAIL)
             raise
@@ -210,7 +220,7 @@ class ConfirmRow:
             g = self.gain
             out.update(gain=g.gain, gain_low=g.low, gain_high=g.high,
                        significant=g.significant, text=g.text(), survives=self.survives,
-                       n=g.n, n_base=g.n_base, noise_floor=g.noise_floor)
+                       n=g.n, n_base=g.n_base, noise_floor=g.noise_floor, log_sd=g.log_sd)
         return out
 
     @classmethod
@@ -218,7 +228,8 @@ class ConfirmRow:
         gain = None
         if "gain" in d:
             gain = Gain(d["gain"], d["gain_low"], d["gain_high"], d.get("n", len(d["values"])),
-                        d.get("n_base", 2), d.get("noise_floor", 0.0), d["median"])
+                        d.get("n_base", 2), d.get("noise_floor", 0.0), d["median"],
+                        d.get("log_sd"))
         return cls(list(d["values"]), d["median"], d["ci_low"], d["ci_high"], gain,
                    bool(d.get("survives", False)))
 

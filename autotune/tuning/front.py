@@ -108,3 +108,40 @@ def reason_of(rule: str, front: list[TrialRecord], pick: TrialRecord,
            base.number else f"trial {pick.number} served the most req/s at it")
     return (f"{RULE_TEXT[rule]}; tied at {pick.values.get('capacity', 0.0):g} with "
             f"trial{'s' * (len(others) > 1)} {', '.join(others)}: {why}")
+
+
+def dominating(number: int, front: list[int], pooled: dict[int, TrialRecord],
+               metrics: list[str], directions: list[str]) -> list[int]:
+    """The front's trials whose pooled values are at least as good as trial `number`'s on every
+    objective and better on one."""
+    signs = [1.0 if d == "maximize" else -1.0 for d in directions]
+
+    def key(t: TrialRecord) -> list[float]:
+        return [s * t.values[m] for s, m in zip(signs, metrics, strict=True)]
+
+    if number not in pooled:
+        return []
+    mine = key(pooled[number])
+    return [n for n in front if n != number and key(pooled[n]) != mine
+            and all(a >= b for a, b in zip(key(pooled[n]), mine, strict=True))]
+
+
+def off_front_line(number: int | None, baseline: bool, reason: str, front: list[int],
+                   pooled: dict[int, TrialRecord], records: list[TrialRecord],
+                   metrics: list[str], directions: list[str]) -> str | None:
+    """Why the recommendation (trial `number`, kept for `reason`) is not on the front, in one
+    line (None: it is, or there is none): every surface shows it apart from the front."""
+    if number is None or number in front:
+        return None
+    who = f"vLLM's defaults (trial {number}) are" if baseline else f"trial {number} is"
+    rec = pooled.get(number) or next(r for r in records if r.number == number)
+    better = dominating(number, front, pooled, metrics, directions)
+    if better:
+        where = (f"trial{'s' * (len(better) > 1)} {', '.join(map(str, better))} "
+                 f"{'have' if len(better) > 1 else 'has'} better medians on every objective")
+    elif not rec.feasible:
+        where = "it missed the SLOs"
+    else:
+        where = "its capacity is a bound (its search stopped early)" if rec.bound_only \
+            else "another config's medians are better"
+    return f"{who} recommended but not on the Pareto front: {where} ({reason})"

@@ -4,8 +4,9 @@ The objective returns numbers and sets constraints; it logs nothing (tracking is
 An expected failure (the server does not boot, crashes, times out, or serves nothing) is a
 COMPLETE trial that violates the `boot_ok` constraint, with worst-case values for the sampler
 and its cause recorded: TPE and GP skip FAIL trials and would keep proposing the same region.
-Flags that failed once are never booted again; the earlier trial's verdict is reused. Anything
-else raised inside a trial is recorded on it and stops the study (TrialError).
+Flags that failed once are never booted again; the earlier trial's verdict is reused. A boot the
+machine spoiled is no verdict on its config (tuning/failures.py). Anything else raised inside
+a trial is recorded on it and stops the study (TrialError).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from autotune.errors import (
 from autotune.load.record import Request
 from autotune.measure.runner import run_boot
 from autotune.server.refusals import refusal
+from autotune.tuning.failures import failed_timings, unfixable_by, unless_machines
 from autotune.tuning.machines import here
 from autotune.tuning.quality import QUALITY_OK, Guard
 from autotune.tuning.record import TrialFacts, facts_of, records, write_facts
@@ -69,15 +71,6 @@ def incumbent(study: optuna.Study, per_gpu: bool = False, key: str = "capacity"
     return max(caps) if caps else None
 
 
-def unfixable_by(space: SearchSpace, cause: str) -> bool:
-    """Whether a boot failure's cause names none of the space's parameters (as snake_case or
-    as a flag): then no trial of the space can boot either (the model, the fixed args)."""
-    text = cause.lower()
-    names = {n for n, p in space.parameters.items()} | {p.into for p in
-                                                        space.parameters.values() if p.into}
-    return not any(n.lower() in text or n.replace("_", "-").lower() in text for n in names)
-
-
 @dataclass
 class Objective:
     cfg: StudyConfig
@@ -86,6 +79,7 @@ class Objective:
     study_dir: Path
     on_phase: PhaseHook | None = None
     worker: dict[str, Any] | None = None  # which worker ran the trial (id, host, devices)
+    trials_dir: Path | None = None  # where each trial's folder goes (default: study_dir)
 
     def __post_init__(self) -> None:
         self.guard = Guard(self.cfg, self.study_dir, self.requests)
@@ -147,7 +141,7 @@ class Objective:
             return self._fail(trial, TrialFacts(cause=refused[1], failure="ServerBootError",
                                                 preboot=refused[0]))
 
-        workdir = self.study_dir / f"trial-{trial.number:04d}"
+        workdir = (self.trials_dir or self.study_dir) / f"trial-{trial.number:04d}"
         log_path = str(workdir / "server.log")
         phase = ["starting"]
         began: dict[str, float] = {}  # when the boot and what follows it began
@@ -179,6 +173,8 @@ class Objective:
             raise
         except (ServerError, LoadError) as e:
             cause = getattr(e, "cause", None) or str(e)
+            unless_machines(e, trial, key, self.cfg.server.boot_timeout_s,
+                            TrialFacts(log_path=log_path, timings=failed_timings(began)))
             fatal = baseline and isinstance(e, ServerBootError) and unfixable_by(self.space,
                                                                                   cause)
             return self._fail(trial, TrialFacts(log_path=log_path, cause=cause,
@@ -338,13 +334,3 @@ class Objective:
             if was.flags_key == key and was.failure and not was.fatal:
                 return t
         return None
-
-
-def failed_timings(began: dict[str, float]) -> dict[str, float]:
-    """A failed trial's boot and bench seconds to its failure (the server's time, not ours)."""
-    now = time.monotonic()
-    boot = began.get("boot")
-    if boot is None:
-        return {}
-    after = began.get("after")
-    return {"boot_s": (after or now) - boot, "bench_s": now - after if after else 0.0}

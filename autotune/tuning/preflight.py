@@ -22,6 +22,7 @@ from autotune.config.study import (
 )
 from autotune.config.workload import ProfileConfig
 from autotune.errors import ConfigError
+from autotune.load.user_dataset import Dataset
 from autotune.server.vllm_help import VllmInfo, check_flags, get_vllm_info
 from autotune.tuning.search_space import (
     CategoricalParam,
@@ -37,6 +38,7 @@ class Preflight:
     space: SearchSpace
     vllm: VllmInfo
     dataset: str | None = None  # what reading a dataset profile's file found
+    dropped: int = 0  # requests of a dataset profile's file left out as too long
     max_len: int | None = None  # the tokens a request may hold in every trial (request_limit)
     max_len_source: str = "the model's limit"
 
@@ -77,7 +79,9 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
         except ValueError as e:
             raise ConfigError(f"sampler.name: grid: search space {space.name!r}: {e}") from None
     max_len, source = request_limit(cfg, space)
-    dataset = check_dataset(cfg, max_len, source)
+    read = read_datasets(cfg, max_len, source)
+    dataset = "; ".join([ds.note(str(p.path)) for p, ds in read]
+                        + trace_notes(cfg, max_len, source)) or None
     for i, start in enumerate(cfg.starts):
         try:
             space.check_start(start, f"starts.{i}")
@@ -100,26 +104,54 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
             problems.append(str(e))
     if problems:
         raise ConfigError("\n".join(problems))
-    return Preflight(space, info, dataset, max_len, source)
+    return Preflight(space, info, dataset, sum(ds.dropped for _, ds in read), max_len, source)
 
 
 def check_dataset(cfg: StudyConfig, max_len: int | None = None,
                   source: str | None = None) -> str | None:
     """A dataset or trace profile's file is read in full (a bad line is an error naming it);
     returns what was kept and what was dropped as longer than `max_len` (`source` sets it)."""
-    from autotune.load.datasets import load_dataset, load_tokenizer, load_trace
+    notes = [ds.note(str(p.path)) for p, ds in read_datasets(cfg, max_len, source)]
+    return "; ".join(notes + trace_notes(cfg, max_len, source)) or None
 
-    notes = []
-    for profile in cfg.workloads():
-        tok_dir = cfg.server.tokenizer_dir
-        limit = max_len or cfg.server.args.get("max_model_len")
-        if profile.name == "dataset":
-            ds = load_dataset(profile, load_tokenizer(tok_dir), tok_dir, limit, source)
-            notes.append(ds.note(str(profile.path)))
-        elif profile.name == "trace":
-            notes.append(load_trace(profile, load_tokenizer(tok_dir), tok_dir, limit,
-                                    source).note())
-    return "; ".join(notes) or None
+
+def trace_notes(cfg: StudyConfig, max_len: int | None, source: str | None) -> list[str]:
+    """Each trace profile's file read in full (a bad line is an error naming it): what it
+    holds and what was dropped as longer than `max_len`."""
+    from autotune.load.datasets import load_tokenizer, load_trace
+
+    traces = [p for p in cfg.workloads() if p.name == "trace"]
+    if not traces:
+        return []
+    tok_dir = cfg.server.tokenizer_dir
+    limit = max_len or cfg.server.args.get("max_model_len")
+    return [load_trace(p, load_tokenizer(tok_dir), tok_dir, limit, source).note()
+            for p in traces]
+
+
+def read_datasets(cfg: StudyConfig, max_len: int | None = None, source: str | None = None
+                  ) -> list[tuple[ProfileConfig, Dataset]]:
+    """Each dataset profile with its file as the study reads it: the requests kept and the
+    count dropped as longer than `max_len` (None: the study's limit, `request_limit`)."""
+    from autotune.load.datasets import load_dataset, load_tokenizer
+
+    found = [p for p in cfg.workloads() if p.name == "dataset"]
+    if not found:
+        return []
+    if max_len is None and source is None:
+        max_len, source = request_limit(cfg, study_space(cfg.search_space,
+                                                         cfg.server.draft_models))
+    tok_dir = cfg.server.tokenizer_dir
+    tok = load_tokenizer(tok_dir)
+    return [(p, load_dataset(p, tok, tok_dir, max_len or cfg.server.args.get("max_model_len"),
+                             source)) for p in found]
+
+
+def dropped_note(cfg: StudyConfig) -> str | None:
+    """What a study's dataset profiles dropped before the first boot, in one line (None:
+    nothing dropped, or no dataset): the end of a study, the report and export say it."""
+    return "; ".join(ds.note(str(p.path)) for p, ds in read_datasets(cfg) if ds.dropped) \
+        or None
 
 
 def _sizes(p: object) -> list[int]:

@@ -24,6 +24,7 @@ class Status(enum.StrEnum):
     SLO_MISS = "slo_miss"  # measured, an SLO missed
     INFEASIBLE = "infeasible"  # no measurement: no boot, no service (the cause says why)
     INTERRUPTED = "interrupted"  # stopped by a signal, or its worker stopped beating
+    UNMEASURED = "unmeasured"  # no measurement, not the config's doing (a starved boot)
     ERROR = "error"  # an unexpected exception (recorded; the study stopped)
     RUNNING = "running"
     WAITING = "waiting"  # enqueued, not started
@@ -60,6 +61,7 @@ class TrialFacts:
     warm_start: str | None = None  # enqueued from another study's front: "<study>#<trial>"
     quality: dict[str, Any] | None = None  # the quality guard's figures (tuning/quality.py)
     process: str | None = None  # "host:pid" of the run that measured it (between runs: a pause)
+    unmeasured: str | None = None  # why nothing was measured, not the config's doing
     machine: str | None = None  # the machine's key (tuning/machines.py): capacities compare within
 
     @property
@@ -94,8 +96,7 @@ def facts_of(t: FrozenTrial | optuna.Trial) -> TrialFacts:
     return TrialFacts.from_attrs(t.user_attrs)
 
 
-def enqueue(study: optuna.Study, params: dict[str, Any], facts: TrialFacts | None = None
-            ) -> None:
+def enqueue(study: optuna.Study, params: dict[str, Any], facts: TrialFacts | None = None) -> None:
     """Enqueue a config, with what the trial should know of itself (baseline, retry_of, ...)."""
     study.enqueue_trial(params, user_attrs=(facts or TrialFacts()).to_attrs() or None)
 
@@ -149,7 +150,8 @@ def _status(t: FrozenTrial, facts: TrialFacts) -> Status:
     if t.state == TrialState.WAITING:
         return Status.WAITING
     if t.state != TrialState.COMPLETE:
-        return Status.ERROR if facts.error else Status.INTERRUPTED
+        return Status.ERROR if facts.error else Status.UNMEASURED if facts.unmeasured \
+            else Status.INTERRUPTED
     if facts.failure:
         return Status.INFEASIBLE
     return Status.OK if all(v <= 0 for v in t.constraints.values()) else Status.SLO_MISS
@@ -240,8 +242,7 @@ class TrialRecord:
             all(p.flag for p in points)
 
     def curve(self, profile: str | None = None) -> list[LoadPoint]:
-        """The capacity search's load points by load (empty without a capacity search); in a
-        capacity suite, those of `profile`."""
+        """The search's load points by load (none without one); in a capacity suite, `profile`'s."""
         found = self.facts.searches().get(profile)
         return found.curve() if found is not None else []
 
@@ -251,8 +252,7 @@ class TrialRecord:
         return list(found.points) if found is not None else []
 
     def curve_profiles(self) -> list[str | None]:
-        """Whose load curves the trial has: a capacity suite's profiles, else [None] (one
-        search) or [] (none)."""
+        """Whose load curves the trial has: a suite's profiles, else [None] (one search) or []."""
         return [k for k, s in self.facts.searches().items() if s.points]
 
     def value(self, metric: str) -> float | None:

@@ -18,10 +18,11 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.study import StudyConfig
-from autotune.errors import ConfigError, MeasurementWarning, StudyError
+from autotune.errors import ConfigError, MeasurementWarning, StudyError, Unmeasured
 from autotune.load.datasets import study_requests
 from autotune.server.vllm_help import check_flags
 from autotune.tuning.bill import bill, over_budget
+from autotune.tuning.failures import MAX_UNMEASURED, keep, retry_unmeasured
 from autotune.tuning.machines import note_machine
 from autotune.tuning.objective import Objective, PhaseHook
 from autotune.tuning.preflight import Preflight, preflight
@@ -228,7 +229,7 @@ def run_trials(
     if deadline is None and cfg.timeout_s:
         deadline = time.monotonic() + cfg.timeout_s
     durations: list[float] = []
-    ran = 0
+    ran = unmeasured = 0
     while True:
         done, running = claimed(study)
         if done >= cfg.n_trials:
@@ -267,9 +268,17 @@ def run_trials(
         if not ran and (elsewhere := note_machine(study)) is not None:  # before its 1st trial
             warnings.warn(elsewhere, MeasurementWarning, stacklevel=2)
         started = time.monotonic()
-        study.optimize(objective, n_trials=1, callbacks=callbacks, catch=())
+        last: list[FrozenTrial] = []
+        study.optimize(objective, n_trials=1, catch=(Unmeasured,),
+                       callbacks=[*callbacks, keep(last)])
         durations.append(time.monotonic() - started)
         ran += 1
+        unmeasured = unmeasured + 1 if last and retry_unmeasured(study, last[-1]) else 0
+        if unmeasured >= MAX_UNMEASURED:
+            raise StudyError(f"{unmeasured} trials in a row measured nothing because the "
+                             "machine was too busy (their boots timed out while it was "
+                             "starved; `autotune trials` shows each). Free the machine; the "
+                             "same command resumes the study")
 
 
 def trial_estimate(durations: list[float]) -> float:

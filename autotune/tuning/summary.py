@@ -33,6 +33,7 @@ import optuna
 from autotune.config.study import Preference, StudyConfig
 from autotune.errors import StudyError
 from autotune.measure.stats import Gain
+from autotune.tuning import front as picking
 from autotune.tuning.artefacts import artefact
 from autotune.tuning.certify import BUDGET_SPENT, CERTIFIED, Certification, read_certification
 from autotune.tuning.confirm import ConfirmResult, config_boots, config_gains
@@ -82,8 +83,9 @@ class StudySummary:
     profile_metrics: list[str] = field(default_factory=list)  # a suite's per-profile metrics
     profile_gains: dict[int, dict[str, Gain]] = field(default_factory=dict)  # and their gains
     fit: list[int] = field(default_factory=list)  # the front once artefacts are left out
+    off_front: str | None = None  # why the recommendation is not on the front (None: it is)
     certification: Certification | None = None  # how a planned study ended (tuning/certify)
-    # the front's rows, the recommended config first; the recommended config's record
+    # the front's rows, the recommended config first where it is on it; its record
     front_rows: list[TrialRecord] = field(init=False)
     picked: TrialRecord | None = field(init=False)
 
@@ -102,16 +104,12 @@ class StudySummary:
         return found[0]
 
     def front_records(self) -> list[TrialRecord]:
-        """The front, the recommended config first (also where the front leaves it out: the
-        confirm phase kept the defaults against a config whose medians look better, within
-        the noise), then by the first objective."""
-        sign = -1.0 if self.directions[0] == "maximize" else 1.0
-        rows = sorted((self.pooled[n] for n in self.front),
-                      key=lambda r: sign * r.values.get(self.metrics[0], 0.0))
-        rec = self.recommendation.number
-        if rec is not None and rec not in self.front and rec in self.pooled:
-            rows.append(self.pooled[rec])
-        return sorted(rows, key=lambda r: r.number != rec)
+        """The front's members (pooled values), the recommended config first where it is one,
+        then by the first objective. A recommendation off the front (the confirm phase kept
+        the defaults, within the noise) is shown apart, with `off_front`."""
+        sign, rec = -1.0 if self.directions[0] == "maximize" else 1.0, self.recommendation.number
+        return sorted((self.pooled[n] for n in self.front), key=lambda r: (
+            r.number != rec, sign * r.values.get(self.metrics[0], 0.0)))
 
     def rank(self) -> dict[int, int]:
         """Each first-pass measured config's place (0: the recommendation; then the front by the
@@ -137,7 +135,7 @@ class StudySummary:
 
     def to_json(self) -> dict[str, Any]:
         return {"study": self.name, "recommendation": self.recommendation.to_json(),
-                "headline": self.headline(), "front": self.front,
+                "headline": self.headline(), "front": self.front, "off_front": self.off_front,
                 "certification": None if self.certification is None else
                 self.certification.to_json(),
                 "artefacts": {str(k): v for k, v in self.artefacts.items()},
@@ -299,11 +297,13 @@ def summarize_records(name: str, recs: list[TrialRecord], cfg: StudyConfig,
         # the pick's gain on every surface, its repeats' rows too, is the certified one
         mine = {r.number for r in same_config(recs, cert.pick)}
         gains = {**gains, **{n: {**gains.get(n, {}), metrics[0]: g} for n in mine}}
-    extra = cfg.profile_metrics()
-    return StudySummary(name, metrics, directions, recs, base, pooled, boots, gains,
-                        [r.number for r in front], arts, rec, res, failures, extra,
+    extra, on_front = cfg.profile_metrics(), [r.number for r in front]
+    return StudySummary(name, metrics, directions, recs, base, pooled, boots, gains, on_front,
+                        arts, rec, res, failures, extra,
                         config_gains(recs, metrics + extra) if extra else {},
-                        [r.number for r in fit], cert)
+                        [r.number for r in fit], picking.off_front_line(
+                            rec.number, rec.baseline, rec.reason, on_front, pooled, recs,
+                            metrics, directions), cert)
 
 
 def choose(summary: StudySummary, cfg: StudyConfig, prefer: Preference | None = None,

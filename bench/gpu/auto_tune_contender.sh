@@ -12,7 +12,7 @@
 #   bash bench/gpu/auto_tune_contender.sh AUTO_TUNE_SH MODEL OUT_DIR \
 #        [INPUT_LEN OUTPUT_LEN TTFT_MS TPOT_MS NUM_SEQS_LIST NUM_BATCHED_TOKENS_LIST]
 # e.g. (dense 8B, ShareGPT-like lengths, p99 TTFT <= 2 s, p99 TPOT <= 60 ms):
-#   bash bench/gpu/auto_tune_contender.sh /root/w/auto_tune.sh /root/w/qwen3-8b-dummy $OUT \
+#   bash bench/gpu/auto_tune_contender.sh /root/w/auto_tune.sh $PWD/scripts/gpu/models/qwen3-8b-dummy $OUT \
 #        256 256 2000 60 "128 256 512" "2048 8192 16384"
 # Writes OUT_DIR/result.txt (auto_tune's own), its logs, and OUT_DIR/contender.json: the best
 # config, its claimed rate, the GPU minutes the run took. A fetched copy: the `fetch` tool's

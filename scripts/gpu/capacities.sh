@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine (after ../shared/gpu's install): measure the capacity of several configs, one
+# On the GPU machine (after docs/gpu.md's install): measure the capacity of several configs, one
 # boot each, in the order of a plan, detached from the call; wait up to WAIT seconds, then pack
 # every finished boot's result JSON, the console output and the servers' logs into $OUT.
 #   bash scripts/gpu/capacities.sh start PLAN [WAIT]   # PLAN: one boot a line, LABEL [VLLM-FLAGS...]

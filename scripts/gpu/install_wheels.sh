@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# On the GPU machine, after the chunk calls (../shared/gpu/prepare.sh): the carried wheels made
+# On the GPU machine, after the chunk calls (scripts/gpu/prepare.sh): the carried wheels made
 # whole (a wheel over a chunk's size travels as NAME.whl.part000, .part001, ...) and installed
 # into one folder, with an activate file beside them. Every scripts/gpu/*.sh that installs
 # runs this, then `source "$GPU_SITE/activate"`. Run from anywhere; prints the time it took.
-# It is ../shared/gpu/install.sh (the last chunk call's /root/w/install.sh) without that
-# script's version check, which imports vLLM, optuna, mlflow and torch (slow on a fresh machine).
+# It installs what scripts/gpu/prepare.sh carried (the lent machines' install, docs/gpu.md), with
+# no version check (importing vLLM, optuna, mlflow and torch is slow on a fresh machine).
 #   bash scripts/gpu/install_wheels.sh [PIP_ARG ...]      (e.g. --upgrade on a warm machine)
 # GPU_WHEELS (default /root/w) and GPU_SITE (default /root/site) move it (the tests do).
 set -uo pipefail

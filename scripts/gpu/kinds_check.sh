@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a GPU machine after the chunk calls of ../shared/gpu/prepare.sh (or scripts/gpu/prepare.sh):
+# On a GPU machine after the chunk calls of scripts/gpu/prepare.sh (docs/gpu.md):
 # install the wheels, then read vLLM's help and its option types as a study's preflight does
 # (autotune/server/vllm_help.py with server/vllm_kinds.py), time it, and check a few values.
 # Writes kinds.json and kinds.txt into $OUT.

@@ -50,7 +50,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parents[2]  # the checkout copy it runs from
 sys.path.insert(0, str(HERE))
 # the model (ACC_MODEL: "moe", the default, or "dense", the Qwen3-8B-shaped dummy that
-# ../shared/gpu's install lays in /root/w, or a path) and the config every boot serves
+# scripts/gpu/prepare.sh's install lays in /root/w, or a path) and the config every boot serves
 # (ACC_CONFIG: fp8, the default, or defaults)
 MODELS = {"moe": str(HERE / "scripts" / "gpu" / "models" / "qwen3-30b-a3b-dummy"),
           "dense": "/root/w/qwen3-8b-dummy"}

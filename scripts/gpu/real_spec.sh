@@ -34,6 +34,9 @@ case $cmd in
     tar --exclude=./.gpu --exclude=./.git --exclude=./.venv --exclude=./venv --exclude=./docs \
       --exclude=./mlruns -cf - . | tar -C $rs/at -xf -
     cd $rs/at || exit 1
+    # the examples' workdir (mlruns) and models (mlruns/models/...) are the checkout's: here
+    # they are $rs's, which this script packs and keeps across calls
+    mkdir -p $rs/mlruns $rs/models && ln -sfn $rs/mlruns mlruns && ln -sfn $rs/models $rs/mlruns/models
     real_build $rs || exit 1
     cd - > /dev/null || exit 1
     [ -f .gpu/rs-state/state.tgz ] && tar -C $rs -xzf .gpu/rs-state/state.tgz && echo "state restored"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine (after ../shared/gpu's install): the capacity search with and without
+# On the GPU machine (after docs/gpu.md's install): the capacity search with and without
 # settling (autotune.measure.settle) on the same boot of each config, in a random order, with
 # the H100 capacity study's workload (as scripts/gpu/capacities.sh). Detached from the call; wait
 # up to WAIT seconds, then copy every finished search's JSON, the timings and logs into $OUT.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine (after ../shared/gpu's install): start or resume a study detached from the
+# On a lent GPU machine (after docs/gpu.md's install): start or resume a study detached from the
 # call, wait up to WAIT seconds, then pack the study's storage, MLflow store and logs into $OUT.
 #   bash scripts/gpu/study.sh start CONFIG [WAIT] [STUDY-ARGS...]  # resumes .gpu-state/study.tgz
 #   bash scripts/gpu/study.sh wait  CONFIG [WAIT]
@@ -25,16 +25,18 @@ if [ ! -e /root/site/plotly ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /root/site .whl/*.whl
 fi
 mkdir -p /root/w
+# the examples' workdir is the checkout's mlruns (git ignores it; a call keeps it in place)
 pack() {
   cp /root/w/*.log "$OUT/" 2>/dev/null || true
-  [ -d /root/w/mlruns ] || return 0
-  tar -C /root/w -czf "$OUT/study.tgz" --exclude='vllm-cache' --exclude='*.tmp' mlruns
+  [ -d mlruns/studies ] || return 0
+  tar -czf "$OUT/study.tgz" --exclude='vllm-cache' --exclude='*.tmp' --exclude='mlruns/models' \
+    mlruns
   nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv > "$OUT/gpu.txt"
 }
 case $cmd in
   start)
-    if [ -f .gpu-state/study.tgz ] && [ ! -d /root/w/mlruns ]; then
-      tar -C /root/w -xzf .gpu-state/study.tgz
+    if [ -f .gpu-state/study.tgz ] && [ ! -d mlruns/studies ]; then
+      tar -xzf .gpu-state/study.tgz  # mlruns/..., as pack wrote it
     fi
     log=/root/w/$(basename "$cfg" .yaml).log  # one log a study: several can follow on a machine
     setsid nohup python3 -m autotune "$sub" --config "$cfg" "${extra[@]}" >> "$log" 2>&1 < /dev/null &

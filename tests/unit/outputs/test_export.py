@@ -257,3 +257,26 @@ def test_a_speedup_studys_bench_line_replays_a_window_of_the_trace(
     assert "--request-rate" not in line and "--max-concurrency" not in line
     assert capacity_line(cfg, rec) == ("trial 3 serves your traffic at up to 2.5x its recorded "
                                        "rate within the SLOs (median_ttft_ms <= 2000)")
+
+
+def test_exports_of_two_configs_keep_both_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 70, item 8: every `export --prefer ...` overwrote the one export/vllm-config.yaml
+    the default export had printed. Each trial's files go to a folder of its own."""
+    from pathlib import Path
+
+    import yaml
+
+    from autotune.outputs.export import export
+    from tests.fakes import study_cfg
+
+    cfg = study_cfg(tmp_path)
+    st = _study_of([({}, [100.0, 20.0], True), ({"max_num_seqs": 8}, [150.0, 18.0], False)])
+    from autotune.tuning.record import records
+
+    base, other = records(st)
+    first = export(cfg, base, tmp_path / "export")
+    second = export(cfg, other, tmp_path / "export")
+    assert first["config_path"] != second["config_path"]
+    assert "max-num-seqs" not in yaml.safe_load(Path(first["config_path"]).read_text())
+    assert yaml.safe_load(Path(second["config_path"]).read_text())["max-num-seqs"] == 8
+    assert Path(first["config_path"]).parent.name == "trial-0000"

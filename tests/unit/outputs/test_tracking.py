@@ -130,3 +130,35 @@ def test_the_trials_table_has_its_columns_with_no_trial() -> None:
     assert list(df.columns) == ["number", "status", "baseline", "feasible", "on_front", "cause",
                                 "params", "capacity", "mean_tpot_ms"]
     assert df[df.on_front].empty
+
+
+def test_the_pareto_plot_draws_the_front_of_pooled_values(tmp_path: Path) -> None:
+    """Issue 70, item 1, on the plots (report and MLflow): Optuna's Pareto plot drew its front
+    on each trial's first boot while every table's front is on the config's medians; given the
+    summary's pooled values, the plot's front is the tables' front."""
+    from autotune.outputs.plots import measured_study, pareto_png
+
+    st = optuna.create_study(directions=["maximize", "minimize"])
+    st.set_metric_names(["total_token_throughput", "mean_tpot_ms"])
+    # trial 1's first boot beats the defaults' on both; its median over three boots does not
+    for flags, values, base, rep in [
+            ({}, [100.0, 20.0], True, None), ({"max_num_seqs": 8}, [150.0, 18.0], False, None),
+            ({"max_num_seqs": 8}, [60.0, 30.0], False, 1),
+            ({"max_num_seqs": 8}, [70.0, 28.0], False, 1)]:
+        facts = TrialFacts(flags=flags, flags_key=str(sorted(flags.items())), baseline=base or None,
+                           repeat_of=rep, metrics={"total_token_throughput": values[0],
+                                                   "mean_tpot_ms": values[1]})
+        st.add_trial(optuna.trial.create_trial(values=values, user_attrs=facts.to_attrs()))
+    summary = summarize(st, _cfg(tmp_path))
+    assert summary.front == [0]  # trial 1's medians: 70 tok/s, 28 ms
+    pooled = {n: r.values for n, r in summary.pooled.items()}
+    stored = [t.values for t in st.get_trials()]
+    first = [t.number for t in measured_study(st, full_only=True).best_trials]
+    drawn = [t.number for t in measured_study(st, full_only=True, pooled=pooled).best_trials]
+    assert first == [1] and drawn == [0]  # the copy numbers trials 0 and 1 as the study does
+    pareto_png(st, tmp_path / "p.png", "t", pooled)
+    assert (tmp_path / "p.png").stat().st_size > 0
+    # the study's own trials keep their measurements: get_trials(deepcopy=False) hands out
+    # the storage's cached objects, and a plot that wrote into them once fed the pooled
+    # medians to a study's confirm phase in the same process
+    assert [t.values for t in st.get_trials()] == stored

@@ -260,6 +260,53 @@ def test_a_failed_certify_boot_of_the_pick_ends_it_at_once(
     assert len(syn.study.trials) == 5  # one pair, then the verdict
 
 
+def spoiling(syn: Synthetic, pick: int, times: int) -> Any:
+    """A run_repeats whose first `times` boots of `pick` the machine spoils (unmeasured)."""
+    left = [times]
+
+    def run(study: Any, cfg: Any, pre: Any, requests: Any, pair: list[int], *,
+            start_at: dict[int, float | None], **kw: Any) -> int:
+        for n in pair:
+            if n == pick and left[0]:
+                left[0] -= 1
+                t = optuna.trial.create_trial(
+                    state=optuna.trial.TrialState.FAIL, user_attrs=TrialFacts(
+                        repeat_of=n, flags_key="pick", unmeasured="boot timeout while other "
+                        "work starved the machine").to_attrs())
+                t.datetime_start, t.datetime_complete = syn.clock, syn.clock
+                study.add_trial(t)
+            else:
+                syn.boot(str(records(study)[n].facts.flags_key), 3.5, repeat_of=n,
+                         start=start_at[n])
+        return len(pair)
+    return run
+
+
+def test_a_certify_boot_the_machine_spoiled_is_booted_again_not_a_verdict(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 70, item 5: a certify boot that timed out while other work starved the machine
+    (recorded unmeasured) says nothing of the pick: the pair boots again and the certification
+    goes on; a machine that stays starved stops it with one clear error (the same command
+    resumes), never with a "not certified" that later runs would read."""
+    from autotune.errors import StudyError
+    from autotune.tuning.record import Status
+
+    def certify(syn: Synthetic, pick: int) -> Any:
+        return run_certify(syn.study, syn.cfg, None, [], pick, lambda: 1e9,  # type: ignore[arg-type]
+                           lambda: plan(records(syn.study), syn.cfg, bill(syn.study, syn.cfg),
+                                        1e9).costs)
+
+    syn, pick = explored(tmp_path, 0.44, 0.03)
+    monkeypatch.setattr(certify_mod, "run_repeats", spoiling(syn, pick, 1))
+    c = certify(syn, pick)
+    assert c.status == CERTIFIED, c.why
+    assert [r.status for r in records(syn.study)].count(Status.UNMEASURED) == 1
+    syn, pick = explored(tmp_path / "b", 0.44, 0.03)
+    monkeypatch.setattr(certify_mod, "run_repeats", spoiling(syn, pick, 99))
+    with pytest.raises(StudyError, match="3 certify pairs in a row measured nothing"):
+        certify(syn, pick)
+    assert read_certification(syn.cfg, records(syn.study)) is None  # nothing decided
+
 def test_a_study_run_again_reads_its_certification_and_bills_its_reference_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     syn, pick = explored(tmp_path, 0.44, 0.03)

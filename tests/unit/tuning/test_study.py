@@ -186,3 +186,104 @@ def test_the_bill_splits_each_trial_and_counts_idle_and_the_rest() -> None:
     assert g.lines()[0].endswith("boots 1.0, load 0.5, quality guard 0.4, the rest of the trials "
                                  "0.1")
     assert g.metrics()["bill_guard_min"] == pytest.approx(0.4)
+
+
+def test_a_boot_that_timed_out_on_a_starved_machine_is_unmeasured_not_infeasible(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 70, item 5: a config that booted in 34 s in the demo hit the 300 s boot timeout on
+    a busy machine and was recorded `infeasible: boot timeout`. A boot timeout on a starved
+    machine (runner.booted has booted once more) is now no verdict: the trial is recorded
+    unmeasured (failed: no sampler learns from it), its config enqueued again once, and the
+    study goes on to its n_trials measured trials; three such trials in a row stop it."""
+    from autotune.errors import ServerBootStarved, StudyError
+    from autotune.tuning import objective as objective_mod
+    from autotune.tuning.record import Status, records
+    from tests.fakes import fake_bench
+    from tests.unit.tuning.test_objective import SPACE, cfg
+
+    calls: list[dict[str, Any]] = []
+    real = fake_bench(calls)
+    starve = {"left": 1}
+
+    def run(server: Any, profiles: Any, flags: dict[str, Any], workdir: Any, **kw: Any) -> Any:
+        if flags.get("max_num_seqs") == 16 and starve["left"]:
+            starve["left"] -= 1
+            raise ServerBootStarved("not healthy", "other processes took 93% of the CPUs' "
+                                    "time", cause="boot timeout (300 s)", log_path="x")
+        return real(server, profiles, flags, workdir, **kw)
+
+    monkeypatch.setattr(objective_mod, "run_boot", run)
+    c = cfg(tmp_path).model_copy(update={"n_trials": 3})
+    st = optuna.create_study(directions=["maximize", "minimize"])
+    st.set_metric_names(c.metric_names())
+    st.enqueue_trial({}, user_attrs={"baseline": True})
+    st.enqueue_trial({"max_num_seqs": 16, "kv_cache_dtype": "auto"})
+    run_trials(st, c, SimpleNamespace(space=SPACE), [])  # type: ignore[arg-type]
+    recs = records(st)
+    assert [r.status for r in recs[:3]] == [Status.OK, Status.UNMEASURED, Status.OK]
+    assert recs[1].label() == "unmeasured" and recs[1].cause == (
+        "boot timeout (300 s) while other work starved the machine (other processes took 93% "
+        "of the CPUs' time), where trial 0 booted in 1 s: the machine's, not the config's")
+    assert recs[2].flags.get("max_num_seqs") == 16 and recs[2].facts.retry_of == 1
+    assert sum(r.status != Status.UNMEASURED for r in recs) == 3  # n_trials complete
+    from autotune.tuning.bill import bill
+
+    b = bill(recs, c)  # the spoiled boot held the machine; it counts toward no trial budget
+    assert 1 in [t.number for t in b.trials] and b.left == 0
+    # a machine that stays starved: the study stops, saying why, after three in a row
+    starve["left"] = 99
+    c2 = cfg(tmp_path / "b").model_copy(update={"n_trials": 5})
+    st2 = optuna.create_study(directions=["maximize", "minimize"])
+    st2.set_metric_names(c2.metric_names())
+    st2.enqueue_trial({}, user_attrs={"baseline": True})  # boots in 1 s: the timeout is ample
+    for _ in range(4):
+        st2.enqueue_trial({"max_num_seqs": 16, "kv_cache_dtype": "auto"})
+    with pytest.raises(StudyError, match="3 trials in a row measured nothing"):
+        run_trials(st2, c2, SimpleNamespace(space=SPACE), [])  # type: ignore[arg-type]
+    assert [r.status for r in records(st2)][1:4] == [Status.UNMEASURED] * 3
+    # a study none of whose boots has shown the timeout ample: a starved timeout is the
+    # config's verdict as before (tests/integration/test_faults_real.py's 4 s boot timeout)
+    st3 = optuna.create_study(directions=["maximize", "minimize"])
+    st3.set_metric_names(c2.metric_names())
+    st3.enqueue_trial({"max_num_seqs": 16, "kv_cache_dtype": "auto"})
+    run_trials(st3, c2.model_copy(update={"n_trials": 1}), SimpleNamespace(space=SPACE), [])  # type: ignore[arg-type]
+    (only,) = records(st3)
+    assert only.status == Status.INFEASIBLE and only.cause == "boot timeout (300 s)"
+
+
+def test_a_boot_timeout_after_the_same_flags_booted_is_the_machines(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where nothing measured the starvation (no PSI, a load average that had not risen yet),
+    a boot timeout of flags that booted in under half the timeout earlier in the study is
+    still the machine's: unmeasured, not infeasible."""
+    import contextlib
+
+    from autotune.errors import ServerBootTimeout, StudyError
+    from autotune.tuning import objective as objective_mod
+    from autotune.tuning.record import Status, records
+    from tests.fakes import fake_bench
+    from tests.unit.tuning.test_objective import SPACE, cfg
+
+    calls: list[dict[str, Any]] = []
+    real = fake_bench(calls)
+
+    def run(server: Any, profiles: Any, flags: dict[str, Any], workdir: Any, **kw: Any) -> Any:
+        if len(calls) >= 2 and flags.get("max_num_seqs") == 16:
+            calls.append(flags)
+            raise ServerBootTimeout("not healthy", cause="boot timeout (300 s)", log_path="x")
+        return real(server, profiles, flags, workdir, **kw)
+
+    monkeypatch.setattr(objective_mod, "run_boot", run)
+    c = cfg(tmp_path).model_copy(update={"n_trials": 2})
+    st = optuna.create_study(directions=["maximize", "minimize"])
+    st.set_metric_names(c.metric_names())
+    st.enqueue_trial({}, user_attrs={"baseline": True})
+    st.enqueue_trial({"max_num_seqs": 16, "kv_cache_dtype": "auto"})
+    run_trials(st, c, SimpleNamespace(space=SPACE), [])  # type: ignore[arg-type]
+    st.enqueue_trial({"max_num_seqs": 16, "kv_cache_dtype": "auto"})
+    c3 = c.model_copy(update={"n_trials": 3})
+    with contextlib.suppress(StudyError):  # where TPE draws those flags a third time
+        run_trials(st, c3, SimpleNamespace(space=SPACE), [])  # type: ignore[arg-type]
+    third = records(st)[2]
+    assert third.status == Status.UNMEASURED and not third.facts.failure
+    assert "where the same flags booted in 1 s in trial 1" in (third.cause or "")
