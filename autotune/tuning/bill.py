@@ -1,7 +1,8 @@
 """The bill: the device-minutes a study's trials held, from its storage (so a resumed study and
-every worker's trials count), split into boots, load and the rest of each trial, confirm
-repeats, and the idle time between trials; an estimate for the trials left; and the budget
-check that starts no trial expected to end past `budget_gpu_minutes`.
+every worker's trials count), split into boots, load and the rest of each trial, repeat boots
+(the confirm phase's and the certify phase's), and the idle time between trials; an estimate
+for the trials left; and the budget check that starts no trial expected to end past
+`budget_gpu_minutes`.
 
 Device-minutes are a trial's wall minutes times the GPUs it held (`gpus_per_trial`, 1 without
 it); on a machine without GPUs the unit is the whole machine's minutes ("CPU-min").
@@ -30,7 +31,7 @@ WARM_SHARE = 0.6
 @dataclass(frozen=True)
 class TrialCost:
     number: int
-    confirm: bool  # a confirm-phase or validation repeat of an earlier trial's config
+    confirm: bool  # a repeat boot of an earlier trial's config (confirm or certify phase)
     minutes: float  # device-minutes, start to end
     boot: float  # of which the server's boot (0 where the trial recorded no timings)
     load: float  # the benchmark or the capacity search's load points
@@ -77,7 +78,7 @@ class Bill:
         held = (f"{self.devices} GPU{'s' if self.devices > 1 else ''} per trial"
                 if self.unit == "GPU-min" else "the machine's minutes")
         out = [f"bill: {self.total:.1f} {self.unit} ({held}): {n} trials "
-               f"{self.part(False):.1f}" + (f", {c} confirm repeats {self.part(True):.1f}"
+               f"{self.part(False):.1f}" + (f", {c} repeat boots {self.part(True):.1f}"
                                              if c else "")
                + (f", reference check {self.reference:.1f}" if self.reference else "")
                + f", idle {self.idle:.1f}; boots {boot:.1f}, load {load:.1f}, "

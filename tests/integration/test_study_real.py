@@ -372,8 +372,8 @@ def test_confirm_phase_and_validate_boot_interleaved_repeats(
     # boots it rests on (or the defaults, said so), and the export command
     assert "deploy: " in text and " serve " in text and "autotune export --config" in text
     assert ("boots)" in text) or ("deploy: vLLM's defaults (trial 0)" in text)
-    # and with its bill: device-minutes of the trials and of the confirm repeats
-    assert "bill: " in text and "confirm repeats" in text and "per trial (CPU-min)" in text
+    # and with its bill: device-minutes of the trials and of the repeat boots (confirm phase)
+    assert "bill: " in text and "repeat boots" in text and "per trial (CPU-min)" in text
 
     # `export --validate` boots the defaults and the config beside the study (issue 70: it
     # had added them as trials, moving the baseline's median and the front) and ends with a

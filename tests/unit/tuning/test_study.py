@@ -160,7 +160,7 @@ def test_the_bill_splits_each_trial_and_counts_idle_and_the_rest() -> None:
     assert b.next_trial() == pytest.approx(4.0)  # the longest after the cold first
     assert b.estimate_left() == pytest.approx(8.0)  # the median first-pass trial, twice
     lines = b.lines()
-    assert lines[0] == ("bill: 21.0 GPU-min (2 GPUs per trial): 3 trials 16.0, 1 confirm repeats "
+    assert lines[0] == ("bill: 21.0 GPU-min (2 GPUs per trial): 3 trials 16.0, 1 repeat boots "
                         "4.0, idle 1.0; boots 11.7, load 7.0, the rest of the trials 1.3")
     assert lines[2] == "  2 trials left: about 8.0 GPU-min more (the median trial)"
     # without GPUs the unit is the machine's own minutes, and the line says so
