@@ -2,7 +2,7 @@
 
 One boot, many load points: the search (autotune.measure.search) brackets the capacity and
 bisects it; this module holds what it works on: each load point is judged by
-`verdict`:
+`judge` (its point estimates alone: `meets`):
 
 - every request of the point succeeded, and
 - each SLO holds on the point's measured requests, a percentile SLO computed from at least
@@ -13,15 +13,16 @@ bisects it; this module holds what it works on: each load point is judged by
   target, missed when the whole interval is beyond it, and close otherwise. A close point runs
   again with fresh requests, pooled, until the pooled interval clears the target or it ran
   capacity.close_runs times, and the pooled value decides
-  (autotune.measure.on_server.capacity_on): a verdict one run's tail could flip gets more requests.
+  (autotune.measure.point.PointPolicy.pool_close): a judgement one run's tail could flip gets
+  more requests.
 
-A point is not a verdict on the server when the load generator could not offer it: its p99
+A point says nothing of the server when the load generator could not offer it: its p99
 send lag (scheduled arrival -> sent) above MAX_SEND_LAG_MS, or its arrivals spanning less than
 MIN_ARRIVALS_S (a burst). The search stops there and says so (`client_limit`).
 
 The search assumes that a config meeting the SLOs at some load meets them at every lower load.
 A measured point that contradicts it (noise near the knee) is kept in the curve; the bracket
-uses the latest verdicts.
+uses the latest judgements.
 
 Early stop: once the search has a failing load at or below the incumbent's capacity, this config
 cannot beat the incumbent; the search ends there and reports the highest passing load it
@@ -95,7 +96,7 @@ def before_engine(load: float, metrics: dict[str, float], server: dict[str, floa
             f"{engine:,.0f} ms: the rest went before the engine, most likely in {who}")
 
 
-# A point the load generator could not offer is no verdict on the server (module docstring):
+# A point the load generator could not offer says nothing of the server (module docstring):
 # a p99 send lag above this (ms), or arrivals spanning less than this (s)
 MAX_SEND_LAG_MS = 50.0
 MIN_ARRIVALS_S = 10.0
@@ -107,7 +108,7 @@ MAX_LATE_READS = 0.1
 LATE_READS = "late reads"  # how such a flag begins: the point is measured again once
 
 
-def verdict(metrics: dict[str, float], slos: Sequence[SLOConfig]) -> tuple[bool, list[str]]:
+def meets(metrics: dict[str, float], slos: Sequence[SLOConfig]) -> tuple[bool, list[str]]:
     """(passed, what was missed) for one load point's flat metrics (point estimates only)."""
     v = judge(metrics, slos, {})
     return v.state == "met", v.misses
@@ -129,8 +130,8 @@ def intervals(slos: Sequence[SLOConfig], samples: Samples) -> dict[str, tuple[fl
     return out
 
 
-class Verdict(NamedTuple):
-    """One point's verdict: its state, each miss in words and, in the same order, the metric
+class Judgement(NamedTuple):
+    """One point's judgement: its state, each miss in words and, in the same order, the metric
     it is on (an SLO's metric, or FAILED), so that a reader needs no parsing of the words."""
 
     state: str  # "met" | "missed" | "close"
@@ -140,8 +141,8 @@ class Verdict(NamedTuple):
 
 
 def judge(metrics: dict[str, float], slos: Sequence[SLOConfig],
-          bounds: dict[str, tuple[float, float]]) -> Verdict:
-    """The verdict on one point's flat metrics and the intervals of its percentile metrics
+          bounds: dict[str, tuple[float, float]]) -> Judgement:
+    """The judgement on one point's flat metrics and the intervals of its percentile metrics
     (`intervals`; a metric without one is judged on its value alone): "met", "missed" or
     "close" (an interval straddles a target)."""
     misses, missed, close = [], [], []
@@ -163,7 +164,7 @@ def judge(metrics: dict[str, float], slos: Sequence[SLOConfig],
             missed.append(slo.metric)
         elif slo.violation(lo) > 0 or slo.violation(hi) > 0:
             close.append(f"{slo.text()}: {value:,.1f}, 95% [{lo:,.1f}, {hi:,.1f}]")
-    return Verdict("missed" if misses else "close" if close else "met", misses, close, missed)
+    return Judgement("missed" if misses else "close" if close else "met", misses, close, missed)
 
 
 # a client that waited for a CPU this share of a run was crowded out (vLLM-CPU's threads on
@@ -217,11 +218,11 @@ class LoadPoint:
     # the 95% interval of each percentile SLO metric: {"p99_ttft_ms": [low, high]}
     intervals: dict[str, list[float]] = field(default_factory=dict)
     runs: int = 1  # over 1: it was close, ran again, and was judged on every run's requests
-    flag: str | None = None  # the load generator's limit (client_limit): no server verdict
+    flag: str | None = None  # the load generator's limit (client_limit): no server judgement
     # seconds into the point when its miss was settled and the rest of its requests were not
     # sent (autotune.measure.settle); None: it ran to its end
     settled_s: float | None = None
-    missed: tuple[str, ...] = ()  # the metric of each miss, in order (Verdict.missed)
+    missed: tuple[str, ...] = ()  # the metric of each miss, in order (Judgement.missed)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

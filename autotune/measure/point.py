@@ -213,10 +213,10 @@ class PointPolicy:
                ) -> tuple[dict[str, float], dict[str, tuple[float, float]], list[str],
                           list[str]]:
         """The point's figures (`metrics`), intervals, misses and missed metrics: its last
-        sample's, or over several samples their medians and `sampled.verdict`'s judgement."""
+        sample's, or over several samples their medians and `sampled.judge_samples`."""
         last = got[-1]
         flat, bounds, misses, missed = last.flat, last.bounds, last.misses, last.missed
         if self.samples > 1:
-            _met, misses, missed = sampled.verdict([g.sample for g in got], self.slos)
+            _met, misses, missed = sampled.judge_samples([g.sample for g in got], self.slos)
             flat = sampled.medians([g.sample for g in got], metrics)
         return flat, bounds, misses, missed

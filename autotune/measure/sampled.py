@@ -13,7 +13,7 @@ bench/reference_check.py judges `vllm bench serve`'s samples by:
 - the point stops once the samples still to run cannot move any median across its target:
   k // 2 + 1 samples above one target settle a miss, k // 2 + 1 within every target a meet.
 
-Pure: fed each sample's flat metrics and the metrics its own verdict missed.
+Pure: fed each sample's flat metrics and the metrics its own judgement missed.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ SAMPLE_SEED_STEP = 1_000_003
 
 @dataclass(frozen=True)
 class Sample:
-    """One sample of a point: its flat metrics and the metrics its own verdict missed
+    """One sample of a point: its flat metrics and the metrics its own judgement missed
     (an SLO's metric, or FAILED)."""
 
     metrics: dict[str, float]
@@ -54,7 +54,7 @@ def above(sample: Sample, slo: SLOConfig) -> bool:
 
 
 def decided(samples: Sequence[Sample], slos: Sequence[SLOConfig], k: int) -> bool:
-    """Whether the point's verdict over k samples is known from these (see the module)."""
+    """Whether the point's judgement over k samples is known from these (see the module)."""
     if len(samples) >= k or any(FAILED in s.missed for s in samples):
         return True
     need = k // 2 + 1
@@ -62,7 +62,7 @@ def decided(samples: Sequence[Sample], slos: Sequence[SLOConfig], k: int) -> boo
     return any(n >= need for n in over) or all(len(samples) - n >= need for n in over)
 
 
-def verdict(samples: Sequence[Sample], slos: Sequence[SLOConfig]
+def judge_samples(samples: Sequence[Sample], slos: Sequence[SLOConfig]
             ) -> tuple[bool, list[str], list[str]]:
     """(met, misses in words, the metric of each miss) on the samples' medians."""
     misses, missed = [], []

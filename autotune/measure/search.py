@@ -4,7 +4,7 @@ From its first load (the incumbent's capacity, else `start`, else `low`) the sea
 while the SLOs hold and down while they fail (`bracket_steps`) until it has a passing and a
 failing load, then bisects them until (lowest failing - highest passing) / highest passing is
 within `tolerance`. Each point is judged by the measure callback (autotune.measure.capacity's
-verdict rule); a point the client could not offer ends the search below it; with `stop_below`
+judgement rule); a point the client could not offer ends the search below it; with `stop_below`
 (the incumbent's capacity) a failing load at or below it ends the search early with a lower
 bound. Pure: the measurement is a callback, so the search is tested against a synthetic server.
 """

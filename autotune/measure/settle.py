@@ -1,4 +1,4 @@
-"""A load point whose verdict is settled before its last request: stop it there.
+"""A load point whose judgement is settled before its last request: stop it there.
 
 A capacity point is judged on its requests' percentiles (autotune.measure.capacity.judge): an
 SLO `pXX_metric <= T` is missed when the lower end of the percentile's 95% order-statistic
@@ -15,12 +15,12 @@ point runs, every request already has a value or a lower bound on it:
   now - margin - its arrival (it was sent then, give or take its send lag).
 
 Values only grow from their bounds, so once `need` requests are above T the full point would
-miss that SLO whatever its remaining requests do: the verdict is settled, and sending the rest
+miss that SLO whatever its remaining requests do: the judgement is settled, and sending the rest
 buys nothing. A mean SLO is settled the same way once the sum of the bounds over n is above T.
 A failed request settles the point too (judge misses any point with a failed request).
 
-Only misses settle early: a met verdict needs every request (any one left could be slow or
-fail; on 90 recorded H100 points, settling a met verdict once the requests still out could no
+Only misses settle early: a met judgement needs every request (any one left could be slow or
+fail; on 90 recorded H100 points, settling a met judgement once the requests still out could no
 longer change it would have saved about 2 s a point, so it is not done). The
 margin (1 s) covers the queue between the client's processes and this one and the send lag.
 Pure: fed events and asked with the seconds since the load's clock zero.
@@ -70,7 +70,7 @@ def rules(slos: Sequence[SLOConfig], requests: Sequence[Request]) -> list[Rule]:
 
 
 class Settle:
-    """Follows one load point's requests and says once its verdict is a settled miss.
+    """Follows one load point's requests and says once its judgement is a settled miss.
 
     `offsets`: each request's scheduled arrival (seconds from the clock's zero) when every
     request is sent at it (the rate axis with no concurrency cap), else None; the load
@@ -121,7 +121,7 @@ class Settle:
         return out
 
     def __call__(self, now: float) -> bool:
-        """Whether the point's verdict is a settled miss, `now` seconds after its clock's
+        """Whether the point's judgement is a settled miss, `now` seconds after its clock's
         zero (sets `reason` and `at_s` the first time)."""
         if self.reason is None:
             got = self._missed(now)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.config.workload import SLOConfig
-from autotune.measure.capacity import LoadPoint, min_requests, point_seed, verdict
+from autotune.measure.capacity import LoadPoint, meets, min_requests, point_seed
 from autotune.measure.search import search
 
 SLOS = [SLOConfig(metric="p99_ttft_ms", max=2000.0), SLOConfig(metric="p99_tpot_ms", max=60.0)]
@@ -23,7 +23,7 @@ def server(knee: float, n: int = 300):  # type: ignore[no-untyped-def]
              "total_token_throughput": load * 100.0,
              "p99_ttft_ms": 300.0 + max(0.0, load - knee) * 400.0,
              "p99_tpot_ms": 20.0 + load * 0.01}
-        ok, misses = verdict(m, SLOS)
+        ok, misses = meets(m, SLOS)
         return LoadPoint(load, ok, tuple(misses), m, seconds=1.0)
 
     return measure, seen
@@ -128,18 +128,18 @@ def test_misses_at_the_lowest_load_and_passes_at_the_highest() -> None:
 
 def test_verdict_rule() -> None:
     ok = {"completed": 300.0, "failed": 0.0, "p99_ttft_ms": 1999.0, "p99_tpot_ms": 60.0}
-    assert verdict(ok, SLOS) == (True, [])
-    passed, misses = verdict({**ok, "p99_ttft_ms": 2500.0}, SLOS)
+    assert meets(ok, SLOS) == (True, [])
+    passed, misses = meets({**ok, "p99_ttft_ms": 2500.0}, SLOS)
     assert not passed and misses == ["p99_ttft_ms <= 2000 (got 2,500.0)"]
-    passed, misses = verdict({**ok, "failed": 3.0}, SLOS)
+    passed, misses = meets({**ok, "failed": 3.0}, SLOS)
     assert not passed and misses == ["3 of 303 requests failed"]
     # a p99 from fewer than 100 requests is not judged: the point fails
-    passed, misses = verdict({**ok, "completed": 99.0}, SLOS)
+    passed, misses = meets({**ok, "completed": 99.0}, SLOS)
     assert not passed and "fewer than the 100 it needs" in misses[0]
     assert [min_requests(m) for m in ("p99_ttft_ms", "p90_tpot_ms", "median_itl_ms",
                                       "mean_ttft_ms", "total_token_throughput")] == [
         100, 10, 2, 1, 1]
-    assert verdict({**ok, "total_token_throughput": 10.0},
+    assert meets({**ok, "total_token_throughput": 10.0},
                    [SLOConfig(metric="total_token_throughput", min=50.0)])[0] is False
 
 
@@ -189,12 +189,12 @@ def test_intervals_turn_a_percentile_into_met_missed_or_close() -> None:
     import numpy as np
 
     from autotune.config.metric_names import FAILED
-    from autotune.measure.capacity import Verdict, intervals, judge
+    from autotune.measure.capacity import Judgement, intervals, judge
 
     rng = np.random.default_rng(0)
     base = {"completed": 1000.0, "failed": 0.0, "p99_tpot_ms": 30.0}
 
-    def point(scale: float) -> Verdict:
+    def point(scale: float) -> Judgement:
         ttft = list(rng.exponential(scale, size=1000))
         m = {**base, "p99_ttft_ms": float(np.percentile(ttft, 99))}
         return judge(m, SLOS, intervals(SLOS, {"ttft": ttft, "tpot": [30.0] * 1000}))

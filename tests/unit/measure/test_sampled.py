@@ -15,7 +15,7 @@ from autotune.load.record import Request
 from autotune.measure import draw, on_server
 from autotune.measure.on_server import capacity_on
 from autotune.measure.point import Point
-from autotune.measure.sampled import Sample, decided, medians, verdict
+from autotune.measure.sampled import Sample, decided, judge_samples, medians
 from tests.unit.measure.test_jit import _point
 
 TPOT = SLOConfig(metric="p99_tpot_ms", max=60)
@@ -30,10 +30,10 @@ def s(tpot: float, ttft: float = 100.0, missed: tuple[str, ...] = (), failed: in
 
 def test_the_median_sample_decides_and_one_slow_sample_does_not() -> None:
     # the H100 MoE at 20.72 req/s: one fresh sample read 99.5 ms, the others 29.8 and 41.1
-    met, misses, missed = verdict([s(99.5, missed=("p99_tpot_ms",)), s(29.8), s(41.1)],
+    met, misses, missed = judge_samples([s(99.5, missed=("p99_tpot_ms",)), s(29.8), s(41.1)],
                                   [TTFT, TPOT])
     assert met and misses == [] and missed == []
-    met, misses, missed = verdict([s(99.5, missed=("p99_tpot_ms",)), s(29.8),
+    met, misses, missed = judge_samples([s(99.5, missed=("p99_tpot_ms",)), s(29.8),
                                    s(66.1, missed=("p99_tpot_ms",))], [TTFT, TPOT])
     assert not met and missed == ["p99_tpot_ms"]
     assert "median of 3 samples 66.1" in misses[0] and "2 over" in misses[0]
@@ -43,10 +43,10 @@ def test_the_median_sample_decides_and_one_slow_sample_does_not() -> None:
 def test_a_settled_sample_counts_over_the_target_and_a_failure_anywhere_misses() -> None:
     # settled early on TPOT: its partial p99 (35) is no reading, the miss is
     settled = s(35.0, missed=("p99_tpot_ms",))
-    met, misses, missed = verdict([settled, s(70.0, missed=("p99_tpot_ms",)), s(20.0)],
+    met, misses, missed = judge_samples([settled, s(70.0, missed=("p99_tpot_ms",)), s(20.0)],
                                   [TPOT])
     assert not met and "settled" in misses[0]
-    met, misses, missed = verdict([s(20.0), s(20.0, failed=1, missed=(FAILED,)), s(20.0)],
+    met, misses, missed = judge_samples([s(20.0), s(20.0, failed=1, missed=(FAILED,)), s(20.0)],
                                   [TPOT])
     assert not met and missed == [FAILED] and "1 of 601 requests failed" in misses[0]
 
