@@ -49,8 +49,8 @@ def test_a_budgeted_study_explores_then_certifies_its_pick(tiny_model: Path,
         "certify": {"max_boots": 2},
         "workdir": str(tmp_path / "w")}))
     p = autotune("study", "--config", str(path), "--budget-gpu-minutes", "30", "--no-mlflow")
-    out = " ".join(p.stdout.split())
-    said = "\n".join(line for line in p.stdout.splitlines()
+    out = " ".join((p.stdout + p.stderr).split())  # the phases' lines go to stderr
+    said = "\n".join(line for line in (p.stdout + p.stderr).splitlines()
                      if not any(c in line for c in "┃│━─"))[-4000:]  # the lines, not the tables
     assert p.returncode == 0, said + p.stderr[-3000:]
     assert "certify phase: the pick so far is trial 1" in out, said
@@ -67,4 +67,6 @@ def test_a_budgeted_study_explores_then_certifies_its_pick(tiny_model: Path,
     assert "bill:" in out
     e = autotune("export", "--config", str(path), timeout=120)
     assert e.returncode == 0, e.stdout[-2000:] + e.stderr[-2000:]
-    assert "certified" in " ".join(e.stdout.split()) and "--max-num-seqs 16" in e.stdout
+    # the serve line on stdout, what it is on stderr
+    assert "recommended: certified: trial 1 is" in " ".join(e.stderr.split())
+    assert "--max-num-seqs 16" in e.stdout
