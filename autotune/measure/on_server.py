@@ -224,7 +224,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                           {k: flat[k] for k in CURVE_METRICS}, time.monotonic() - t0, server,
                           {k: list(v) for k, v in bounds.items()}, len(runs), got[-1].flag,
                           settled.at_s if settled is not None else None, tuple(missed))
-        write_records(runs_records(runs), points_file(workdir, load))
+        write_records([r for pt in runs for r in pt.records], points_file(workdir, load))
         note = before_engine(load, flat, point.server, CLIENT_BUSY)
         if note is not None and not told:  # once a search: the cause is the server's
             told.append(note)
@@ -238,7 +238,3 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                     bracket=cap.bracket)
     (workdir / "capacity.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
     return result
-
-
-def runs_records(runs: list[Point]) -> list[RequestRecord]:
-    return [r for pt in runs for r in pt.records]

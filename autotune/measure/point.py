@@ -158,10 +158,7 @@ class PointPolicy:
         """Fresh runs of a close point, pooled (appended to `runs`), until the pooled interval
         clears the SLOs or close_runs; still close, the pooled value decides. The pooled
         figures, intervals, misses, missed metrics and the client's limit on the last run."""
-        records = [r for pt in runs for r in pt.records]
-        flat = compute_metrics(records, sum(pt.metrics.duration_s for pt in runs)).flat() \
-            if len(runs) > 1 else runs[0].metrics.flat()
-        bounds = intervals(self.slos, samples(records))
+        flat, bounds = self.pooled(runs)
         state, misses, _close, missed = judge(flat, self.slos, bounds)
         while state == "close" and flag is None and len(runs) < self.cap.close_runs:
             self.phase(f"load {load:g} (close: run {len(runs) + 1})")
@@ -170,14 +167,20 @@ class PointPolicy:
             again, _ = self.run(load, (point_seed(seed, load) + CLOSE_SEED_STEP * k) % 2**32,
                                 settling=False)
             runs.append(again)
-            records = [r for pt in runs for r in pt.records]
-            flat = compute_metrics(records, sum(pt.metrics.duration_s for pt in runs)).flat()
-            bounds = intervals(self.slos, samples(records))
+            flat, bounds = self.pooled(runs)
             state, misses, _close, missed = judge(flat, self.slos, bounds)
             flag = self.limit(runs[-1], load)
         if state == "close":
             _state, misses, _close, missed = judge(flat, self.slos, {})
         return flat, bounds, misses, missed, flag
+
+    def pooled(self, runs: list[Point]) -> tuple[dict[str, float],
+                                                  dict[str, tuple[float, float]]]:
+        """The runs' requests as one: their figures, and each percentile SLO's interval."""
+        records = [r for pt in runs for r in pt.records]
+        flat = compute_metrics(records, sum(pt.metrics.duration_s for pt in runs)).flat() \
+            if len(runs) > 1 else runs[0].metrics.flat()
+        return flat, intervals(self.slos, samples(records))
 
     def one_sample(self, load: float, seed: int, pool: bool) -> Sampled:
         """A run with the seed's requests, again where a kernel compiled or the client read
@@ -187,7 +190,7 @@ class PointPolicy:
         first, settled, flag = self.again_if_late(load, seed, first, settled)
         runs = [first]
         if settled is not None:  # the requests sent already settle a miss: the rest would not
-            bounds = intervals(self.slos, samples(first.records)) if pool else {}
+            bounds = self.pooled(runs)[1] if pool else {}
             return Sampled(runs, first.metrics.flat(), bounds, [str(settled.reason)],
                            [str(settled.metric)], flag, settled)
         if not pool:

@@ -80,8 +80,7 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
             raise ConfigError(f"sampler.name: grid: search space {space.name!r}: {e}") from None
     max_len, source = request_limit(cfg, space)
     read = read_datasets(cfg, max_len, source)
-    dataset = "; ".join([ds.note(str(p.path)) for p, ds in read]
-                        + trace_notes(cfg, max_len, source)) or None
+    dataset = files_note(cfg, read, max_len, source)
     for i, start in enumerate(cfg.starts):
         try:
             space.check_start(start, f"starts.{i}")
@@ -111,8 +110,14 @@ def check_dataset(cfg: StudyConfig, max_len: int | None = None,
                   source: str | None = None) -> str | None:
     """A dataset or trace profile's file is read in full (a bad line is an error naming it);
     returns what was kept and what was dropped as longer than `max_len` (`source` sets it)."""
-    notes = [ds.note(str(p.path)) for p, ds in read_datasets(cfg, max_len, source)]
-    return "; ".join(notes + trace_notes(cfg, max_len, source)) or None
+    return files_note(cfg, read_datasets(cfg, max_len, source), max_len, source)
+
+
+def files_note(cfg: StudyConfig, read: list[tuple[ProfileConfig, Dataset]],
+               max_len: int | None, source: str | None) -> str | None:
+    """What the study's dataset files (`read`) and trace files hold and dropped, in one line."""
+    return "; ".join([ds.note(str(p.path)) for p, ds in read]
+                     + trace_notes(cfg, max_len, source)) or None
 
 
 def trace_notes(cfg: StudyConfig, max_len: int | None, source: str | None) -> list[str]:
