@@ -222,6 +222,11 @@ def summarize(a: argparse.Namespace) -> None:
     for k, val in before.items():  # the GPU's fields, filled in by the lead's run
         if k.startswith("gpu"):
             doc[k] = val
+    ran = {r["model"] for r in rows}  # the models of earlier runs whose rows are not given: kept
+    for k in ("noise_floor", "configs", "guard_seconds", "settings"):
+        kept = {m: v for m, v in (before.get(k) or {}).items() if m not in ran}
+        doc[k] = kept | doc.get(k, {})
+    doc["raw"] = sorted({*(before.get("raw") or []), *doc["raw"]})
     if not any(k.startswith("gpu") for k in doc):  # not run yet: null, and why
         doc.update(gpu_machine=None, gpu_noise_floor=None, gpu_configs=None,
                    gpu_guard_seconds=None, gpu_why_not=(

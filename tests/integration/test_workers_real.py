@@ -43,7 +43,7 @@ def study_file(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
                     "max_concurrency": 8},
         "search_space": str(d / "space.yaml"),
         "sampler": {"name": "tpe", "seed": 1, "n_startup_trials": 2},
-        "n_trials": 4,
+        "n_trials": 2,  # one trial a worker: both servers at once is what is tested
         "workdir": str(d / "mlruns"),
     }
     path = d / "study.yaml"
@@ -90,7 +90,7 @@ def test_two_local_workers_share_one_study(study_file: Path, pg_url: str,
     st = optuna.load_study(study_name="two-workers", storage=pg_url)
     trials = st.get_trials()
     nums = [t.number for t in trials]
-    assert len(nums) == len(set(nums)) and 4 <= len(trials) <= 5  # both may claim the last
+    assert len(nums) == len(set(nums)) and 2 <= len(trials) <= 3  # both may claim the last
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     assert sum(bool(t.user_attrs.get("baseline")) for t in trials) == 1
     workers = {t.user_attrs["worker"]["id"] for t in trials}
@@ -114,12 +114,12 @@ def test_two_local_workers_share_one_study(study_file: Path, pg_url: str,
 def test_hosts_join_with_create_study_and_worker(study_file: Path, pg_url: str,
                                                  local_run: subprocess.CompletedProcess[str],
                                                  tmp_path: Path) -> None:
-    """The multi-host path: the study is created (here: already exists, raised to 6 trials)
+    """The multi-host path: the study is created (here: already exists, raised by 2 trials)
     once, then each "host" runs `autotune worker` with only the storage URL and study name."""
     assert local_run.returncode == 0
     before = {t.number: t.datetime_complete
               for t in optuna.load_study(study_name="two-workers", storage=pg_url).get_trials()}
-    n = max(6, len(before) + 2)
+    n = len(before) + 2
     from mlflow.tracking import MlflowClient
 
     from tests.mlflowserver import mlflow_server
