@@ -14,6 +14,8 @@ request samples a rate (autotune.measure.verify, as `export --verify` runs it).
         --source "..." --contenders OUT/contenders.json
     python bench/head_to_head.py judge --config STUDY --contenders OUT/contenders.json \\
         --samples 3 --out OUT/judged.json
+    python bench/head_to_head.py summarize --judged OUT/judged.json --shape NAME \\
+        --budget 15 --machine "..." --raw "..."   # into docs/results/certified/summary.json
 
 `claim` reads the study's recommendation through `autotune export` (its flags, its capacity,
 the certification when the study ran one); `claim-auto-tune` reads bench/auto_tune_contender.sh's
@@ -51,6 +53,13 @@ def _store(path: Path, name: str, entry: dict[str, Any]) -> None:
     print(f"{name}: {json.dumps(entry)}")
 
 
+def _trials(cfg: StudyConfig) -> int:
+    import optuna
+
+    st = optuna.load_study(study_name=cfg.name, storage=cfg.storage_url())
+    return sum(tr.state.is_finished() for tr in st.get_trials())
+
+
 def claim(a: argparse.Namespace) -> None:
     cfg = load_study_config(a.config).model_copy(update={"name": a.study_name})
     out = cfg.study_dir() / "export"
@@ -68,8 +77,10 @@ def claim(a: argparse.Namespace) -> None:
     _store(a.contenders, a.name, {
         "config": exp["flags"], "claimed_capacity": exp["values"].get("capacity"),
         "gpu_minutes": a.minutes, "trial": exp["trial"], "said": said,
+        "trials": _trials(cfg),
         "certify": None if cert is None else {k: cert.get(k) for k in
-                                              ("status", "pick", "gain", "minutes")},
+                                              ("status", "pick", "gain", "reference",
+                                               "minutes", "why")},
         "source": f"autotune study {a.study_name} ({a.config})"})
 
 
@@ -153,6 +164,50 @@ def judge(a: argparse.Namespace) -> None:
     print(f"written to {a.out}")
 
 
+def _verdicts(j: dict[str, Any]) -> list[dict[str, Any]] | None:
+    return j.get("reference_capacity_verdicts") or ([{"error": j["error"]}] if "error" in j
+                                                     else None)
+
+
+def summarize(a: argparse.Namespace) -> None:
+    """The shape's entry of docs/results/certified/summary.json from judged.json: the issue's
+    fields for autotune, and `contenders` for the others."""
+    judged = json.loads(a.judged.read_text())
+    cs = judged["contenders"]
+    me = cs[a.ours]
+    cert = me.get("certify") or {}
+    gain, ref = cert.get("gain"), cert.get("reference")
+    shape = {
+        "config": judged["config"], "machine": a.machine, "budget_gpu_minutes": a.budget,
+        "gpu_minutes_used": me["gpu_minutes"], "trials": me.get("trials"),
+        "pick": me["config"], "pick_trial": me.get("trial"),
+        "claimed_capacity": me["claimed_capacity"], "said": me.get("said"),
+        "certified": cert.get("status") == "certified", "status": cert.get("status"),
+        "why": cert.get("why") or None,
+        "gain": None if not gain else {
+            "median": gain.get("ratio"), "low": gain.get("low"), "high": gain.get("high"),
+            "coverage": gain.get("coverage"), "boots_pick": gain.get("boots_pick"),
+            "boots_defaults": gain.get("boots_defaults")},
+        "reference_at_C": None if not ref else {
+            k: ref.get(k) for k in ("load", "samples", "met", "p99_ttft_ms", "p99_tpot_ms")},
+        "gpu_minutes_to_certified": me["gpu_minutes"] if cert.get("status") == "certified"
+        else None,
+        "reference_capacity_verdicts": _verdicts(me),
+        "best_claim": judged["best_claim"], "judge_samples": judged["samples"],
+        "judge_order": judged["order"], "slos": judged["slos"],
+        "contenders": {n: {"config": c["config"], "gpu_minutes": c["gpu_minutes"],
+                           "claimed_capacity": c["claimed_capacity"], "source": c["source"],
+                           "reference_capacity_verdicts": _verdicts(c),
+                           **({"trials": c["trials"]} if "trials" in c else {}),
+                           **({"auto_tune": c["auto_tune"]} if "auto_tune" in c else {})}
+                       for n, c in cs.items() if n != a.ours},
+        "raw": a.raw}
+    doc = json.loads(a.summary.read_text())
+    doc.setdefault("shapes", {})[a.shape] = shape
+    a.summary.write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(shape, indent=1)[:3000])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -177,9 +232,17 @@ def main() -> None:
     j.add_argument("--samples", type=int, default=3)
     j.add_argument("--seed", type=int, default=0)
     j.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("summarize")
+    s.add_argument("--judged", type=Path, required=True)
+    s.add_argument("--summary", type=Path, default=Path("docs/results/certified/summary.json"))
+    s.add_argument("--shape", required=True)
+    s.add_argument("--ours", default="autotune")
+    s.add_argument("--budget", type=float, required=True)
+    s.add_argument("--machine", required=True)
+    s.add_argument("--raw", required=True, help="where the run's raw files are kept")
     a = ap.parse_args()
     {"claim": claim, "claim-auto-tune": claim_auto_tune, "claim-flags": claim_flags,
-     "judge": judge}[a.cmd](a)
+     "judge": judge, "summarize": summarize}[a.cmd](a)
 
 
 if __name__ == "__main__":
