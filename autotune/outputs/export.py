@@ -172,8 +172,9 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
     profiles = [checked[0]] if checked else cfg.workloads()
     for i, p in enumerate(profiles):  # a trace: a window of it, as a point replayed one
         if p.name == "trace":
-            profiles[i], note = trace_window(cfg, p, checked is not None,
-                                             out_dir or cfg.study_dir() / "export")
+            where = mine or export_dir(cfg.study_dir() / "export", trial)  # the trial's own
+            where.mkdir(parents=True, exist_ok=True)
+            profiles[i], note = trace_window(cfg, p, checked is not None, where)
             windows += [note] if note else []
     benches = {p.key: shell_join(bench_command(p, cfg.server.model, cfg.server.tokenizer_dir,
                                                cfg.server.executable, kept.get(p.key)))

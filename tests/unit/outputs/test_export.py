@@ -253,7 +253,7 @@ def test_a_speedup_studys_bench_line_replays_a_window_of_the_trace(
     rows = [json.loads(x) for x in window.read_text().splitlines()]
     # 12 s at 2.5x: 30 s of the trace's 0.5 s gaps, 61 requests
     assert len(rows) == 61 and line[line.index("--num-prompts") + 1] == "61"
-    assert rows[-1]["timestamp"] == 30.0 and window.parent == tmp_path / "out"
+    assert rows[-1]["timestamp"] == 30.0 and window.parent == tmp_path / "out" / f"trial-{rec.number:04d}"
     assert "--request-rate" not in line and "--max-concurrency" not in line
     assert capacity_line(cfg, rec) == ("trial 3 serves your traffic at up to 2.5x its recorded "
                                        "rate within the SLOs (median_ttft_ms <= 2000)")
