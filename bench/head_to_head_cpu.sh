@@ -37,7 +37,7 @@ $py bench/head_to_head.py claim --config $cfg --study-name "h2h-random-$stamp" \
   --name random --minutes "$minutes" --contenders "$out/contenders.json"
 EXTRA_SERVE_ARGS="--enforce-eager" MEM_START=0.3 MEM_FLOOR=0.2 PATH="$PWD/.venv/bin:$PATH" \
   run auto_tune_sh bash bench/auto_tune_contender.sh "$src" "$PWD/mlruns/models/tiny-qwen3" \
-  "$out/auto_tune" 128 32 500 40 "16 64" "512 2048"
+  "$out/auto_tune" 384 64 500 40 "16 64" "512 2048"
 $py bench/head_to_head.py claim-auto-tune --dir "$out/auto_tune" --contenders "$out/contenders.json"
 $py bench/head_to_head.py claim-flags --name recipe --contenders "$out/contenders.json" \
   --flags '{"max_num_seqs": 256, "max_num_batched_tokens": 4096, "enable_prefix_caching": true}' \
