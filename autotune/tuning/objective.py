@@ -32,6 +32,7 @@ from autotune.errors import (
     ServerBootError,
     ServerError,
     TrialError,
+    Unmeasured,
 )
 from autotune.load.record import Request
 from autotune.measure.runner import run_boot
@@ -180,6 +181,8 @@ class Objective:
             return self._fail(trial, TrialFacts(log_path=log_path, cause=cause,
                                                 failure=type(e).__name__, fatal=fatal or None,
                                                 timings=failed_timings(began)))
+        except Unmeasured:  # recorded as the machine's; the study loop enqueues it again
+            raise
         except Exception as e:  # not a verdict on the config: record it, stop the study
             write_facts(trial, TrialFacts(
                 cause=f"{type(e).__name__}: {e}", log_path=log_path,
@@ -229,6 +232,13 @@ class Objective:
         res = run.capacity
         metrics = res.summary()
         metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
+        if res.points and all(pt.flag for pt in res.points):  # the client's, not the config's
+            why = (f"every load point measured the load generator, not the server "
+                   f"({res.stopped}): the machine's, not the config's")
+            write_facts(trial, TrialFacts(metrics=metrics, capacity=res.to_json(),
+                                          timings=asdict(run.timings), argv=run.argv,
+                                          log_path=run.log_path, cause=why, unmeasured=why))
+            raise Unmeasured(f"trial {trial.number}: {why}")
         cause = None
         if res.at is None:  # why the lowest load failed; an early stop is not a failure
             lowest = min(res.points, key=lambda p: p.load)

@@ -276,9 +276,11 @@ def run_trials(
         unmeasured = unmeasured + 1 if last and retry_unmeasured(study, last[-1]) else 0
         if unmeasured >= MAX_UNMEASURED:
             raise StudyError(f"{unmeasured} trials in a row measured nothing because the "
-                             "machine was too busy (their boots timed out while it was "
-                             "starved; `autotune trials` shows each). Free the machine; the "
-                             "same command resumes the study")
+                             "machine was too busy (a boot timed out while it was starved, "
+                             "or the load generator could not send or read on time; "
+                             "`autotune trials` shows each). Free the machine (or give the "
+                             "client more: profile.client_processes); the same command "
+                             "resumes the study")
 
 
 def trial_estimate(durations: list[float]) -> float:

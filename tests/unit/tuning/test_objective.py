@@ -162,6 +162,44 @@ def test_a_confirm_repeat_of_a_capacity_trial_never_stops_early(
     assert study.trials[2].values == [4.0]
 
 
+def test_a_capacity_the_client_could_not_measure_is_unmeasured_and_retried(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search whose every load point measured the load generator (here its first point sent
+    late on a 2-core machine) judged nothing of the config: the trial is unmeasured, never an
+    SLO miss (vLLM's defaults read "SLO miss: capacity -" so, and the study had no baseline to
+    compare with), and its config is enqueued again once."""
+    from autotune.errors import Unmeasured
+    from autotune.measure.capacity import CapacityResult, LoadPoint
+    from autotune.measure.runner import BootRun, Timings
+    from autotune.tuning.failures import retry_unmeasured
+    from autotune.tuning.record import facts_of
+
+    def late_client(server: Any, profiles: Any, flags: dict[str, Any], workdir: Path,
+                    **kw: Any) -> BootRun:
+        flag = "client limit: p99 send lag 151 ms (> 50 ms): the load generator sent late"
+        pt = LoadPoint(8.0, True, (), {"p99_ttft_ms": 90.0}, flag=flag)
+        return BootRun(["vllm"], flags, Timings(), str(workdir / "server.log"),
+                       capacities={profiles[0].key: CapacityResult(
+                           "rate", 0.0, None, (pt,), 8.0, f"not a server verdict at 8: {flag}")})
+
+    monkeypatch.setattr(objective_mod, "run_boot", late_client)
+    c = StudyConfig.model_validate({
+        **cfg(tmp_path).model_dump(exclude={"objectives", "slos", "capacity"}),
+        "capacity": {"axis": "rate", "low": 1, "high": 64, "start": 8},
+        "slos": [{"metric": "p99_ttft_ms", "max": 1000}],
+        "objectives": [{"metric": "capacity", "direction": "maximize"}]})
+    study = optuna.create_study(directions=["maximize"])
+    study.enqueue_trial({}, user_attrs={"baseline": True})
+    study.optimize(Objective(c, SPACE, [], tmp_path), n_trials=1, catch=(Unmeasured,))
+    t = study.trials[0]
+    assert t.state == optuna.trial.TrialState.FAIL
+    why = facts_of(t).unmeasured or ""
+    assert why.startswith("every load point measured the load generator") and "151 ms" in why
+    assert retry_unmeasured(study, t)  # enqueued again, as the baseline
+    again = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert len(again) == 1 and again[0].user_attrs.get("baseline")
+
+
 def test_a_failed_boot_records_its_seconds_as_the_servers() -> None:
     """A boot that failed after 29 s was counted by report.md as the tuner's overhead: the
     failure now records the boot (and any bench) seconds up to it."""
