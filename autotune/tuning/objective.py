@@ -232,9 +232,10 @@ class Objective:
         res = run.capacity
         metrics = res.summary()
         metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
-        if res.points and all(pt.flag for pt in res.points):  # the client's, not the config's
-            why = (f"every load point measured the load generator, not the server "
-                   f"({res.stopped}): the machine's, not the config's")
+        if res.at is None and any(pt.flag for pt in res.points):  # no load passed, and the
+            # client, not the server, ended the search: its 0 is no capacity
+            why = (f"no load passed before the load generator, not the server, ended the "
+                   f"search ({res.stopped}): the machine's, not the config's")
             write_facts(trial, TrialFacts(metrics=metrics, capacity=res.to_json(),
                                           timings=asdict(run.timings), argv=run.argv,
                                           log_path=run.log_path, cause=why, unmeasured=why))

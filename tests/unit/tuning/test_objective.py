@@ -164,10 +164,11 @@ def test_a_confirm_repeat_of_a_capacity_trial_never_stops_early(
 
 def test_a_capacity_the_client_could_not_measure_is_unmeasured_and_retried(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A search whose every load point measured the load generator (here its first point sent
-    late on a 2-core machine) judged nothing of the config: the trial is unmeasured, never an
-    SLO miss (vLLM's defaults read "SLO miss: capacity -" so, and the study had no baseline to
-    compare with), and its config is enqueued again once."""
+    """A search that no load passed before the load generator ended it (here its first point
+    sent late on a 2-core machine) judged nothing of the config: the trial is unmeasured, never
+    an SLO miss (vLLM's defaults read "SLO miss: capacity -" so, and the study had no baseline
+    to compare with; a certify boot read "capacity 0.00" so), and its config is enqueued again
+    once."""
     from autotune.errors import Unmeasured
     from autotune.measure.capacity import CapacityResult, LoadPoint
     from autotune.measure.runner import BootRun, Timings
@@ -194,7 +195,7 @@ def test_a_capacity_the_client_could_not_measure_is_unmeasured_and_retried(
     t = study.trials[0]
     assert t.state == optuna.trial.TrialState.FAIL
     why = facts_of(t).unmeasured or ""
-    assert why.startswith("every load point measured the load generator") and "151 ms" in why
+    assert why.startswith("no load passed before the load generator") and "151 ms" in why
     assert retry_unmeasured(study, t)  # enqueued again, as the baseline
     again = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert len(again) == 1 and again[0].user_attrs.get("baseline")
