@@ -19,7 +19,7 @@ cfg=examples/cpu-head-to-head.yaml
 py=.venv/bin/python
 mkdir -p "$out"
 export VLLM_CPU_KVCACHE_SPACE=1  # what every study server gets on CPU (server.env's default)
-run() {  # NAME MINUTES-VAR COMMAND...: the command's log and wall minutes
+run() {  # NAME COMMAND...: runs it into OUT_DIR/NAME.log; sets $minutes to its wall minutes
   local name=$1; shift
   local t0; t0=$(date +%s)
   "$@" > "$out/$name.log" 2>&1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import NoReturn
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -58,9 +59,16 @@ def unless_machines(e: Exception, trial: optuna.Trial, key: str, timeout_s: floa
     why = machines_doing(e, trial.study, key, timeout_s)
     if why is None:
         return
+    unmeasured(trial, why, facts, e)
+
+
+def unmeasured(trial: optuna.Trial, why: str, facts: TrialFacts,
+               cause: BaseException | None = None) -> NoReturn:
+    """Record the trial unmeasured (with `facts`) for `why`, the machine's doing, and raise
+    Unmeasured, which the study loop lets Optuna fail the trial on."""
     write_facts(trial, facts)
     write_facts(trial, TrialFacts(cause=why, unmeasured=why))
-    raise Unmeasured(f"trial {trial.number}: {why}") from e
+    raise Unmeasured(f"trial {trial.number}: {why}") from cause
 
 
 def retry_unmeasured(study: optuna.Study, last: FrozenTrial) -> bool:

@@ -37,7 +37,7 @@ from autotune.errors import (
 from autotune.load.record import Request
 from autotune.measure.runner import run_boot
 from autotune.server.refusals import refusal
-from autotune.tuning.failures import failed_timings, unfixable_by, unless_machines
+from autotune.tuning.failures import failed_timings, unfixable_by, unless_machines, unmeasured
 from autotune.tuning.machines import here
 from autotune.tuning.quality import QUALITY_OK, Guard
 from autotune.tuning.record import TrialFacts, facts_of, records, write_facts
@@ -234,12 +234,11 @@ class Objective:
         metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
         if res.at is None and any(pt.flag for pt in res.points):  # no load passed, and the
             # client, not the server, ended the search: its 0 is no capacity
-            why = (f"no load passed before the load generator, not the server, ended the "
-                   f"search ({res.stopped}): the machine's, not the config's")
-            write_facts(trial, TrialFacts(metrics=metrics, capacity=res.to_json(),
-                                          timings=asdict(run.timings), argv=run.argv,
-                                          log_path=run.log_path, cause=why, unmeasured=why))
-            raise Unmeasured(f"trial {trial.number}: {why}")
+            unmeasured(trial, f"no load passed before the load generator, not the server, "
+                       f"ended the search ({res.stopped}): the machine's, not the config's",
+                       TrialFacts(metrics=metrics, capacity=res.to_json(),
+                                  timings=asdict(run.timings), argv=run.argv,
+                                  log_path=run.log_path))
         cause = None
         if res.at is None:  # why the lowest load failed; an early stop is not a failure
             lowest = min(res.points, key=lambda p: p.load)
