@@ -145,14 +145,31 @@ def _iv(x: list[float] | None) -> dict[str, float] | None:
     return {"value": x[0], "low": x[1], "high": x[2]} if x else None
 
 
+def gpu_fields(paths: list[str]) -> dict[str, Any]:
+    """The gpu_* fields of the summary from the GPU runs' summaries, in the order run: a model
+    is taken from the last run that judged a config of it (a run cut short after the model's
+    defaults leaves the earlier run's figures), each with its run's machine."""
+    out: dict[str, Any] = {"gpu_noise_floor": {}, "gpu_configs": {}, "gpu_guard_seconds": {},
+                           "gpu_settings": {}, "gpu_machines": {}, "gpu_why_not": None}
+    for p in paths:
+        g = json.loads(Path(p).read_text())
+        for m, configs in g["configs"].items():
+            if not configs:
+                continue
+            out["gpu_noise_floor"][m] = g["noise_floor"].get(m)
+            out["gpu_configs"][m] = configs
+            out["gpu_guard_seconds"][m] = (g.get("guard_seconds") or {}).get(m)
+            out["gpu_settings"][m] = (g.get("settings") or {}).get(m)
+            out["gpu_machines"][m] = g["machine"]
+    out["gpu_machine"] = "; ".join(sorted(set(out["gpu_machines"].values())))
+    return out
+
+
 def summarize(a: argparse.Namespace) -> None:
     out = Path(a.out)
     if not a.raw:  # only the GPU's fields merged into the summary as it is
         doc = json.loads((out / "summary.json").read_text())
-        g = json.loads(Path(a.gpu).read_text())
-        doc.update(gpu_machine=g["machine"], gpu_noise_floor=g["noise_floor"],
-                   gpu_configs=g["configs"], gpu_guard_seconds=g["guard_seconds"],
-                   gpu_settings=g.get("settings"), gpu_why_not=None)
+        doc.update(gpu_fields(a.gpu))
         (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
         return
     rows = [json.loads(line) for d in a.raw for line in
@@ -214,7 +231,8 @@ def summarize(a: argparse.Namespace) -> None:
                 "defaults_pass": task["defaults_pass"], "config_pass": task["config_pass"],
                 "lost": task["lost"], "gained": task["gained"], "diff": -task["drop"],
                 "interval": [-task["high"], -task["low"]], "coverage": task["coverage"],
-                "mcnemar_p": task["mcnemar_p"]},
+                "mcnemar_p": task["mcnemar_p"],
+                **{k: task[k] for k in ("lost_items", "gained_items") if k in task}},
             "greedy": qf.get("greedy"), "old_verdict": (r.get("old") or {}).get("verdict"),
             "old_figures": r.get("old"), "new_verdict": qf.get("verdict"),
             "reason": qf.get("reason"), "line": qf.get("line"),
@@ -234,10 +252,7 @@ def summarize(a: argparse.Namespace) -> None:
                        "Coder-0.5B and 1.5B on an H100: fp8 weights, fp8 KV, both, n-gram "
                        "speculation, HumanEval's 164 problems), then summarize --gpu"))
     if getattr(a, "gpu", None):
-        g = json.loads(Path(a.gpu).read_text())
-        doc.update(gpu_machine=g["machine"], gpu_noise_floor=g["noise_floor"],
-                   gpu_configs=g["configs"], gpu_guard_seconds=g["guard_seconds"],
-                   gpu_settings=g.get("settings"), gpu_why_not=None)
+        doc.update(gpu_fields(a.gpu))
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
 
@@ -286,8 +301,9 @@ def main() -> None:
     s.add_argument("--settings", help="the quality settings of rows that lack them (JSON)")
     s.add_argument("--load", help="the load of rows that lack it (JSON)")
     s.add_argument("--task-why-not", help="why configs have no task figures")
-    s.add_argument("--gpu", help="the GPU run's summary (scripts/gpu/quality_calibrated.sh "
-                   "wait writes it as summary-gpu.json): its fields go under gpu_*")
+    s.add_argument("--gpu", nargs="+", help="the GPU runs' summaries, in the order run "
+                   "(scripts/gpu/quality_calibrated.sh wait writes each as summary-gpu.json): "
+                   "their fields go under gpu_*, each model from the last run that judged it")
     m = sub.add_parser("sensible")
     m.add_argument("--models", nargs="+", required=True)
     a = ap.parse_args()

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from scipy.stats import binomtest, norm
 
@@ -37,6 +38,11 @@ class Paired:
 
     def to_json(self) -> dict[str, float | int]:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Paired:
+        """From a record that may hold more (the task's name, the items lost and gained)."""
+        return cls(**{f.name: d[f.name] for f in fields(cls)})
 
 
 def _score(lost: int, gained: int, n: int, d: float) -> float:

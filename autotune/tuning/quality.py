@@ -189,8 +189,14 @@ class Guard:
             task = self._task(url, n)
             assert task is not None
             base = TaskRun.from_json(ref["task"])
+            ids = [i.id for i in self.items]
             found["task"] = {"name": task.name, **paired(base.passed, task.passed,
-                                                         q.coverage).to_json()}
+                                                         q.coverage).to_json(),
+                             "lost_items": [i for i, d, c in zip(ids, base.passed, task.passed,
+                                                                 strict=True) if d and not c],
+                             "gained_items": [i for i, d, c in zip(ids, base.passed,
+                                                                   task.passed, strict=True)
+                                              if c and not d]}
         if spec.get("spec_drafts"):  # speculation on greedy completions of the prompt set
             found.update(spec, **spec_rates(spec))
         found["read_seconds"] = round(time.monotonic() - t0, 2)
@@ -290,12 +296,9 @@ def decide(flags: dict[str, Any], found: dict[str, Any], q: Any
         if SPECULATIVE in which:
             parts.append(v.spec_part(v.GreedyCheck(**found["greedy"]), q))
     if found.get("task"):
-        t = dict(found["task"])
-        name = t.pop("name")
         tf = raw.get("task")
-        parts.append(v.task_part(name, Paired(**t), Paired(**{k: x for k, x in tf.items()
-                                                              if k != "name"}) if tf else None,
-                                 q))
+        parts.append(v.task_part(found["task"]["name"], Paired.from_json(found["task"]),
+                                 Paired.from_json(tf) if tf else None, q))
     verdict, reason = v.combine(parts, deciding)
     if spec_only:
         reason += f"; KL (shown, not judged: speculation) {div.kl_mean.value:.4g}"
@@ -303,8 +306,7 @@ def decide(flags: dict[str, Any], found: dict[str, Any], q: Any
     rec = {**{k: x for k, x in found.items() if k != "floor_raw"}, "verdict": verdict,
            "reason": reason, "parts": {p.name: p.verdict for p in parts},
            "line": {"kl": line, "max_kl": q.max_kl, "floor_multiple": q.floor_multiple,
-                    "task_drop": v.task_line(q, Paired(**{k: x for k, x in raw["task"].items()
-                                                          if k != "name"}))
+                    "task_drop": v.task_line(q, Paired.from_json(raw["task"]))
                     if raw.get("task") else q.max_task_drop}}
     if verdict == v.PASSES:
         return rec, 0.0, None

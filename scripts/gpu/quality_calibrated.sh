@@ -11,7 +11,8 @@
 #       checkout to /root/qc/at and starts the run there detached (setsid); then waits as `wait`
 #       (WAIT default 300: the call stays under 8 minutes)
 #       MODELS: the models to judge, in order (default "qwen2.5-coder-0.5b qwen2.5-coder-1.5b");
-#       CONFIGS: the configs (default defaults-again,fp8,fp8-kv,fp8+fp8-kv,ngram);
+#       CONFIGS: the configs (default defaults-again,fp8,fp8-kv,fp8+fp8-kv,ngram); a model
+#       written NAME=CONFIGS in MODELS takes its own (MODELS="qwen2.5-coder-0.5b=float32");
 #       TASK_ITEMS (default 164), LOAD="prompts concurrency" (default "400 64")
 #   bash scripts/gpu/quality_calibrated.sh wait [WAIT]
 #       waits up to WAIT seconds (default 420) for the run to end, then writes into $OUT:
@@ -35,15 +36,17 @@ case $cmd in
     tar --exclude=./.gpu --exclude=./.git --exclude=./.venv --exclude=./venv --exclude=./docs \
       --exclude=./mlruns -cf - . | tar -C $qc/at -xf -
     cd $qc/at || exit 1
-    REAL_MODELS="${MODELS:-qwen2.5-coder-0.5b qwen2.5-coder-1.5b}" real_build $qc || exit 1
+    models=$(for mc in ${MODELS:-qwen2.5-coder-0.5b qwen2.5-coder-1.5b}; do echo -n "${mc%%=*} "; done)
+    REAL_MODELS="$models" real_build $qc || exit 1
     load=${LOAD:-400 64}
     cat > $qc/run.sh <<EOF
 set -u
 cd $qc/at
-for m in ${MODELS:-qwen2.5-coder-0.5b qwen2.5-coder-1.5b}; do
+for mc in ${MODELS:-qwen2.5-coder-0.5b qwen2.5-coder-1.5b}; do
+  m=\${mc%%=*}; c=\${mc#*=}; [ "\$c" = "\$mc" ] && c=${CONFIGS:-defaults-again,fp8,fp8-kv,fp8+fp8-kv,ngram}
   python3 bench/quality_calibrated.py sensible --models $qc/models/\$m >> $qc/res/sensible.jsonl
   python3 bench/quality_calibrated.py run --model $qc/models/\$m --name \$m --raw $qc/raw/\$m \\
-    --configs ${CONFIGS:-defaults-again,fp8,fp8-kv,fp8+fp8-kv,ngram} \\
+    --configs \$c \\
     --quality '{"task": "humaneval", "task_items": ${TASK_ITEMS:-164}, "concurrency": 64}' \\
     --load-prompts ${load% *} --load-concurrency ${load#* } >> $qc/res/run.log 2>&1
 done
@@ -68,7 +71,7 @@ raws=""
 for d in $qc/raw/*/; do [ -f "$d/rows.jsonl" ] && raws="$raws ${d%/}"; done
 if [ -n "$raws" ]; then
   (cd $qc/at && python3 bench/quality_calibrated.py summarize --out $qc/out --raw $raws \
-    --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(grep -i '^vllm ' $qc/res/versions.txt)") \
+    --machine "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | sed 's/, / (driver /; s/$/)/'), $(awk 'tolower($1) == "vllm" {print "vLLM " $2}' $qc/res/versions.txt), $(date -u +%F)") \
     && cp $qc/out/summary.json "$OUT"/summary-gpu.json
 fi
 (cd $qc && tar --exclude='*.log' --exclude='*.safetensors' --exclude=vllm-cache \

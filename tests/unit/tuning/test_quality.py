@@ -203,4 +203,7 @@ def test_a_task_is_paired_item_by_item_against_the_defaults_cold_answers(
     assert facts is not None and facts["verdict"] == "fails" and facts["parts"] == {
         "kl": "passes", "task": "fails"}
     assert facts["task"]["lost"] == 30 and facts["task"]["low"] > 0.05
+    # which items it lost, by the task's own ids, for the report and export to show
+    assert facts["task"]["lost_items"] == [it.id for it in g.items[30:60]]
+    assert facts["task"]["gained_items"] == []
     assert "gsm8k: the defaults pass 60 of 100, the config 30" in (cause or "")
