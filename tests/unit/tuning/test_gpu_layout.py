@@ -16,7 +16,7 @@ from autotune.tuning.preflight import check_layout
 from autotune.tuning.record import Status, records
 from autotune.tuning.search_space import SearchSpace, load_search_space
 from autotune.tuning.workers import visible_gpus, worker_config
-from tests.fakes import fake_bench
+from tests.fakes import fake_bench, study_cfg
 
 LAYOUTS = SearchSpace.model_validate({
     "name": "layouts",
@@ -212,3 +212,22 @@ def test_a_gpu_deploy_line_carries_no_cpu_only_default(tmp_path: Path,
     assert "env" not in pod["containers"][0]
     monkeypatch.setattr(machine, "has_gpu", lambda: False)
     assert export(c, trial)["serve_command"].startswith("VLLM_CPU_KVCACHE_SPACE=1 vllm serve ")
+
+
+def test_a_worker_reads_the_study_files_server_env_as_the_study_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The config a study keeps for its workers leaves an unset `server.env` unset, so a
+    worker's vLLM-CPU servers get CPU_ENV (a 1 GiB KV cache) as the study's own do; one the
+    study file sets, even to nothing, stays set."""
+    from autotune.config.base import parse_model
+    from autotune.config.study import StudyConfig
+    from autotune.server import machine
+    from autotune.tuning.study import stored_config
+
+    monkeypatch.setattr(machine, "has_gpu", lambda: False)
+    cfg = study_cfg(tmp_path, server={"model": "/m", "executable": ["vllm"]})
+    back = parse_model(StudyConfig, stored_config(cfg), "stored")
+    assert machine.launch_env(back.server) == machine.launch_env(cfg.server) == machine.CPU_ENV
+    cfg = study_cfg(tmp_path, server={"model": "/m", "executable": ["vllm"], "env": {}})
+    back = parse_model(StudyConfig, stored_config(cfg), "stored")
+    assert machine.launch_env(back.server) == {}
