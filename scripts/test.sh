@@ -12,7 +12,10 @@ cd "$(dirname "$0")/.."
 py=.venv/bin/python
 "$py" -m pytest -n "${AUTOTUNE_TEST_WORKERS:-2}" --dist loadgroup -m "not gpu and not serial" "$@"
 first=$?
-"$py" -m pytest -m "serial and not gpu" "$@"
+# every serial test lives in tests/integration: collect only it, unless paths are given
+where=tests/integration
+for a in "$@"; do case $a in tests/*|./tests/*) where="" ;; esac; done
+"$py" -m pytest -m "serial and not gpu" $where "$@"
 second=$?
 echo "tests: parallel part exit $first, serial part exit $second"
 [ "$first" -eq 0 ] && [ "$second" -eq 0 ]

@@ -75,10 +75,12 @@ def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def start(cfg: Path, *more: str) -> subprocess.Popen[str]:
+def start(cfg: Path, *more: str, struck: bool = True) -> subprocess.Popen[str]:
+    """The study in the background (`struck=False`: as `study`'s, no fault strikes its boots)."""
     return subprocess.Popen([sys.executable, "-m", "autotune", "study", "--config", str(cfg),
                              "--no-mlflow", *more], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default,
+                            env={**os.environ, **({} if struck else UNSTRUCK)})
 
 
 def study(cfg: Path, *more: str, timeout: float = 600, struck: bool = True
@@ -113,31 +115,6 @@ def wait_for_requests(log: Path, timeout: float = 300) -> None:
 def trials(cfg: Path) -> list[optuna.trial.FrozenTrial]:
     c = load_study_config(cfg)
     return optuna.load_study(study_name=c.name, storage=c.storage_url()).get_trials()
-
-
-def test_sigterm_during_benchmark_then_resume(tiny_model: Path, tmp_path: Path) -> None:
-    cfg = make_study(tmp_path, tiny_model, "sigterm", n_trials=1, prompts=FAULT_PROMPTS)
-    proc = start(cfg)
-    log = tmp_path / "mlruns" / "studies" / "sigterm" / "trial-0000" / "server.log"
-    wait_for_requests(log)
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert time.monotonic() - t0 < 20
-    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
-    assert servers_of(tiny_model) == []  # the server's whole group is gone
-    (t,) = trials(cfg)
-    assert t.state == optuna.trial.TrialState.FAIL
-    assert t.user_attrs["interrupted"] and t.user_attrs["cause"] == "interrupted while benchmarking"
-    # the same command resumes: the baseline runs again as trial 1 and completes
-    shorten(cfg)
-    p = subprocess.run([sys.executable, "-m", "autotune", "study", "--config", str(cfg),
-                        "--no-mlflow", "--n-trials", "1"], capture_output=True, text=True,
-                       timeout=600, env={**os.environ, **UNSTRUCK})
-    assert p.returncode == 0, p.stderr[-2000:]
-    ts = trials(cfg)
-    assert [x.number for x in ts] == [0, 1]
-    assert ts[1].state == optuna.trial.TrialState.COMPLETE and ts[1].user_attrs["baseline"]
 
 
 def test_engine_killed_mid_benchmark(tiny_model: Path, tmp_path: Path) -> None:
@@ -209,29 +186,6 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def test_sigint_during_boot_then_resume(tiny_model: Path, tmp_path: Path) -> None:
-    cfg = make_study(tmp_path, tiny_model, "sigint", n_trials=1, prompts=8)
-    proc = start(cfg)
-    log = tmp_path / "mlruns" / "studies" / "sigint" / "trial-0000" / "server.log"
-    wait_for(log)
-    time.sleep(3)  # vLLM is importing: well inside the boot
-    assert "Application startup complete" not in log.read_text(errors="replace")
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    took = time.monotonic() - t0
-    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
-    assert servers_of(tiny_model) == [] and port_is_free(server_port(log))
-    (t,) = trials(cfg)
-    assert t.state == optuna.trial.TrialState.FAIL
-    assert t.user_attrs["cause"] == "interrupted while booting"
-    p = study(cfg, "--no-mlflow", struck=False)
-    assert p.returncode == 0, p.stderr[-2000:]
-    ts = trials(cfg)
-    assert [x.state.name for x in ts] == ["FAIL", "COMPLETE"] and ts[1].user_attrs["baseline"]
-    print(f"SIGINT during boot: exit 130 in {took:.1f} s; resumed by the same command")
-
-
 def test_boot_timeout_is_recorded_and_study_goes_on(tiny_model: Path, tmp_path: Path) -> None:
     cfg = make_study(tmp_path, tiny_model, "boot-timeout", n_trials=2, prompts=8,
                      server__boot_timeout_s=4)
@@ -283,7 +237,7 @@ def test_a_boot_starved_by_other_work_is_unmeasured_and_retried(tiny_model: Path
     doc["server"]["boot_timeout_s"] = timeout = int(boot0) + 3
     doc["n_trials"] = 2
     cfg.write_text(yaml.safe_dump(doc))
-    proc = start(cfg)
+    proc = start(cfg, struck=False)  # the process tree the baseline booted in
     hogs: list[subprocess.Popen[bytes]] = []
     try:
         # after the fork server's imports (their own deadline), when the server starts
@@ -426,34 +380,73 @@ def test_sigkilled_study_trial_is_retried(tiny_model: Path, tmp_path: Path, pg_u
           f"trial and its retry started {to_retry:.1f} s after the kill (grace 20 s)")
 
 
-def test_mlflow_down_study_goes_on_then_sync(tiny_model: Path, tmp_path: Path) -> None:
-    from autotune.server.process import free_port
+def test_sigint_in_a_boot_sigterm_in_a_benchmark_mlflow_down_each_resumed(
+        tiny_model: Path, tmp_path: Path) -> None:
+    """One study, three faults in turn, each resumed by the same command: SIGINT while trial
+    0 boots, SIGTERM while trial 1 benchmarks, then the tracking server down while trial 2
+    runs (the study goes on, with a warning); `autotune sync` backfills MLflow once it is back.
+    (Three tests before, each with its own study and resume: two boots fewer, for CI time.)"""
+    from mlflow.tracking import MlflowClient
 
-    port = free_port()
-    uri = f"http://127.0.0.1:{port}"
-    cfg = make_study(tmp_path, tiny_model, "mlflow-down", n_trials=1, prompts=8)
+    from autotune.server.process import free_port
+    from tests.mlflowserver import mlflow_server
+
+    cfg = make_study(tmp_path, tiny_model, "faults", n_trials=1, prompts=FAULT_PROMPTS)
+    runs_dir = tmp_path / "mlruns" / "studies" / "faults"
+    # 1. SIGINT during the boot
+    proc = start(cfg)
+    log = runs_dir / "trial-0000" / "server.log"
+    wait_for(log)
+    time.sleep(3)  # vLLM is importing: well inside the boot
+    assert "Application startup complete" not in log.read_text(errors="replace")
     t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    took_int = time.monotonic() - t0
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    assert servers_of(tiny_model) == [] and port_is_free(server_port(log))
+    (t,) = trials(cfg)
+    assert t.state == optuna.trial.TrialState.FAIL
+    assert t.user_attrs["cause"] == "interrupted while booting"
+    # 2. the same command resumes (the baseline again, as trial 1); SIGTERM mid-benchmark
+    proc = start(cfg)
+    log = runs_dir / "trial-0001" / "server.log"
+    wait_for_requests(log)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    took_term = time.monotonic() - t0
+    assert took_term < 20
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    assert servers_of(tiny_model) == []  # the server's whole group is gone
+    ts = trials(cfg)
+    assert [x.state.name for x in ts] == ["FAIL", "FAIL"]
+    assert ts[1].user_attrs["interrupted"]
+    assert ts[1].user_attrs["cause"] == "interrupted while benchmarking"
+    # 3. resumed again, with the tracking server down: the study goes on and completes
+    shorten(cfg)
+    uri = f"http://127.0.0.1:{(port := free_port())}"
     p = study(cfg, "--tracking-uri", uri, struck=False)  # the fault is MLflow's
-    took = time.monotonic() - t0
     assert p.returncode == 0, p.stderr[-2000:]
     assert "MLflow: could not" in p.stderr and "autotune sync" in p.stderr
     assert "Traceback" not in p.stderr
-    (t,) = trials(cfg)
-    assert t.state == optuna.trial.TrialState.COMPLETE and not t.user_attrs.get("failure")
+    ts = trials(cfg)
+    assert [x.state.name for x in ts] == ["FAIL", "FAIL", "COMPLETE"]
+    assert ts[2].user_attrs["baseline"] and not ts[2].user_attrs.get("failure")
     # the tracking server comes back: sync backfills the study
-    from mlflow.tracking import MlflowClient
-
-    from tests.mlflowserver import mlflow_server
-
     with mlflow_server(tmp_path / "mlflow", port) as url:
         s = subprocess.run([sys.executable, "-m", "autotune", "sync", "--config", str(cfg),
                             "--tracking-uri", url], capture_output=True, text=True, timeout=300)
         assert s.returncode == 0, s.stderr[-2000:]
-        assert "holds the study's 1 finished trials" in s.stderr
+        m = re.search(r"holds the study's (\d+) finished trials", s.stderr)
+        assert m is not None, s.stderr[-2000:]
         client = MlflowClient(url)
-        exp = client.get_experiment_by_name("mlflow-down")
+        exp = client.get_experiment_by_name("faults")
         assert exp is not None
         runs = client.search_runs([exp.experiment_id])
-        kinds = sorted(r.data.tags.get("autotune.kind", "") for r in runs)
-        assert kinds == ["study", "trial"]
-    print(f"MLflow down: study finished in {took:.1f} s with warnings; sync backfilled it")
+        kinds = [r.data.tags.get("autotune.kind", "") for r in runs]
+        assert kinds.count("study") == 1 and kinds.count("trial") == int(m.group(1)) >= 1
+        assert "2" in {r.data.tags.get("autotune.trial_number") for r in runs}
+    print(f"SIGINT during boot: exit 130 in {took_int:.1f} s; SIGTERM mid-benchmark: exit 130 "
+          f"in {took_term:.1f} s; each resumed by the same command; MLflow down: the study "
+          "finished with warnings, sync backfilled it")
