@@ -298,7 +298,8 @@ def decide(flags: dict[str, Any], found: dict[str, Any], q: Any
     if found.get("task"):
         tf = raw.get("task")
         parts.append(v.task_part(found["task"]["name"], Paired.from_json(found["task"]),
-                                 Paired.from_json(tf) if tf else None, q))
+                                 Paired.from_json(tf) if tf else None, q,
+                                 found["task"].get("lost_items")))
     verdict, reason = v.combine(parts, deciding)
     if spec_only:
         reason += f"; KL (shown, not judged: speculation) {div.kl_mean.value:.4g}"

@@ -80,7 +80,16 @@ def task_line(q: QualityConfig, floor: Paired | None) -> float:
     return q.max_task_drop + (max(floor.drop, 0.0) if floor else 0.0)
 
 
-def task_part(name: str, p: Paired, floor: Paired | None, q: QualityConfig) -> Part:
+def lost_text(lost: list[str], shown: int = 5) -> str:
+    """The first items a config lost, by the task's ids ("" for none)."""
+    if not lost:
+        return ""
+    more = f" and {len(lost) - shown} more" if len(lost) > shown else ""
+    return f"; lost {', '.join(lost[:shown])}{more}"
+
+
+def task_part(name: str, p: Paired, floor: Paired | None, q: QualityConfig,
+              lost: list[str] | None = None) -> Part:
     line = task_line(q, floor)
     figures = (f"{name}: the defaults pass {p.defaults_pass} of {p.items}, the config "
                f"{p.config_pass} ({p.lost} lost, {p.gained} gained); drop {p.drop:+.3f} "
@@ -89,7 +98,7 @@ def task_part(name: str, p: Paired, floor: Paired | None, q: QualityConfig) -> P
         return Part("task", CANNOT_TELL, f"{figures}: the defaults pass too few items for a "
                     f"drop of {q.max_task_drop:g} to show (a task this model can do would)")
     if p.low > line:
-        return Part("task", FAILS, f"{figures}: worse beyond the line")
+        return Part("task", FAILS, f"{figures}: worse beyond the line{lost_text(lost or [])}")
     if p.high <= line:
         return Part("task", PASSES, f"{figures}: within it")
     need = _needed(p.items, p.drop, p.low, p.high, line)

@@ -207,3 +207,5 @@ def test_a_task_is_paired_item_by_item_against_the_defaults_cold_answers(
     assert facts["task"]["lost_items"] == [it.id for it in g.items[30:60]]
     assert facts["task"]["gained_items"] == []
     assert "gsm8k: the defaults pass 60 of 100, the config 30" in (cause or "")
+    first = ", ".join(it.id for it in g.items[30:35])
+    assert f"worse beyond the line; lost {first} and 25 more" in (cause or ""), cause
