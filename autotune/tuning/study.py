@@ -106,14 +106,13 @@ TrialHook = Callable[[optuna.Study, FrozenTrial], None]
 
 
 def stored_config(cfg: StudyConfig) -> dict[str, Any]:
-    """The config as the study keeps it for its workers: a `server.env` the study file does
-    not set stays unset, so a worker's servers get what the study's own would (launch_env:
-    CPU_ENV on a machine without a GPU; stored as `{}` it read as set to nothing, and each
-    worker's vLLM-CPU server sized its KV cache at 6.3 GiB instead of 1)."""
-    doc = cfg.model_dump(mode="json")
-    if "env" not in cfg.server.model_fields_set:
-        doc["server"].pop("env", None)
-    return doc
+    """The config as the study keeps it for its workers: the fields the study file (or a
+    command-line option) set, so that a worker parses back the same config, which fields were
+    set included. A full dump did not: `server.env` came back set to nothing (launch_env then
+    gave each worker's vLLM-CPU server no VLLM_CPU_KVCACHE_SPACE, a 6.3 GiB KV cache instead
+    of 1), and a suite's default `profile` came back beside its `profiles`, which parsing
+    refuses."""
+    return cfg.model_dump(mode="json", exclude_unset=True)
 
 
 def prepare_study(cfg: StudyConfig, pre: Preflight) -> optuna.Study:
