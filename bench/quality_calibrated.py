@@ -146,22 +146,31 @@ def _iv(x: list[float] | None) -> dict[str, float] | None:
 
 
 def gpu_fields(paths: list[str]) -> dict[str, Any]:
-    """The gpu_* fields of the summary from the GPU runs' summaries, in the order run: a model
-    is taken from the last run that judged a config of it (a run cut short after the model's
-    defaults leaves the earlier run's figures), each with its run's machine."""
-    out: dict[str, Any] = {"gpu_noise_floor": {}, "gpu_configs": {}, "gpu_guard_seconds": {},
-                           "gpu_settings": {}, "gpu_machines": {}, "gpu_why_not": None}
+    """The gpu_* fields of the summary from the GPU runs' summaries, in the order run: each
+    config of a model from the last run that judged it (`run`: that run's summary file; a
+    run cut short after the model's defaults leaves the earlier runs' figures), the model's
+    floor and settings from the last run that judged any of its configs, and every run's floor
+    of it (`gpu_noise_floor_runs`: each config was judged against its own run's floor)."""
+    out: dict[str, Any] = {"gpu_noise_floor": {}, "gpu_noise_floor_runs": {},
+                           "gpu_configs": {}, "gpu_guard_seconds": {}, "gpu_settings": {},
+                           "gpu_machines": {}, "gpu_why_not": None}
     for p in paths:
         g = json.loads(Path(p).read_text())
+        run = Path(p).name
         for m, configs in g["configs"].items():
             if not configs:
                 continue
-            out["gpu_noise_floor"][m] = g["noise_floor"].get(m)
-            out["gpu_configs"][m] = configs
-            out["gpu_guard_seconds"][m] = (g.get("guard_seconds") or {}).get(m)
+            floor = g["noise_floor"].get(m)
+            out["gpu_noise_floor"][m] = floor
+            out["gpu_noise_floor_runs"].setdefault(m, {})[run] = floor
+            out["gpu_configs"].setdefault(m, {}).update(
+                {c: {**v, "run": run} for c, v in configs.items()})
+            seconds = (g.get("guard_seconds") or {}).get(m) or {}
+            out["gpu_guard_seconds"].setdefault(m, {}).update(seconds)
             out["gpu_settings"][m] = (g.get("settings") or {}).get(m)
-            out["gpu_machines"][m] = g["machine"]
-    out["gpu_machine"] = "; ".join(sorted(set(out["gpu_machines"].values())))
+            out["gpu_machines"].setdefault(m, {})[run] = g["machine"]
+    out["gpu_machine"] = "; ".join(sorted({v for runs in out["gpu_machines"].values()
+                                           for v in runs.values()}))
     return out
 
 
@@ -303,7 +312,7 @@ def main() -> None:
     s.add_argument("--task-why-not", help="why configs have no task figures")
     s.add_argument("--gpu", nargs="+", help="the GPU runs' summaries, in the order run "
                    "(scripts/gpu/quality_calibrated.sh wait writes each as summary-gpu.json): "
-                   "their fields go under gpu_*, each model from the last run that judged it")
+                   "their fields go under gpu_*, each config from the last run that judged it")
     m = sub.add_parser("sensible")
     m.add_argument("--models", nargs="+", required=True)
     a = ap.parse_args()
