@@ -16,7 +16,14 @@ Costs (GPU-minutes, the H100 figures of docs/results/warm-server-h100): the firs
 reports the share of studies certified, the mean true gain of what the user deploys (the pick
 when certified, else the defaults: 0), the boots, and the trials explored.
 
-    .venv/bin/python bench/certify_split.py [--seeds 2000] [--out docs/results/certified/split.json]
+With --workers W (W GPUs of one host, `autotune study --workers W`): every worker's first trial
+is cold (each boots its own server; the compile caches on disk are written by all at once), a
+worker starts a trial while the budget less the reserve pays it and the trials running on the
+others (autotune.tuning.study.run_trials), and a certify round boots W // 2 pairs at once
+(certify.round_pairs); `wall_min` is the study's wall time.
+
+    .venv/bin/python bench/certify_split.py [--seeds 2000] [--workers 1,2,4]
+        [--out docs/results/certified/split.json]
 """
 
 from __future__ import annotations
@@ -58,8 +65,9 @@ def found(rng: np.random.Generator, true: float, spread: float, anchor: float
 
 
 def study(rng: np.random.Generator, ratios: list[float], spread: float, budget: float,
-          min_gain: float | None, explore: int) -> dict[str, float]:
-    """One study, its reserve as autotune.tuning.plan sets it (min_gain None: no reserve)."""
+          min_gain: float | None, explore: int, workers: int = 1) -> dict[str, float]:
+    """One study, its reserve as autotune.tuning.plan sets it (min_gain None: no reserve), on
+    `workers` GPUs at once."""
     base_true = 70.0
     order = [0, *rng.permutation(np.arange(1, len(ratios)))]
     costs = Costs("GPU-min", WARM, CHECK, REFERENCE, True)
@@ -68,18 +76,27 @@ def study(rng: np.random.Generator, ratios: list[float], spread: float, budget: 
         COLD + (explore - 1) * WARM)
     reserve = costs.reserve(pairs) if pairs else 0.0
     spent, boots = 0.0, {}
+    free = [0.0] * workers  # when each worker is free (wall minutes)
+    ends: list[float] = []  # the running trials' ends
     for i, c in enumerate(order):
-        cost = COLD if i == 0 else WARM
-        if i > 0 and spent + cost + reserve > budget:
+        w = min(range(workers), key=lambda k: free[k])
+        now = free[w]
+        running = sum(e > now for e in ends)
+        cost = COLD if i < workers else WARM
+        # before the first trial's bill, every worker starts (run_trials: no bill, no check)
+        if i >= workers and spent + cost * (1 + running) + reserve > budget:
             break
         spent += cost
+        free[w] = now + cost
+        ends.append(now + cost)
         true = base_true * ratios[c]
         boots[c] = [found(rng, true, spread, true * math.exp(rng.normal(0, spread)))]
     explored = len(boots)
+    wall = max(ends)
     pick = max(boots, key=lambda c: boots[c][0][0])
     if pick == 0:
         return {"certified": 0.0, "deployed_gain": 0.0, "explored": explored, "boots": 1,
-                "defaults_pick": 1.0, "spent": spent}
+                "defaults_pick": 1.0, "spent": spent, "wall_min": wall}
     # the pick's first boot chose it (its luckiest): as the product does, it does not count
     anchor_pick = boots[pick][0][0]
     mine: list[tuple[float, float]] = []
@@ -88,24 +105,32 @@ def study(rng: np.random.Generator, ratios: list[float], spread: float, budget: 
         both = g.n > 1 and g.n_base > 1
         if both and (g.low > 0 or g.high < 0) or min(g.n, g.n_base) >= MAX_BOOTS:
             break
-        if budget - spent < 2 * CHECK + REFERENCE:
+        k = max(1, workers // 2)  # pairs at once: certify.round_pairs
+        k = min(k, MAX_BOOTS - min(g.n, g.n_base))
+        while k > 0 and budget - spent < 2 * k * CHECK + REFERENCE:
+            k -= 1
+        if k == 0:
             break
-        mine.append(found(rng, base_true * ratios[pick], spread, anchor_pick))
         anchor = statistics.median(lo for lo, _ in boots[0])
-        boots[0].append(found(rng, base_true, spread, anchor))
-        spent += 2 * CHECK
+        for _ in range(k):
+            mine.append(found(rng, base_true * ratios[pick], spread, anchor_pick))
+            boots[0].append(found(rng, base_true, spread, anchor))
+        spent += 2 * k * CHECK
+        wall += CHECK if workers > 1 else 2 * CHECK
         g = censored_gain(mine, boots[0])
     certified = g.n > 1 and g.n_base > 1 and g.low > 0 and budget - spent >= REFERENCE
     return {"certified": float(certified),
             "deployed_gain": ratios[pick] - 1 if certified else 0.0,
             "explored": explored, "boots": g.n, "defaults_pick": 0.0,
-            "spent": spent + (REFERENCE if certified else 0.0)}
+            "spent": spent + (REFERENCE if certified else 0.0),
+            "wall_min": wall + (REFERENCE if certified else 0.0)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=2000)
     ap.add_argument("--budgets", default="30,45,60")
+    ap.add_argument("--workers", default="1", help="worker counts, comma-separated")
     ap.add_argument("--out", type=Path, default=ROOT / "docs/results/certified/split.json")
     args = ap.parse_args()
     ratios = landscape()
@@ -119,20 +144,22 @@ def main() -> None:
                           "reference": REFERENCE},
         "seeds": args.seeds, "tolerance": TOL, "max_boots": MAX_BOOTS,
         "exploration_order": "the defaults, then random (a lower bound for TPE)",
+        "workers_model": "each worker's first trial cold; a worker starts a trial while the "
+                         "budget less the reserve pays it and the trials running elsewhere; a "
+                         "certify round boots workers // 2 pairs at once",
         "results": []}
-    for budget in (float(b) for b in args.budgets.split(",")):
-        for spread in (0.04, 0.12):
-            for rule, explore in [(None, 0), *((r, e) for r in rules[1:] for e in explores)]:
-                rng = np.random.default_rng(0)
-                runs = [study(rng, ratios, spread, budget, rule, explore)
-                        for _ in range(args.seeds)]
-                row = {"budget": budget, "spread": spread,
-                       "min_gain": rule if rule is not None else "none",
-                       "explore_trials": explore,
-                       **{k: round(statistics.fmean(r[k] for r in runs), 4)
-                          for k in runs[0]}}
-                out["results"].append(row)  # type: ignore[union-attr]
-                print(json.dumps(row))
+    cells = [(b, s, r, e, w) for w in (int(x) for x in args.workers.split(","))
+             for b in (float(x) for x in args.budgets.split(",")) for s in (0.04, 0.12)
+             for r, e in [(None, 0), *((r, e) for r in rules[1:] for e in explores)]]
+    for budget, spread, rule, explore, workers in cells:
+        rng = np.random.default_rng(0)
+        runs = [study(rng, ratios, spread, budget, rule, explore, workers)
+                for _ in range(args.seeds)]
+        row = {"budget": budget, "spread": spread, "workers": workers,
+               "min_gain": rule if rule is not None else "none", "explore_trials": explore,
+               **{k: round(statistics.fmean(r[k] for r in runs), 4) for k in runs[0]}}
+        out["results"].append(row)  # type: ignore[union-attr]
+        print(json.dumps(row))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
 

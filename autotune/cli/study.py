@@ -107,9 +107,19 @@ def create_study(config_path: Path, study_name: str | None, storage: str | None,
               help="GPUs this worker's servers use (set CUDA_VISIBLE_DEVICES to pick them).")
 @click.option("--tracking-uri", help="MLflow tracking URI (default: the study's).")
 @click.option("--no-mlflow", is_flag=True, help="Do not log to MLflow.")
+@click.option("--pool", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Workers the study runs at once (a planned study's timeout buys each of "
+                   "them its GPUs' minutes).")
+@click.option("--repeat", type=click.IntRange(min=0), hidden=True,
+              help="Boot trial N's config once more as a certify boot, then exit (the certify "
+                   "phase of `autotune study --workers`).")
+@click.option("--check-at", type=float, hidden=True, help="Where that certify boot's search "
+              "starts (the capacity its boots found).")
 def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial: int,
-           tracking_uri: str | None, no_mlflow: bool) -> None:
-    """Join a study and run its trials until it holds its trial count."""
+           tracking_uri: str | None, no_mlflow: bool, pool: int, repeat: int | None,
+           check_at: float | None) -> None:
+    """Join a study and run its trials until it holds its trial count (a study with a budget
+    keeps its certify reserve)."""
     import optuna
     from optuna.trial import FrozenTrial
 
@@ -141,8 +151,24 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
             if tracker is not None:
                 tracker.log_trial(summary, trial)
 
+        if repeat is not None:
+            from autotune.tuning.confirm import run_repeats
+
+            run_repeats(st, cfg, pre, requests, [repeat], on_phase=view.on_phase,
+                        on_trial=on_trial, start_at={repeat: check_at}, worker=ident)
+            console.print(f"worker {ident['id']}: a certify boot of trial {repeat}",
+                          highlight=False)
+            return
+        budget = None
+        if cfg.planned():
+            from autotune.session.certify import Budget
+
+            budget = Budget(cfg, time.monotonic(), workers=pool)
+            budget.open(st)
         ran = run_trials(st, cfg, pre, requests, on_phase=view.on_phase, on_trial=on_trial,
-                         worker=ident)
+                         worker=ident, reserve=budget.reserve if budget else None,
+                         reference=(lambda: budget.reference_spent) if budget else None,
+                         lanes=pool)
     console.print(f"worker {ident['id']}: ran {ran} trials; the study holds "
                   f"{len(completed(st))} of {cfg.n_trials}", highlight=False)
 

@@ -18,7 +18,13 @@ from autotune.config.study import StudyConfig
 from autotune.errors import ClientError, ConfigError, LoadError, ServerError, StudyError
 from autotune.outputs.console import console
 from autotune.tuning.bill import Bill, bill
-from autotune.tuning.certify import Certification, machine_of, read_certification, run_certify
+from autotune.tuning.certify import (
+    Boots,
+    Certification,
+    machine_of,
+    read_certification,
+    run_certify,
+)
 from autotune.tuning.confirm import TrialHook
 from autotune.tuning.machines import here
 from autotune.tuning.objective import PhaseHook
@@ -30,8 +36,8 @@ from autotune.tuning.record import TrialRecord, records
 @dataclass
 class Budget:
     """What a planned run may spend in device-minutes: the study's budget less its bill (its
-    reference checks included), and what its timeout leaves times its GPUs; the smaller of
-    the two, or unbounded."""
+    reference checks included), and what its timeout leaves times its GPUs (every worker's);
+    the smaller of the two, or unbounded."""
 
     cfg: StudyConfig
     began: float  # time.monotonic() when the run began
@@ -39,6 +45,7 @@ class Budget:
     study: optuna.Study | None = None
     spent_before: float = 0.0  # the bill when this run opened the study
     shown: list[float] = field(default_factory=list)  # reserves printed
+    workers: int = 1  # workers at once, each with gpus_per_trial GPUs
 
     def open(self, study: optuna.Study) -> None:
         """The study this run plans in: what its earlier runs spent, reference checks too."""
@@ -54,7 +61,7 @@ class Budget:
         """The device-minutes of the plan: the budget, or what the timeout gives this run on
         top of what the study held before it, whichever is less."""
         b, t = self.cfg.budget_gpu_minutes, self.cfg.timeout_s
-        by_time = self.spent_before + t * (self.cfg.gpus_per_trial or 1) / 60 if t else math.inf
+        by_time = self.spent_before + t * self.devices() / 60 if t else math.inf
         return min(b if b is not None else math.inf, by_time)
 
     def left(self) -> float:
@@ -62,8 +69,12 @@ class Budget:
         by_budget = (self.cfg.budget_gpu_minutes - self.bill().total
                      if self.cfg.budget_gpu_minutes is not None else math.inf)
         by_time = ((self.began + self.cfg.timeout_s - time.monotonic())
-                   * (self.cfg.gpus_per_trial or 1) / 60 if self.cfg.timeout_s else math.inf)
+                   * self.devices() / 60 if self.cfg.timeout_s else math.inf)
         return min(by_budget, by_time)
+
+    def devices(self) -> int:
+        """GPUs (or, without them, machines) held at once: every worker's."""
+        return (self.cfg.gpus_per_trial or 1) * self.workers
 
     def plan(self) -> BudgetPlan:
         total = self.total()
@@ -124,12 +135,15 @@ def reference_check(cfg: StudyConfig, samples: int | None, on_phase: Callable[[s
 
 def certify_phase(st: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: list[Any],
                   pick: int, budget: Budget, on_phase: PhaseHook, on_trial: TrialHook,
-                  on_step: Callable[[str], None]) -> Certification:
-    """The certify phase of a planned study, within what its budget leaves."""
+                  on_step: Callable[[str], None], boots: Boots | None = None,
+                  lanes: int = 1) -> Certification:
+    """The certify phase of a planned study, within what its budget leaves (`boots`, `lanes`:
+    the workers' boots at once, run_certify's)."""
     ref = reference_check(cfg, None, lambda p: on_phase(-1, p, {})) \
         if cfg.certify.reference else None
     return run_certify(st, cfg, pre, requests, pick, budget.left, budget.costs, reference=ref,
-                       on_phase=on_phase, on_trial=on_trial, on_step=on_step)
+                       on_phase=on_phase, on_trial=on_trial, on_step=on_step, boots=boots,
+                       lanes=lanes)
 
 
 def certified_minutes(c: Certification | None) -> float:

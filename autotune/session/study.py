@@ -41,7 +41,13 @@ from autotune.tuning.study import (
     warm_start,
 )
 from autotune.tuning.summary import summarize
-from autotune.tuning.workers import run_pool, running_text, worker_config, worker_envs
+from autotune.tuning.workers import (
+    certify_boots,
+    run_pool,
+    running_text,
+    worker_config,
+    worker_envs,
+)
 
 
 @dataclass(frozen=True)
@@ -128,12 +134,8 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
                   f"({len(pre.space.parameters)} parameters); {done} of {cfg.n_trials} trials "
                   f"done; storage {cfg.storage_url()}", highlight=False)
     tracker = make_tracker(cfg, opts.tracking_uri, opts.no_mlflow)
-    planned = cfg.planned() and envs is None
-    if cfg.planned() and envs is not None:
-        console.print("note: with --workers the budget is a stop, not a plan: the certify "
-                      "phase runs in one process (`autotune study` again without --workers "
-                      "certifies the pick)", highlight=False)
-    budget = Budget(cfg, began)
+    planned = cfg.planned()
+    budget = Budget(cfg, began, workers=len(envs) if envs else 1)
 
     got: list[Any] = []
 
@@ -173,8 +175,13 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
                 console.print(f"certify phase: the pick so far is trial {first.number}"
                               + (f"; {left:.1f} {budget.bill().unit} left"
                                  if math.isfinite(left) else ""), highlight=False)
+                boots = None if envs is None else certify_boots(
+                    st, cfg, envs, gpus_per_trial or 0,
+                    tracker.uri if tracker is not None else None, on_trial=on_trial,
+                    on_running=lambda running: view.on_running(running_text(running)))
                 cert = certify_phase(st, cfg, pre, got[0], first.number, budget,
-                                     view.on_phase, on_trial, view.step)
+                                     view.on_phase, on_trial, view.step, boots=boots,
+                                     lanes=len(envs) if envs else 1)
                 budget.reference_spent = certified_minutes(cert)  # every run's, summed
         if now:
             console.print(f"confirm phase ({now})", highlight=False)

@@ -145,14 +145,18 @@ def bill(study: optuna.Study | list[TrialRecord], cfg: StudyConfig, unit: str | 
                 max(cfg.n_trials - first, 0), reference)
 
 
-def over_budget(b: Bill, budget_minutes: float | None, reserve: float = 0.0) -> str | None:
+def over_budget(b: Bill, budget_minutes: float | None, reserve: float = 0.0,
+                running: int = 0) -> str | None:
     """Why the next trial must not start under the budget, or None; `reserve`: device-minutes
-    kept for what follows the trials (the certify phase)."""
+    kept for what follows the trials (the certify phase); `running`: trials other workers run
+    now, each counted as the next trial will cost (the bill holds finished trials only)."""
     if budget_minutes is None or not b.trials:
         return None
     nxt = b.next_trial()
-    if b.total + nxt + reserve <= budget_minutes:
+    if b.total + nxt * (1 + running) + reserve <= budget_minutes:
         return None
     kept = f" with {reserve:.1f} kept to certify" if reserve else ""
+    others = (f" and {running} trial{'s' if running > 1 else ''} running elsewhere"
+              if running else "")
     return (f"budget: {b.total:.1f} of {budget_minutes:g} {b.unit} spent; the next trial "
-            f"(about {nxt:.1f}) would end past it{kept}")
+            f"(about {nxt:.1f}) would end past it{kept}{others}")

@@ -188,19 +188,40 @@ def write_certification(cfg: StudyConfig, c: Certification) -> Certification:
 
 
 Reference = Callable[[TrialRecord, float], dict[str, Any]]
+# boots the trials' configs again at once, each a certify boot from its load (workers.py)
+Boots = Callable[[list[int], dict[int, float | None]], None]
+
+
+def round_pairs(lanes: int, most: int, left: float, cost: Costs) -> int:
+    """Pairs of certify boots in the next round: as many as the lanes hold at once (one pair
+    where boots run one at a time), no more than `most` (max_boots less the boots there are),
+    and no more than `left` device-minutes pay with the reference check; 0: not one."""
+    k = max(1, lanes // 2)
+    k = min(k, max(most, 1))
+    while k > 0 and left < cost.reserve(k):
+        k -= 1
+    return k
+
+
+def boot_range(n: int, k: int) -> str:
+    return f"{n + 1}" if k == 1 else f"{n + 1}-{n + k}"
 
 
 def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: list[Any],
                 pick: int, left: Callable[[], float], costs: Callable[[], Costs], *,
                 reference: Reference | None = None, on_phase: PhaseHook | None = None,
                 on_trial: TrialHook | None = None,
-                on_step: Callable[[str], None] | None = None) -> Certification:
+                on_step: Callable[[str], None] | None = None,
+                boots: Boots | None = None, lanes: int = 1) -> Certification:
     """The certify phase (the module's docstring): pairs of boots of the pick and the defaults,
     in a random order each pair, until the gain's lower bound clears 0 (or its upper bound is
     under 0, or max_boots, or `left()` device-minutes cannot pay a pair and the reference, or
     a certify boot fails); then the reference check of a certified pick (`reference(record,
-    load)`). A certification already decided for this pick is read, not measured again; one
-    whose budget ran out resumes (its boots count, its minutes add up). Writes and returns it."""
+    load)`). With `lanes` > 1 (workers: boots at once, each on its own GPUs) a round boots
+    lanes // 2 pairs at once through `boots(numbers, start_at)`, the configs shuffled across
+    the lanes each round (where the budget and max_boots allow that many). A certification
+    already decided for this pick is read, not measured again; one whose budget ran out resumes
+    (its boots count, its minutes add up). Writes and returns it."""
     say = on_step or (lambda _s: None)
     metric = cfg.metric_names()[0]
     recs = records(study)
@@ -235,22 +256,27 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
         if both and (g.low > 0 or g.high < 0) or min(g.n, g.n_base) >= cfg.certify.max_boots:
             break
         cost = costs()
-        if left() < cost.reserve(1):
-            most = cfg.certify.max_boots - min(g.n, g.n_base)
+        most = cfg.certify.max_boots - min(g.n, g.n_base)
+        k = round_pairs(lanes, most, left(), cost)
+        if k == 0:
             return done(BUDGET_SPENT, g, remaining=(
                 f"up to {most} more boot{'s' if most > 1 else ''} each of trial {pick} and the "
                 f"defaults (~{2 * cost.check:.1f} {cost.unit} a pair) and the reference check "
                 f"(~{cost.reference:.1f})"))
-        pair = [base.number, pick]
+        pair = [base.number, pick] * k
         order.shuffle(pair)
         at = {n: check_load(recs, n, cfg) for n in pair}
         so_far = Certification(NOT_CERTIFIED, pick, base.number, metric,
                                gain_doc(g, cfg.certify.coverage)).ratio_text()
-        say(f"certify: boot {g.n + 1} of trial {pick} and {g.n_base + 1} of the defaults "
-            f"(so far {so_far})")
+        say(f"certify: boot{'s' if k > 1 else ''} {boot_range(g.n, k)} of trial {pick} and "
+            f"{boot_range(g.n_base, k)} of the defaults" + (" at once" if k > 1 or lanes > 1
+                                                             else "") + f" (so far {so_far})")
         n_before = len(study.get_trials(deepcopy=False))
-        run_repeats(study, cfg, pre, requests, pair, on_phase=on_phase, on_trial=on_trial,
-                    start_at=at)
+        if boots is not None:
+            boots(pair, at)
+        else:
+            run_repeats(study, cfg, pre, requests, pair, on_phase=on_phase, on_trial=on_trial,
+                        start_at=at)
         new = records(study)[n_before:]
         spent["boots"] += bill(new, cfg).total
         failed = [r for r in new if not r.measured and r.status != Status.UNMEASURED]

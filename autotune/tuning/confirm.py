@@ -82,16 +82,17 @@ def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
                 plan: list[int], *, on_phase: PhaseHook | None = None,
                 on_trial: TrialHook | None = None, deadline: float | None = None,
                 trials_dir: Path | None = None,
-                start_at: dict[int, float | None] | None = None) -> int:
+                start_at: dict[int, float | None] | None = None,
+                worker: dict[str, Any] | None = None) -> int:
     """Boot each trial of `plan` again with its own flags, in that order, as new trials of the
     study (`repeat_of`); with `start_at`, a capacity study's boot of a trial in it searches in
     tolerance steps from that load (a certify boot, `check_at`). They are created directly,
     not through the queue, so configs still waiting there (starts a study did not reach)
     cannot slip in between. With a `deadline` (time.monotonic()), no boot starts that the
     study's longest trial says would end after it; returns the boots run. Their folders go
-    under `trials_dir` (default: the study's)."""
+    under `trials_dir` (default: the study's); `worker`: the worker that runs them."""
     objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase,
-                          trials_dir=trials_dir)
+                          trials_dir=trials_dir, worker=worker)
     took = [max(boot_estimate(study), default=0.0)]
     for i, num in enumerate(plan):
         if deadline is not None and not fits_before(deadline, time.monotonic(), took):

@@ -228,12 +228,13 @@ def run_trials(
     reserve: Callable[[], float] | None = None,
     deadline: float | None = None,
     reference: Callable[[], float] | None = None,
+    lanes: int = 1,
 ) -> int:
     """Run trials one at a time until complete + running trials reach `cfg.n_trials`, counted
     in the storage, so several workers (processes or hosts) share one budget. Returns the
-    number of trials this call ran. Two workers that check at the same moment can overshoot
-    the budget by one trial each; none is ever run twice (Optuna hands each trial to one
-    worker)."""
+    number of trials this call ran. The budget counts the trials other workers run now as
+    the next trial will cost; two workers that check at the same moment can still overshoot
+    it by one trial each; none is ever run twice (Optuna hands each trial to one worker)."""
     objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase, worker=worker)
     callbacks = [*([on_trial] if on_trial is not None else []), stop_if_fatal]
     if deadline is None and cfg.timeout_s:
@@ -246,13 +247,15 @@ def run_trials(
             return ran
         kept = reserve() if reserve is not None else 0.0
         why = over_budget(bill(study, cfg, reference=reference() if reference else 0.0),
-                          cfg.budget_gpu_minutes, kept) \
+                          cfg.budget_gpu_minutes, kept, running) \
             if cfg.budget_gpu_minutes is not None else None
         if why is not None:
             if on_phase is not None:
                 on_phase(-1, f"{why}; stopping", {})
             return ran
-        end = deadline - kept * 60 / (cfg.gpus_per_trial or 1) if kept and deadline else deadline
+        # the reserve in wall time: the certify boots run `lanes` at once (workers' GPUs)
+        end = deadline - kept * 60 / ((cfg.gpus_per_trial or 1) * lanes) \
+            if kept and deadline else deadline
         if end is not None and not fits_before(end, time.monotonic(), durations):
             if on_phase is not None:
                 on_phase(-1, f"timeout: the next trial (about {trial_estimate(durations):.0f} s) "

@@ -146,13 +146,15 @@ class Pool:
     tracking_uri: str | None
     log_dir: Path
     procs: list[ProcessGroup] = field(default_factory=list)
+    args: list[list[str]] = field(default_factory=list)  # each worker's own (certify boots)
 
     def start(self) -> None:
         for i, extra in enumerate(self.envs):
             argv = [sys.executable, "-m", "autotune", "worker", "--storage",
                     self.cfg.storage_url(), "--study-name", self.cfg.name, "--worker-id", str(i),
-                    "--gpus-per-trial", str(self.gpus_per_trial)]
+                    "--gpus-per-trial", str(self.gpus_per_trial), "--pool", str(len(self.envs))]
             argv += ["--tracking-uri", self.tracking_uri] if self.tracking_uri else ["--no-mlflow"]
+            argv += self.args[i] if i < len(self.args) else []
             group = ProcessGroup(argv, log_path=self.log_dir / f"worker-{i}.log",
                                  env={**os.environ, **extra, "PYTHONUNBUFFERED": "1"})
             group.start()
@@ -216,6 +218,32 @@ def run_pool(cfg: StudyConfig, pre: Preflight, envs: list[dict[str, str]], gpus_
         raise StudyError(f"worker {i} exited with code {w.returncode}; the end of its log "
                          f"({w.log_path}):\n{w.log_tail()}")
     return st
+
+
+def certify_boots(study: optuna.Study, cfg: StudyConfig, envs: list[dict[str, str]],
+                  gpus_per_trial: int, tracking_uri: str | None, *, on_trial: TrialHook,
+                  on_running: Callable[[list[FrozenTrial]], None]
+                  ) -> Callable[[list[int], dict[int, float | None]], None]:
+    """The certify phase's boots on the workers' GPUs (certify.run_certify's `boots`): each
+    boot of a round an `autotune worker --repeat N` on its own lane (envs[i]), all at once,
+    reported as they finish; raise when one failed."""
+
+    def run(numbers: list[int], start_at: dict[int, float | None]) -> None:
+        if len(numbers) > len(envs):
+            raise StudyError(f"{len(numbers)} certify boots at once on {len(envs)} workers")
+        args = [["--repeat", str(n)] + ([] if start_at.get(n) is None else
+                                         ["--check-at", repr(start_at[n])]) for n in numbers]
+        log_dir = cfg.study_dir() / "workers" / f"certify-{len(study.get_trials(deepcopy=False))}"
+        pool = Pool(cfg, envs[:len(numbers)], gpus_per_trial, tracking_uri, log_dir, args=args)
+        with pool:
+            pool.watch(study, on_trial, on_running)
+        bad = pool.failed()
+        if bad:
+            i, w = bad[0]
+            raise StudyError(f"the certify boot of trial {numbers[i]} on worker {i} exited with "
+                             f"code {w.returncode}; the end of its log ({w.log_path}):\n"
+                             f"{w.log_tail()}")
+    return run
 
 
 def running_text(trials: list[FrozenTrial]) -> str:

@@ -1,0 +1,86 @@
+"""A planned study on several workers (issue 66): the certify phase boots pairs at once on the
+workers' lanes, the exploration counts the trials other workers run against the budget, and a
+timeout buys every worker's GPUs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.session.certify import Budget
+from autotune.tuning.bill import bill, over_budget
+from autotune.tuning.certify import BUDGET_SPENT, CERTIFIED, round_pairs, run_certify
+from autotune.tuning.plan import Costs, plan
+from autotune.tuning.record import records
+from tests.certify_fakes import Synthetic, explored
+
+COSTS = Costs("GPU-min", trial=6.0, check=3.5, reference=5.0, measured=True)
+
+
+def test_a_round_boots_as_many_pairs_as_the_lanes_the_boots_left_and_the_budget_allow() -> None:
+    assert round_pairs(1, 5, 100.0, COSTS) == 1  # one at a time: a pair a round
+    assert round_pairs(4, 5, 100.0, COSTS) == 2  # four lanes: two pairs at once
+    assert round_pairs(5, 5, 100.0, COSTS) == 2  # a lane left over stays idle
+    assert round_pairs(4, 1, 100.0, COSTS) == 1  # max_boots leaves one boot each
+    # two pairs and the reference cost 19; one pair and the reference 12
+    assert round_pairs(4, 5, 18.0, COSTS) == 1
+    assert round_pairs(4, 5, 11.0, COSTS) == 0
+
+
+def lanes_run(syn: Synthetic, pick: int, budget: float, lanes: int
+              ) -> tuple[Any, list[list[int]]]:
+    rounds: list[list[int]] = []
+
+    def boots(numbers: list[int], at: dict[int, float | None]) -> None:
+        rounds.append(list(numbers))
+        for n in numbers:
+            syn.boot(str(records(syn.study)[n].facts.flags_key), 3.5, repeat_of=n, start=at[n])
+
+    def left() -> float:
+        return budget - bill(syn.study, syn.cfg).total
+
+    def costs() -> Any:
+        recs = records(syn.study)
+        return plan(recs, syn.cfg, bill(recs, syn.cfg), budget).costs
+    c = run_certify(syn.study, syn.cfg, None, [], pick, left, costs,  # type: ignore[arg-type]
+                    boots=boots, lanes=lanes)
+    return c, rounds
+
+
+def test_four_lanes_boot_two_pairs_at_once_shuffled_across_the_lanes(tmp_path: Path) -> None:
+    syn, pick = explored(tmp_path, 0.44, 0.03, max_boots=4)
+    c, rounds = lanes_run(syn, pick, 200.0, 4)
+    assert c.status == CERTIFIED, c.sentence()
+    # each round: two boots of each config at once, in an order drawn for the round
+    assert rounds and all(sorted(r) == sorted([0, pick] * 2) for r in rounds)
+    assert c.gain is not None and c.gain["boots_pick"] == 2 * len(rounds)
+    assert c.minutes["boots"] == pytest.approx(4 * 3.5 * len(rounds), abs=1.0)  # and idle gaps
+
+
+def test_lanes_the_budget_cannot_fill_boot_fewer_pairs_then_end_spent(tmp_path: Path) -> None:
+    syn, pick = explored(tmp_path, 0.44, 0.03, max_boots=6)
+    spent = bill(syn.study, syn.cfg).total
+    # room for one pair and the reference check, not two: one pair, then budget spent
+    c, rounds = lanes_run(syn, pick, spent + 7.0 + 6.0 + 4.0, 4)
+    assert [len(r) for r in rounds] == [2]
+    assert c.status == BUDGET_SPENT and "more boot" in c.remaining
+
+
+def test_the_budget_counts_the_trials_other_workers_run_now(tmp_path: Path) -> None:
+    syn, _ = explored(tmp_path, 0.44, 0.03)
+    b = bill(syn.study, syn.cfg)  # 19.5 spent; the next trial about 5.5
+    assert over_budget(b, 45.0, 10.0) is None
+    why = over_budget(b, 45.0, 10.0, running=2)  # 19.5 + 3 x 5.5 + 10 > 45
+    assert why is not None and "2 trials running elsewhere" in why and "kept to certify" in why
+
+
+def test_a_timeout_buys_every_workers_gpus(tmp_path: Path) -> None:
+    syn, _ = explored(tmp_path, 0.44, 0.03)
+    cfg = syn.cfg.model_copy(update={"budget_gpu_minutes": None, "timeout_s": 600.0,
+                                     "gpus_per_trial": 2})
+    one, four = Budget(cfg, time.monotonic()), Budget(cfg, time.monotonic(), workers=4)
+    assert one.total() == pytest.approx(20.0) and four.total() == pytest.approx(80.0)
+    assert four.left() == pytest.approx(4 * one.left(), rel=0.01)
