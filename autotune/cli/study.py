@@ -115,9 +115,12 @@ def create_study(config_path: Path, study_name: str | None, storage: str | None,
                    "phase of `autotune study --workers`).")
 @click.option("--check-at", type=float, hidden=True, help="Where that certify boot's search "
               "starts (the capacity its boots found).")
+@click.option("--barrier", type=click.Path(path_type=Path), hidden=True,
+              help="The certify round's folder: measure once all its boots are up.")
+@click.option("--round-size", type=click.IntRange(min=1), default=1, hidden=True)
 def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial: int,
            tracking_uri: str | None, no_mlflow: bool, pool: int, repeat: int | None,
-           check_at: float | None) -> None:
+           check_at: float | None, barrier: Path | None, round_size: int) -> None:
     """Join a study and run its trials until it holds its trial count (a study with a budget
     keeps its certify reserve)."""
     import optuna
@@ -153,9 +156,17 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
 
         if repeat is not None:
             from autotune.tuning.confirm import run_repeats
+            from autotune.tuning.workers import barrier as round_barrier
 
-            run_repeats(st, cfg, pre, requests, [repeat], on_phase=view.on_phase,
-                        on_trial=on_trial, start_at={repeat: check_at}, worker=ident)
+            on_phase, done = view.on_phase, (lambda: None)
+            if barrier is not None:
+                on_phase, done = round_barrier(view.on_phase, barrier, str(ident["id"]),
+                                               round_size, cfg.server.boot_timeout_s)
+            try:
+                run_repeats(st, cfg, pre, requests, [repeat], on_phase=on_phase,
+                            on_trial=on_trial, start_at={repeat: check_at}, worker=ident)
+            finally:
+                done()
             console.print(f"worker {ident['id']}: a certify boot of trial {repeat}",
                           highlight=False)
             return

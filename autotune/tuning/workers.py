@@ -30,6 +30,7 @@ from autotune.config.study import PARALLEL_FLAGS, StudyConfig
 from autotune.errors import ConfigError, StudyError
 from autotune.load.datasets import study_requests
 from autotune.server.process import ProcessGroup
+from autotune.tuning.objective import PhaseHook
 from autotune.tuning.preflight import Preflight
 from autotune.tuning.record import facts_of, study_facts
 from autotune.tuning.storage import make_storage
@@ -231,9 +232,10 @@ def certify_boots(study: optuna.Study, cfg: StudyConfig, envs: list[dict[str, st
     def run(numbers: list[int], start_at: dict[int, float | None]) -> None:
         if len(numbers) > len(envs):
             raise StudyError(f"{len(numbers)} certify boots at once on {len(envs)} workers")
-        args = [["--repeat", str(n)] + ([] if start_at.get(n) is None else
-                                         ["--check-at", repr(start_at[n])]) for n in numbers]
         log_dir = cfg.study_dir() / "workers" / f"certify-{len(study.get_trials(deepcopy=False))}"
+        args = [["--repeat", str(n), "--barrier", str(log_dir), "--round-size", str(len(numbers))]
+                + ([] if start_at.get(n) is None else ["--check-at", repr(start_at[n])])
+                for n in numbers]
         pool = Pool(cfg, envs[:len(numbers)], gpus_per_trial, tracking_uri, log_dir, args=args)
         with pool:
             pool.watch(study, on_trial, on_running)
@@ -244,6 +246,36 @@ def certify_boots(study: optuna.Study, cfg: StudyConfig, envs: list[dict[str, st
                              f"code {w.returncode}; the end of its log ({w.log_path}):\n"
                              f"{w.log_tail()}")
     return run
+
+
+def barrier(on_phase: PhaseHook, folder: Path, lane: str, size: int, timeout_s: float
+            ) -> tuple[PhaseHook, Callable[[], None]]:
+    """A certify round's boots measure together: the phase hook that, at a boot's first phase
+    after it came up healthy, marks this lane ready in `folder` and waits (up to `timeout_s`)
+    until all `size` lanes are ready or done, so no server is measured while another of its
+    round still boots (a boot's compile and JIT take CPU the other's client and API server
+    need); and the call that marks the lane done whatever happened (a boot that failed does
+    not hold the others)."""
+    passed = [False]
+
+    def mark(kind: str) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{kind}-{lane}").touch()
+
+    def lanes() -> int:
+        return len({f.name.split("-", 1)[1] for f in folder.glob("*-*")
+                    if f.name.startswith(("ready-", "done-"))})
+
+    def hook(number: int, phase: str, flags: dict[str, Any]) -> None:
+        if not passed[0] and not phase.startswith("booting"):
+            passed[0] = True
+            mark("ready")
+            on_phase(number, f"waiting for the round's other {size - 1} boot(s)", flags)
+            end = time.monotonic() + timeout_s
+            while lanes() < size and time.monotonic() < end:
+                time.sleep(0.5)
+        on_phase(number, phase, flags)
+    return hook, lambda: mark("done")
 
 
 def running_text(trials: list[FrozenTrial]) -> str:

@@ -4,6 +4,7 @@ timeout buys every worker's GPUs."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from autotune.tuning.bill import bill, over_budget
 from autotune.tuning.certify import BUDGET_SPENT, CERTIFIED, round_pairs, run_certify
 from autotune.tuning.plan import Costs, plan
 from autotune.tuning.record import records
+from autotune.tuning.workers import barrier
 from tests.certify_fakes import Synthetic, explored
 
 COSTS = Costs("GPU-min", trial=6.0, check=3.5, reference=5.0, measured=True)
@@ -84,3 +86,24 @@ def test_a_timeout_buys_every_workers_gpus(tmp_path: Path) -> None:
     one, four = Budget(cfg, time.monotonic()), Budget(cfg, time.monotonic(), workers=4)
     assert one.total() == pytest.approx(20.0) and four.total() == pytest.approx(80.0)
     assert four.left() == pytest.approx(4 * one.left(), rel=0.01)
+
+
+def test_a_rounds_boots_measure_together_and_a_failed_boot_holds_none(tmp_path: Path) -> None:
+    seen: list[tuple[str, str]] = []
+    hooks = {lane: barrier(lambda n, p, f, lane=lane: seen.append((lane, p)), tmp_path / "r",
+                           lane, 3, timeout_s=30.0) for lane in "abc"}
+    hooks["a"][0](1, "booting", {})  # booting phases pass through
+    assert seen == [("a", "booting")]
+    t = threading.Thread(target=hooks["a"][0], args=(1, "load 4", {}))
+    t.start()
+    time.sleep(0.8)
+    assert ("a", "load 4") not in seen  # a waits for b and c
+    u = threading.Thread(target=hooks["b"][0], args=(2, "benchmarking", {}))
+    u.start()  # b is up: it waits too
+    time.sleep(0.8)
+    assert ("b", "benchmarking") not in seen and t.is_alive()
+    hooks["c"][1]()  # c's boot failed: its lane is done, not ready
+    t.join(5)
+    u.join(5)
+    assert ("a", "load 4") in seen and ("b", "benchmarking") in seen
+    assert ("a", "waiting for the round's other 2 boot(s)") in seen
