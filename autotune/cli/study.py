@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -156,9 +157,11 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
 
         if repeat is not None:
             from autotune.tuning.confirm import run_repeats
+            from autotune.tuning.objective import PhaseHook
             from autotune.tuning.workers import barrier as round_barrier
 
-            on_phase, done = view.on_phase, (lambda: None)
+            on_phase: PhaseHook = view.on_phase
+            done: Callable[[], None] = lambda: None  # noqa: E731
             if barrier is not None:
                 on_phase, done = round_barrier(view.on_phase, barrier, str(ident["id"]),
                                                round_size, cfg.server.boot_timeout_s)
