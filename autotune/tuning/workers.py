@@ -30,6 +30,7 @@ from autotune.config.study import PARALLEL_FLAGS, StudyConfig
 from autotune.errors import ConfigError, StudyError
 from autotune.load.datasets import study_requests
 from autotune.server.process import ProcessGroup
+from autotune.tuning.certify import Boots
 from autotune.tuning.objective import PhaseHook
 from autotune.tuning.preflight import Preflight
 from autotune.tuning.record import facts_of, study_facts
@@ -200,6 +201,21 @@ class Pool:
     def failed(self) -> list[tuple[int, ProcessGroup]]:
         return [(i, w) for i, w in enumerate(self.procs) if w.returncode not in (0, None)]
 
+    def run(self, study: optuna.Study, on_trial: TrialHook,
+            on_running: Callable[[list[FrozenTrial]], None],
+            what: Callable[[int], str] = lambda i: f"worker {i}",
+            on_start: Callable[[Pool], None] = lambda _p: None) -> None:
+        """Start the workers, report their trials until every one exits, and raise when one
+        failed (`what(i)`: how the error names worker i)."""
+        with self:
+            on_start(self)
+            self.watch(study, on_trial, on_running)
+        bad = self.failed()
+        if bad:
+            i, w = bad[0]
+            raise StudyError(f"{what(i)} exited with code {w.returncode}; the end of its log "
+                             f"({w.log_path}):\n{w.log_tail()}")
+
 
 def run_pool(cfg: StudyConfig, pre: Preflight, envs: list[dict[str, str]], gpus_per_trial: int,
              tracking_uri: str | None, *, on_start: Callable[[optuna.Study, list[Any]], None],
@@ -209,22 +225,14 @@ def run_pool(cfg: StudyConfig, pre: Preflight, envs: list[dict[str, str]], gpus_
     this host, and report each finished trial; raise when a worker failed."""
     st = prepare_study(cfg, pre)
     on_start(st, study_requests(cfg, pre.max_len))
-    pool = Pool(cfg, envs, gpus_per_trial, tracking_uri, cfg.study_dir() / "workers")
-    with pool:
-        on_pool(pool)
-        pool.watch(st, on_trial, on_running)
-    bad = pool.failed()
-    if bad:
-        i, w = bad[0]
-        raise StudyError(f"worker {i} exited with code {w.returncode}; the end of its log "
-                         f"({w.log_path}):\n{w.log_tail()}")
+    Pool(cfg, envs, gpus_per_trial, tracking_uri, cfg.study_dir() / "workers").run(
+        st, on_trial, on_running, on_start=on_pool)
     return st
 
 
 def certify_boots(study: optuna.Study, cfg: StudyConfig, envs: list[dict[str, str]],
                   gpus_per_trial: int, tracking_uri: str | None, *, on_trial: TrialHook,
-                  on_running: Callable[[list[FrozenTrial]], None]
-                  ) -> Callable[[list[int], dict[int, float | None]], None]:
+                  on_running: Callable[[list[FrozenTrial]], None]) -> Boots:
     """The certify phase's boots on the workers' GPUs (certify.run_certify's `boots`): each
     boot of a round an `autotune worker --repeat N` on its own lane (envs[i]), all at once,
     reported as they finish; raise when one failed."""
@@ -236,15 +244,9 @@ def certify_boots(study: optuna.Study, cfg: StudyConfig, envs: list[dict[str, st
         args = [["--repeat", str(n), "--barrier", str(log_dir), "--round-size", str(len(numbers))]
                 + ([] if start_at.get(n) is None else ["--check-at", repr(start_at[n])])
                 for n in numbers]
-        pool = Pool(cfg, envs[:len(numbers)], gpus_per_trial, tracking_uri, log_dir, args=args)
-        with pool:
-            pool.watch(study, on_trial, on_running)
-        bad = pool.failed()
-        if bad:
-            i, w = bad[0]
-            raise StudyError(f"the certify boot of trial {numbers[i]} on worker {i} exited with "
-                             f"code {w.returncode}; the end of its log ({w.log_path}):\n"
-                             f"{w.log_tail()}")
+        Pool(cfg, envs[:len(numbers)], gpus_per_trial, tracking_uri, log_dir, args=args).run(
+            study, on_trial, on_running,
+            what=lambda i: f"the certify boot of trial {numbers[i]} on worker {i}")
     return run
 
 
