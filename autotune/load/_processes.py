@@ -8,6 +8,14 @@ its own loop, read a burst in parallel (docs/load-generator.md). They take reque
 one shared counter (so the concurrency is global, as with one process), start on one clock zero
 (perf_counter is system-wide on Linux), and send their records back through a queue as they
 finish, so progress is live. An abort is a shared `Abort` code that every shard polls.
+
+Each shard's plan (the whole request list) travels in a file, not through `Process.start()`:
+CPython's spawn writes the pickled target and arguments into the child's pipe while it still holds
+that pipe's read end, so a child that dies before reading a payload larger than the pipe's buffer
+(64 KiB) leaves the parent blocked in `start()` for good. That hung a GPU worker for 18 minutes
+when its client processes could not import autotune (its files were being replaced under it);
+with the plan in a file the payload is a few hundred bytes, and a child that dies or never says
+it is ready (READY_S) fails the load with a ClientError.
 """
 
 from __future__ import annotations
@@ -15,8 +23,11 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import signal
+import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import Synchronized
@@ -64,6 +75,8 @@ class Failed:
 
 Message = Ready | Record | First | Done | Failed
 
+READY_S = 120.0  # a client process that has not said Ready by then is stuck: the load fails
+
 
 @dataclass(frozen=True)
 class Shared:
@@ -107,9 +120,15 @@ class SharedControl:
         return Abort(int(self.shared.code.value))
 
 
-def _shard_main(k: int, plan: ShardPlan, shared: Shared) -> None:
-    """Entry point of one client process."""
+def _shard_main(k: int, plan_path: str, shared: Shared) -> None:
+    """Entry point of one client process: its ShardPlan is pickled at `plan_path`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us through `code`
+    try:
+        with open(plan_path, "rb") as f:
+            plan: ShardPlan = pickle.load(f)
+    except BaseException as e:
+        shared.out.put(Failed(k, f"reading its plan: {type(e).__name__}: {e}"))
+        return
     if plan.cpus:
         os.sched_setaffinity(0, plan.cpus)
     rt = plan.realtime and realtime()
@@ -149,8 +168,13 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
     ctx = mp.get_context("spawn")  # fork would copy this process's threads' locks
     shared = Shared(ctx.Value("q", 0), ctx.Value("i", 0), ctx.Event(), ctx.Value("d", 0.0),
                     ctx.Queue(), on_first is not None)
-    procs = [ctx.Process(target=_shard_main, args=(k, plan, shared), name=f"autotune-load-{k}",
-                         daemon=True) for k, plan in enumerate(plans)]
+    tmp = tempfile.TemporaryDirectory(prefix="autotune-load-")
+    paths = [os.path.join(tmp.name, f"shard-{k}.pickle") for k in range(len(plans))]
+    for path, plan in zip(paths, plans, strict=True):
+        with open(path, "wb") as f:
+            pickle.dump(plan, f, protocol=pickle.HIGHEST_PROTOCOL)
+    procs = [ctx.Process(target=_shard_main, args=(k, path, shared), name=f"autotune-load-{k}",
+                         daemon=True) for k, path in enumerate(paths)]
     got: dict[int, RequestRecord] = {}
     ready: set[int] = set()
     ends: dict[int, tuple[float, float, float]] = {}
@@ -191,7 +215,11 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
             for k, p in enumerate(procs):
                 if k not in ends and p.exitcode is not None and shared.out.empty():
                     handle(Failed(k, f"exited with code {p.exitcode}"))
+                elif (k not in ready and k not in ends and not shared.go.is_set()
+                      and time.monotonic() > ready_by):
+                    handle(Failed(k, f"not ready after {READY_S:g} s (alive: {p.is_alive()})"))
 
+    ready_by = time.monotonic() + READY_S
     try:
         for p in procs:
             p.start()
@@ -209,6 +237,7 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
             if p.is_alive():
                 p.kill()
                 p.join()
+        tmp.cleanup()
     if failure:
         raise ClientError(failure)
     n = len(plans[0].requests)

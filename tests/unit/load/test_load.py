@@ -3,6 +3,7 @@
 import asyncio
 import json
 import math
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -425,3 +426,51 @@ def test_the_heap_is_frozen_while_the_load_runs_in_this_process() -> None:
         on_done=lambda rec: frozen.append(gc.get_freeze_count()))
     assert len(frozen) == 3 and min(frozen) > 0
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("child", ["dies", "sticks"])
+def test_a_client_process_that_dies_or_sticks_at_its_start_fails_the_load(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, child: str) -> None:
+    """A client process that dies before reading its plan (on a GPU worker: autotune's files
+    were being replaced under it) or never says it is ready fails the load with a ClientError;
+    it does not leave the parent blocked in Process.start(). The request list pickles to more
+    than a pipe's 64 KiB, which is what blocked spawn's write before the plans went by file."""
+    import multiprocessing.spawn
+    import os
+    import threading
+    from multiprocessing import resource_tracker
+
+    from autotune.errors import ClientError
+    from autotune.load import _processes
+
+    exe = tmp_path / "python"  # what the spawned "interpreter" does: exit at once, or hang
+    exe.write_text("#!/bin/sh\nexit 1\n" if child == "dies" else "#!/bin/sh\nexec sleep 3\n")
+    exe.chmod(0o755)
+    resource_tracker.ensure_running()  # started by the real interpreter, not the fake one
+    real = multiprocessing.spawn.get_executable()  # bytes on some Pythons
+    monkeypatch.setattr(multiprocessing.spawn, "_python_exe",
+                        os.fsencode(exe) if isinstance(real, bytes) else str(exe))
+    monkeypatch.setattr(_processes, "READY_S", 1.0)
+    reqs = [Request(prompt=list(range(1000, 3000)), prompt_len=2000, output_len=3)
+            for _ in range(40)]
+    got: list[BaseException] = []
+
+    async def main():  # type: ignore[no-untyped-def]
+        server = await _sse_server(set(), [0, 0])
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            await run_load_async(f"http://127.0.0.1:{port}", "m", reqs,
+                                 LoadSettings(max_concurrency=4, processes=2))
+
+    def go() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as e:
+            got.append(e)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "the parent is still blocked"
+    assert len(got) == 1 and isinstance(got[0], ClientError), got
+    assert ("exited with code 1" if child == "dies" else "not ready after 1 s") in str(got[0])
