@@ -11,6 +11,10 @@
 # final archive only, recompressed (`gunzip -c study.tgz | xz -9e > study.tar.xz`, 55% smaller).
 # STUDY-ARGS: pass `--timeout S` with the machine's lease left, less the export's time, so the
 # study stops between trials instead of being cut off in one.
+# Everything runs from a copy of the checkout in /root/run (its mlruns is the study's workdir):
+# each call lays the checkout again in place, and a study running from there once had a client
+# process fail to import autotune mid-copy (a worker then hung, docs/results/certified). `start`
+# and `run` refresh the copy's code while no study runs; `.gpu-state/study.tgz` resumes into it.
 set -uo pipefail
 cmd=$1; shift
 cfg="" wait_s=560 extra=() sub=study
@@ -24,7 +28,16 @@ export PYTHONUNBUFFERED=1
 if [ ! -e /root/site/plotly ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /root/site .whl/*.whl
 fi
-mkdir -p /root/w
+mkdir -p /root/w /root/run
+running() { [ -f /root/w/study.pid ] && kill -0 "$(cat /root/w/study.pid)" 2>/dev/null; }
+if [ "$cmd" = start ] || [ "$cmd" = run ]; then
+  if running; then
+    [ "$cmd" = start ] && { echo "a study is running (pid $(cat /root/w/study.pid)): wait or stop it" >&2; exit 1; }
+  else  # the code, not the study's state (mlruns) nor the set-up chunks
+    tar --exclude=./mlruns --exclude=./.gpu --exclude=./.whl --exclude=./.venv --exclude=./results -cf - . | tar -xf - -C /root/run
+  fi
+fi
+cd /root/run
 # the examples' workdir is the checkout's mlruns (git ignores it; a call keeps it in place)
 pack() {
   cp /root/w/*.log "$OUT/" 2>/dev/null || true
