@@ -89,10 +89,14 @@ class Budget:
                 not self.shown or abs(self.shown[-1] - p.reserve) >= 0.1):
             console.print(p.text(), highlight=False, soft_wrap=True)
             if not self.shown and self.bill().total + p.costs.trial + p.reserve > p.budget:
+                # with workers, the first plan comes once several trials have ended
+                done = len(records(self.study)) if self.study is not None else 1
+                what = ("vLLM's defaults", "the defaults") if done <= 1 else (
+                    f"the {done} trials measured", "one of them")
                 console.print(f"warning: {p.budget:.1f} {p.costs.unit} leaves no room to explore "
-                              "beyond vLLM's defaults once the certify boots and the reference "
-                              f"check are kept ({p.reserve:.1f}): the study can only end on the "
-                              "defaults; a larger budget explores", highlight=False,
+                              f"beyond {what[0]} once the certify boots and the reference "
+                              f"check are kept ({p.reserve:.1f}): the study can only end on "
+                              f"{what[1]}; a larger budget explores", highlight=False,
                               soft_wrap=True)
             self.shown.append(p.reserve)
         return p.reserve

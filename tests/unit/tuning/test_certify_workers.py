@@ -107,3 +107,22 @@ def test_a_rounds_boots_measure_together_and_a_failed_boot_holds_none(tmp_path: 
     u.join(5)
     assert ("a", "load 4") in seen and ("b", "benchmarking") in seen
     assert ("a", "waiting for the round's other 2 boot(s)") in seen
+
+
+def test_the_no_room_warning_names_what_was_measured(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """With workers the first plan is printed once several trials have ended (on the H200 x4:
+    three), so "only vLLM's defaults" would be wrong there; one trial still says the defaults."""
+    from rich.console import Console
+
+    import autotune.session.certify as session_certify
+
+    rec = Console(width=300, record=True)
+    monkeypatch.setattr(session_certify, "console", rec)
+    syn, _ = explored(tmp_path, 0.44, 0.03)  # three trials, 19.5 spent
+    cfg = syn.cfg.model_copy(update={"budget_gpu_minutes": 30.0})
+    b = Budget(cfg, time.monotonic(), workers=4)
+    b.open(syn.study)
+    b.reserve()
+    out = rec.export_text()
+    assert "beyond the 3 trials measured" in out and "can only end on one of them" in out
