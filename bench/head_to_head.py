@@ -19,9 +19,10 @@ request samples a rate (autotune.measure.verify, as `export --verify` runs it).
 
 `claim` reads the study's recommendation through `autotune export` (its flags, its capacity,
 the certification when the study ran one); `claim-auto-tune` reads bench/auto_tune_contender.sh's
-contender.json. `judge` boots the contenders in a random order, one at a time, and writes per
-contender `reference_capacity_verdicts`: each rate's verdict, its p99 TTFT and TPOT (the
-samples' medians) and the share of samples that met.
+contender.json (or bench/auto_tune_sharded.sh's, its grid split over GPUs). `judge` boots the
+contenders in a random order, one at a time (with `--gpus 0,1,2,3` up to four at once, each on
+its own GPU of the host), and writes per contender `reference_capacity_verdicts`: each rate's
+verdict, its p99 TTFT and TPOT (the samples' medians) and the share of samples that met.
 """
 
 from __future__ import annotations
@@ -29,11 +30,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import random
 import shlex
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -110,13 +114,14 @@ def _rates(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def judge_one(cfg: StudyConfig, name: str, c: dict[str, Any], best: float, samples: int,
-              out: Path, seed: int) -> dict[str, Any]:
+              out: Path, seed: int, gpu: str | None = None) -> dict[str, Any]:
     s = cfg.server
     argv = serve_argv(s.executable, s.model, s.serve_flags(dict(c["config"])), s.extra_args)
     out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **launch_env(s)} | ({"CUDA_VISIBLE_DEVICES": gpu} if gpu else {})
     proc = ServerProcess(argv, log_path=out / "server.log", port=free_port(s.host),
-                         host=s.host, env={**os.environ, **launch_env(s)})
-    res: dict[str, Any] = {"serve_argv": shlex.join(argv)}
+                         host=s.host, env=env)
+    res: dict[str, Any] = {"serve_argv": shlex.join(argv)} | ({"gpu": gpu} if gpu else {})
     try:
         proc.start()
         res["boot_s"] = round(proc.wait_healthy(s.boot_timeout_s), 1)
@@ -145,22 +150,41 @@ def judge_one(cfg: StudyConfig, name: str, c: dict[str, Any], best: float, sampl
 
 
 def judge(a: argparse.Namespace) -> None:
+    """Each contender in turn, or with --gpus several at once, each on its own GPU of the host
+    (a contender takes the next free GPU in the shuffled order, so which GPU judges which
+    contender is as random as the order)."""
     cfg = load_study_config(a.config)
     contenders = json.loads(a.contenders.read_text())
     best = max((c["claimed_capacity"] or 0.0) for c in contenders.values())
     order = list(contenders)
     random.Random(a.seed).shuffle(order)
+    gpus = a.gpus.split(",") if a.gpus else [None]
     doc: dict[str, Any] = {"config": str(a.config), "samples": a.samples, "order": order,
                            "best_claim": best, "slos": [x.text() for x in cfg.slos],
-                           "contenders": {}}
-    for name in order:
-        t0 = time.monotonic()
-        print(f"judging {name}: {json.dumps(contenders[name]['config'])}", flush=True)
-        res = judge_one(cfg, name, contenders[name], best, a.samples,
-                        a.out.parent / "judge" / name, a.seed)
-        res["minutes"] = round((time.monotonic() - t0) / 60, 2)
-        doc["contenders"][name] = contenders[name] | res
-        a.out.write_text(json.dumps(doc, indent=1) + "\n")  # each as it lands
+                           "gpus": a.gpus, "contenders": {}}
+    free: queue.Queue[str | None] = queue.Queue()
+    for g in gpus:
+        free.put(g)
+    lock = threading.Lock()
+
+    def one(name: str) -> None:
+        gpu = free.get()
+        try:
+            t0 = time.monotonic()
+            print(f"judging {name}{f' on GPU {gpu}' if gpu else ''}: "
+                  f"{json.dumps(contenders[name]['config'])}", flush=True)
+            res = judge_one(cfg, name, contenders[name], best, a.samples,
+                            a.out.parent / "judge" / name, a.seed, gpu)
+            res["minutes"] = round((time.monotonic() - t0) / 60, 2)
+            with lock:
+                doc["contenders"][name] = contenders[name] | res
+                a.out.write_text(json.dumps(doc, indent=1) + "\n")  # each as it lands
+        finally:
+            free.put(gpu)
+
+    with ThreadPoolExecutor(max_workers=len(gpus)) as pool:
+        for f in [pool.submit(one, name) for name in order]:
+            f.result()
     print(f"written to {a.out}")
 
 
@@ -232,6 +256,7 @@ def main() -> None:
     j.add_argument("--samples", type=int, default=3)
     j.add_argument("--seed", type=int, default=0)
     j.add_argument("--out", type=Path, required=True)
+    j.add_argument("--gpus", default="", help="judge several at once, one a GPU (e.g. 0,1,2,3)")
     s = sub.add_parser("summarize")
     s.add_argument("--judged", type=Path, required=True)
     s.add_argument("--summary", type=Path, default=Path("docs/results/certified/summary.json"))
