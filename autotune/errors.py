@@ -10,6 +10,8 @@
      |    +-- ServerDiedError        exited while it was serving (crash mid-benchmark)
      +-- LoadError                   the benchmark could not produce a measurement
      +-- ClientError                 the load generator itself failed (not the server's doing)
+     |    +-- ClientProcessError     one of its client processes died or never started: the
+     |                               machine's, so the trial is unmeasured and tried again
      +-- Unmeasured                  a trial measured nothing for a reason that is not its
      |                               config's (a starved boot): recorded, its config tried again
      +-- StudyError                  the study storage or its state
@@ -94,8 +96,14 @@ class LoadError(AutotuneError):
 
 
 class ClientError(AutotuneError):
-    """The load generator failed for a reason of its own (a client process died, a request
-    could not be built). Not a verdict on the server's config: a study stops on it."""
+    """The load generator failed for a reason of its own (a request could not be built). Not a
+    verdict on the server's config: a study stops on it."""
+
+
+class ClientProcessError(ClientError):
+    """A client process of the load generator died or never said it was ready (on a GPU
+    worker: it could not import autotune while its files were replaced). The machine's doing:
+    the trial is recorded unmeasured and its config tried again, as a starved boot's is."""
 
 
 class Unmeasured(AutotuneError):

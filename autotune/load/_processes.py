@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
-from autotune.errors import ClientError
+from autotune.errors import ClientError, ClientProcessError
 from autotune.load._request import OnFirst
 from autotune.load._slots import WATCH_S, Abort, ShardPlan, run_shard
 from autotune.load.placement import realtime
@@ -180,9 +180,10 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
     ends: dict[int, tuple[float, float, float]] = {}
     rts: list[bool] = []
     failure = ""
+    by_process = False  # the failure was a process's death or silence, not its code's error
 
-    def handle(msg: Message) -> None:
-        nonlocal failure
+    def handle(msg: Message, process: bool = False) -> None:
+        nonlocal failure, by_process
         if isinstance(msg, Record):
             got[msg.record.index] = msg.record
             if on_done is not None:
@@ -196,6 +197,8 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
             ends[msg.shard] = (msg.end_s, msg.cpu_s, msg.delay_s)
             rts.append(msg.realtime)
         else:
+            if not failure:
+                by_process = process or msg.error.startswith("reading its plan")
             failure = failure or f"load generator process {msg.shard} failed: {msg.error}"
             ends[msg.shard] = (0.0, 0.0, 0.0)
             shared.code.value = shared.code.value or int(Abort.CLIENT_FAILED)
@@ -214,10 +217,11 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
                 shared.code.value = int(Abort.SETTLED)
             for k, p in enumerate(procs):
                 if k not in ends and p.exitcode is not None and shared.out.empty():
-                    handle(Failed(k, f"exited with code {p.exitcode}"))
+                    handle(Failed(k, f"exited with code {p.exitcode}"), process=True)
                 elif (k not in ready and k not in ends and not shared.go.is_set()
                       and time.monotonic() > ready_by):
-                    handle(Failed(k, f"not ready after {READY_S:g} s (alive: {p.is_alive()})"))
+                    handle(Failed(k, f"not ready after {READY_S:g} s (alive: {p.is_alive()})"),
+                           process=True)
 
     ready_by = time.monotonic() + READY_S
     try:
@@ -239,7 +243,7 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
                 p.join()
         tmp.cleanup()
     if failure:
-        raise ClientError(failure)
+        raise (ClientProcessError if by_process else ClientError)(failure)
     n = len(plans[0].requests)
     why = Abort(int(shared.code.value)) if len(got) < n else Abort.NONE
     return Outcome(got, why, max(e for e, _, _ in ends.values()),

@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 from autotune.config.metric_names import PER_GPU, per_gpu
 from autotune.config.study import SUITE_PREFIX, StudyConfig, gpus_per_replica, layout_text
 from autotune.errors import (
+    ClientProcessError,
     LoadError,
     MeasurementWarning,
     ServerBootError,
@@ -183,6 +184,9 @@ class Objective:
                                                 timings=failed_timings(began)))
         except Unmeasured:  # recorded as the machine's; the study loop enqueues it again
             raise
+        except ClientProcessError as e:  # a client process died or never started: the machine's
+            unmeasured(trial, f"{e} (the machine's, not the config's)",
+                       TrialFacts(log_path=log_path, timings=failed_timings(began)), e)
         except Exception as e:  # not a verdict on the config: record it, stop the study
             write_facts(trial, TrialFacts(
                 cause=f"{type(e).__name__}: {e}", log_path=log_path,

@@ -258,7 +258,7 @@ def test_auto_processes() -> None:
 def test_a_request_that_cannot_be_built_surfaces_its_cause(processes: int) -> None:
     """Token-id prompts sent to the chat endpoint (the config rejects it; a library caller can
     still try): the load fails with the cause, instead of recording every request cancelled."""
-    from autotune.errors import ClientError
+    from autotune.errors import ClientError, ClientProcessError
 
     async def main():  # type: ignore[no-untyped-def]
         server = await _sse_server(set(), [0, 0])
@@ -269,8 +269,9 @@ def test_a_request_that_cannot_be_built_surfaces_its_cause(processes: int) -> No
                                         LoadSettings(endpoint="chat", max_concurrency=2,
                                                      processes=processes))
 
-    with pytest.raises(ClientError, match="the chat endpoint needs text prompts"):
+    with pytest.raises(ClientError, match="the chat endpoint needs text prompts") as e:
         asyncio.run(main())
+    assert not isinstance(e.value, ClientProcessError)  # the request path's: the study stops
 
 
 @pytest.mark.parametrize("processes", [1, 3])
@@ -440,7 +441,7 @@ def test_a_client_process_that_dies_or_sticks_at_its_start_fails_the_load(
     import threading
     from multiprocessing import resource_tracker
 
-    from autotune.errors import ClientError
+    from autotune.errors import ClientProcessError
     from autotune.load import _processes
 
     exe = tmp_path / "python"  # what the spawned "interpreter" does: exit at once, or hang
@@ -472,5 +473,5 @@ def test_a_client_process_that_dies_or_sticks_at_its_start_fails_the_load(
     t.start()
     t.join(60)
     assert not t.is_alive(), "the parent is still blocked"
-    assert len(got) == 1 and isinstance(got[0], ClientError), got
+    assert len(got) == 1 and isinstance(got[0], ClientProcessError), got  # the machine's
     assert ("exited with code 1" if child == "dies" else "not ready after 1 s") in str(got[0])

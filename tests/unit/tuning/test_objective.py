@@ -215,3 +215,38 @@ def test_a_failed_boot_records_its_seconds_as_the_servers() -> None:
     t = failed_timings({"boot": now - 40.0, "after": now - 10.0})
     assert t["boot_s"] == pytest.approx(30.0, abs=0.5)
     assert t["bench_s"] == pytest.approx(10.0, abs=0.5)
+
+
+def test_a_client_process_that_died_leaves_the_trial_unmeasured_and_retried(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the H200 x4 a client process could not import autotune mid-trial (its files were
+    being replaced): that is the machine's doing, not the config's. The trial is unmeasured and
+    its config enqueued again, where before a ClientError stopped the whole study; a
+    ClientError from the request path itself (a bug) still stops it."""
+    from autotune.errors import ClientError, ClientProcessError, TrialError, Unmeasured
+    from autotune.tuning.failures import retry_unmeasured
+    from autotune.tuning.record import facts_of
+
+    def dies(server: Any, profiles: Any, flags: dict[str, Any], workdir: Path, **kw: Any) -> Any:
+        raise ClientProcessError("load generator process 2 failed: exited with code 1")
+
+    monkeypatch.setattr(objective_mod, "run_boot", dies)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.enqueue_trial({"max_num_seqs": 8, "kv_cache_dtype": "auto"})
+    study.optimize(Objective(cfg(tmp_path), SPACE, [], tmp_path), n_trials=1,
+                   catch=(Unmeasured,))
+    t = study.trials[0]
+    assert t.state == optuna.trial.TrialState.FAIL
+    assert "exited with code 1" in (facts_of(t).unmeasured or "")
+    assert retry_unmeasured(study, t)
+    again = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert [a.system_attrs.get("fixed_params") for a in again] == [
+        {"max_num_seqs": 8, "kv_cache_dtype": "auto"}]
+
+    def bug(server: Any, profiles: Any, flags: dict[str, Any], workdir: Path, **kw: Any) -> Any:
+        raise ClientError("the load generator failed: TypeError: a payload")
+
+    monkeypatch.setattr(objective_mod, "run_boot", bug)
+    with pytest.raises(TrialError):
+        study.optimize(Objective(cfg(tmp_path), SPACE, [], tmp_path), n_trials=1,
+                       catch=(Unmeasured,))
