@@ -475,3 +475,57 @@ def test_a_client_process_that_dies_or_sticks_at_its_start_fails_the_load(
     assert not t.is_alive(), "the parent is still blocked"
     assert len(got) == 1 and isinstance(got[0], ClientProcessError), got  # the machine's
     assert ("exited with code 1" if child == "dies" else "not ready after 1 s") in str(got[0])
+
+
+def test_a_client_process_killed_mid_load_fails_the_load_and_nothing_waits_on_it() -> None:
+    """A client process SIGKILLed while the load runs (the OOM killer's way) fails the load
+    with a ClientProcessError (the machine's: the trial is unmeasured and tried again), and the
+    other processes stop on the abort."""
+    import multiprocessing
+    import os
+    import signal as sig
+    import threading
+    import time as clock
+
+    from autotune.errors import ClientProcessError
+
+    got: list[BaseException] = []
+    killed: list[int] = []
+    done: list[object] = []
+
+    def killer() -> None:
+        end = clock.monotonic() + 60
+        while clock.monotonic() < end:
+            kids = multiprocessing.active_children()
+            if len(kids) == 3 and len(done) >= 300:  # mid-load: records are flowing
+                os.kill(kids[0].pid, sig.SIGKILL)
+                killed.append(len(done))
+                return
+            clock.sleep(0.01)
+
+    async def main():  # type: ignore[no-untyped-def]
+        server = await _sse_server(set(), [0, 0])
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            reqs = [Request(prompt=[1, 2], prompt_len=2, output_len=3) for _ in range(4000)]
+            await run_load_async(f"http://127.0.0.1:{port}", "m", reqs,
+                                 LoadSettings(max_concurrency=12, processes=3),
+                                 on_done=done.append)
+
+    def go() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as e:
+            got.append(e)
+
+    k = threading.Thread(target=killer, daemon=True)
+    k.start()
+    t0 = clock.monotonic()
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(90)
+    assert killed, "no client process to kill"
+    assert not t.is_alive(), "the parent is still waiting"
+    assert len(got) == 1 and isinstance(got[0], ClientProcessError), got
+    assert "exited with code -9" in str(got[0])
+    assert killed[0] < 4000 and clock.monotonic() - t0 < 60
