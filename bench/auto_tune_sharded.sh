@@ -15,6 +15,7 @@
 # in auto_tune_contender.sh's format: the best shard's best config (auto_tune.sh's rule: the
 # highest throughput among configs that met its latency limit), gpu_minutes summed over shards,
 # wall_minutes as waited. bench/head_to_head.py claim-auto-tune --dir OUT_DIR reads it.
+# AUTO_TUNE_LIMIT_S (each shard's limit: the budget's GPU-minutes over the shards) passes through.
 set -uo pipefail
 read -r -a gpus <<< "$1"; shift
 src=$1 model=$2 out=$3
@@ -53,6 +54,7 @@ best = max(done, key=lambda s: s["best"]["throughput"], default=None)
 first = next((s for s in shards if "e2el_limit_ms" in s), {})
 doc = {"exit": rc, "gpu_minutes": round(sum(s.get("gpu_minutes") or 0 for s in shards), 2),
        "wall_minutes": round(wall / 60, 2), "shards": shards,
+       "stopped_at_limit": any(s.get("stopped_at_limit") for s in shards),
        **{k: first.get(k) for k in ("e2el_limit_ms", "input_len", "output_len")},
        "best": None if best is None else best["best"],
        "claimed_capacity": None if best is None else best["claimed_capacity"]}
