@@ -71,6 +71,7 @@ class Done:
 class Failed:
     shard: int
     error: str
+    process: bool = False  # the process itself failed (died, silent, no plan): the machine's
 
 
 Message = Ready | Record | First | Done | Failed
@@ -127,7 +128,7 @@ def _shard_main(k: int, plan_path: str, shared: Shared) -> None:
         with open(plan_path, "rb") as f:
             plan: ShardPlan = pickle.load(f)
     except BaseException as e:
-        shared.out.put(Failed(k, f"reading its plan: {type(e).__name__}: {e}"))
+        shared.out.put(Failed(k, f"reading its plan: {type(e).__name__}: {e}", process=True))
         return
     if plan.cpus:
         os.sched_setaffinity(0, plan.cpus)
@@ -180,9 +181,9 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
     ends: dict[int, tuple[float, float, float]] = {}
     rts: list[bool] = []
     failure = ""
-    by_process = False  # the failure was a process's death or silence, not its code's error
+    by_process = False  # the first failure was a Failed.process one
 
-    def handle(msg: Message, process: bool = False) -> None:
+    def handle(msg: Message) -> None:
         nonlocal failure, by_process
         if isinstance(msg, Record):
             got[msg.record.index] = msg.record
@@ -198,7 +199,7 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
             rts.append(msg.realtime)
         else:
             if not failure:
-                by_process = process or msg.error.startswith("reading its plan")
+                by_process = msg.process
             failure = failure or f"load generator process {msg.shard} failed: {msg.error}"
             ends[msg.shard] = (0.0, 0.0, 0.0)
             shared.code.value = shared.code.value or int(Abort.CLIENT_FAILED)
@@ -217,11 +218,11 @@ async def run_processes(plans: list[ShardPlan], start: Callable[[], Awaitable[fl
                 shared.code.value = int(Abort.SETTLED)
             for k, p in enumerate(procs):
                 if k not in ends and p.exitcode is not None and shared.out.empty():
-                    handle(Failed(k, f"exited with code {p.exitcode}"), process=True)
+                    handle(Failed(k, f"exited with code {p.exitcode}", process=True))
                 elif (k not in ready and k not in ends and not shared.go.is_set()
                       and time.monotonic() > ready_by):
-                    handle(Failed(k, f"not ready after {READY_S:g} s (alive: {p.is_alive()})"),
-                           process=True)
+                    handle(Failed(k, f"not ready after {READY_S:g} s (alive: {p.is_alive()})",
+                                  process=True))
 
     ready_by = time.monotonic() + READY_S
     try:
