@@ -39,6 +39,17 @@ for k in $(seq 0 $(( n - 1 ))); do
     > "$d/shard.log" 2>&1 &
   pids+=($!)
 done
+# one line a minute while shards run (a log file shows nothing else for up to the limit)
+while [ -n "$(jobs -rp)" ]; do
+  sleep "${PROGRESS_S:-60}" & wait $!
+  lines=""
+  for k in $(seq 0 $(( n - 1 ))); do
+    # auto_tune.sh echoes each config's outcome as it writes it to its result file
+    c=$(grep -cE 'request_rate: |does not meet latency' "$out/shard-$k/auto_tune.log" 2>/dev/null)
+    lines="$lines shard $k: ${c:-0} configs done;"
+  done
+  echo "$(( ($(date +%s) - t0) / 60 )) min:$lines $(jobs -rp | wc -l) running"
+done
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=$?; done
 wall=$(( $(date +%s) - t0 ))
