@@ -243,7 +243,7 @@ class StudyConfig(StrictModel):
     baseline: bool = Field(True, description="Run vLLM's defaults as the first trial.")
     starts: list[dict[str, Any]] = Field(
         default_factory=list, description="Configs (parameter values of the space) measured "
-        "right after the baseline, with the space's own starts.")
+        "right after the baseline, before the space's own starts (a config in both runs once).")
     storage: str | None = Field(None, description="Optuna storage URL "
                                 "(default: sqlite:///<workdir>/optuna.db).")
     workdir: str = Field("mlruns", description="Where the storage, logs and results go.")

@@ -264,7 +264,7 @@ def replay_starts(table: Table, given: tuple[str, ...] | list[str], cfg: StudyCo
             starts.append(start)
         where = "--start"
     elif cfg is not None:
-        starts = [*load_search_space(cfg.search_space).starts, *cfg.starts]
+        starts = load_search_space(cfg.search_space).study_starts(cfg.starts)
         where = "starts"
     else:
         return []

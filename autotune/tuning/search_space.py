@@ -142,6 +142,16 @@ class SearchSpace(StrictModel):
             self.check_start(start, f"starts.{i}")
         return self
 
+    def study_starts(self, own: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The configs a study measures right after the baseline: the study file's own
+        `starts:` first (chosen for this study: on a budget that pays two trials, its first
+        start is the one that runs), then this space's, each config once."""
+        out: list[dict[str, Any]] = []
+        for start in [*own, *self.starts]:
+            if start not in out:
+                out.append(start)
+        return out
+
     def check_start(self, start: dict[str, Any], where: str) -> None:
         """Raise ValueError unless every value of `start` is one this space can sample."""
         for name, value in start.items():

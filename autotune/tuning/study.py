@@ -126,7 +126,7 @@ def prepare_study(cfg: StudyConfig, pre: Preflight) -> optuna.Study:
                                         vllm_version=pre.vllm.version))
     if cfg.baseline:
         _enqueue_baseline(study)
-    enqueue_starts(study, [*pre.space.starts, *cfg.starts])
+    enqueue_starts(study, pre.space.study_starts(cfg.starts))
     if cfg.sampler.name == "grid":
         enqueue_grid(study, pre.space.grid(), cfg.sampler.seed)
     requeue_interrupted(study)

@@ -140,3 +140,13 @@ def test_draft_models_join_a_shipped_space_as_a_speculative_method() -> None:
         with_draft_models(load_search_space("cpu-demo"), ["/m/d"])
     with pytest.raises(ConfigError, match="searches draft_model itself"):
         with_draft_models(space, ["/m/other"])
+
+
+def test_a_study_files_starts_run_before_the_spaces_and_each_config_once() -> None:
+    """On a budget that pays the defaults and one start (two GPUs, 45 GPU-minutes), the start
+    that runs is the first one: the study file's own, not the space's generic one."""
+    space = load_search_space("capacity-dummy")
+    own = {**space.starts[0], "api_server_count": 4}
+    got = space.study_starts([own, space.starts[1]])
+    assert got == [own, space.starts[1], space.starts[0]]
+    assert space.study_starts([]) == space.starts
