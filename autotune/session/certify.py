@@ -90,7 +90,8 @@ class Budget:
             console.print(p.text(), highlight=False, soft_wrap=True)
             if not self.shown and self.bill().total + p.costs.trial + p.reserve > p.budget:
                 # with workers, the first plan comes once several trials have ended
-                done = len(records(self.study)) if self.study is not None else 1
+                done = sum(r.measured for r in records(self.study)) \
+                    if self.study is not None else 1  # not the starts still waiting
                 what = ("vLLM's defaults", "the defaults") if done <= 1 else (
                     f"the {done} trials measured", "one of them")
                 console.print(f"warning: {p.budget:.1f} {p.costs.unit} leaves no room to explore "

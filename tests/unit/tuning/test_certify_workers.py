@@ -121,6 +121,7 @@ def test_the_no_room_warning_names_what_was_measured(tmp_path: Path,
     monkeypatch.setattr(session_certify, "console", rec)
     syn, _ = explored(tmp_path, 0.44, 0.03)  # three trials, 19.5 spent
     cfg = syn.cfg.model_copy(update={"budget_gpu_minutes": 30.0})
+    syn.study.enqueue_trial({})  # a start still waiting (on the H200 x2 it was counted: "5")
     b = Budget(cfg, time.monotonic(), workers=4)
     b.open(syn.study)
     b.reserve()
