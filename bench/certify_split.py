@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from autotune.measure.stats import censored_gain
-from autotune.tuning.plan import Costs, boots_for, fit_pairs
+from autotune.tuning.plan import Costs, boots_for, fit_pairs, too_few
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "docs/results/replay/h100-throughput/table.json"
@@ -50,6 +50,9 @@ POINT = 0.75
 # PRICED: the plan prices a certify boot at the points it expects (certify_points), not two, as
 # autotune.tuning.plan does (False: the product's rule; --priced tries the other)
 PRICED = False
+# FUTILITY: the certify phase stops where the pairs its budget still pays cannot certify the
+# pick at its estimate (autotune.tuning.plan.too_few), as the product does; --no-futility: not
+FUTILITY = True
 TOL = 0.1
 MAX_BOOTS = 5
 
@@ -120,11 +123,13 @@ def study(rng: np.random.Generator, ratios: list[float], spread: float, budget: 
     pick = max(boots, key=lambda c: boots[c][0][0])
     if pick == 0:
         return {"certified": 0.0, "deployed_gain": 0.0, "explored": explored, "boots": 1,
-                "defaults_pick": 1.0, "points_per_certify_boot": None, "spent": spent,
+                "defaults_pick": 1.0, "points_per_certify_boot": None, "stopped_too_few": 0.0,
+                "spent": spent,
                 "wall_min": wall}
     # the pick's first boot chose it (its luckiest): as the product does, it does not count
     mine: list[tuple[float, float]] = []
     points: list[int] = []
+    stopped = False  # by too_few, with budget left
     g = censored_gain(mine, boots[0])
     while True:
         both = g.n > 1 and g.n_base > 1
@@ -134,7 +139,9 @@ def study(rng: np.random.Generator, ratios: list[float], spread: float, budget: 
         k = min(k, MAX_BOOTS - min(g.n, g.n_base))
         while k > 0 and budget - spent < 2 * k * check + REFERENCE:
             k -= 1
-        if k == 0:
+        if k == 0 or FUTILITY and too_few(mine, boots[0], MAX_BOOTS - min(g.n, g.n_base),
+                                          budget - spent, costs):
+            stopped = k > 0
             break
         # each certify boot starts at the median of the capacities its config's boots found
         # (certify.check_at), the pick's first pass included
@@ -156,6 +163,7 @@ def study(rng: np.random.Generator, ratios: list[float], spread: float, budget: 
             "deployed_gain": ratios[pick] - 1 if certified else 0.0,
             "explored": explored, "boots": g.n, "defaults_pick": 0.0,
             "points_per_certify_boot": statistics.fmean(points) if points else None,
+            "stopped_too_few": float(stopped),
             "spent": spent + (REFERENCE if certified else 0.0),
             "wall_min": wall + (REFERENCE if certified else 0.0)}
 
@@ -176,12 +184,14 @@ def main() -> None:
                     "(certify.step), comma-separated")
     ap.add_argument("--rules", default="all", help="'all', or min_gain:explore_trials pairs "
                     "(e.g. 0.2:3), comma-separated")
+    ap.add_argument("--no-futility", action="store_true", help="the certify phase boots on "
+                    "while the budget pays a pair, whether or not it could certify")
     ap.add_argument("--priced", action="store_true", help="the plan prices a certify boot at "
                     "the points it expects, not two")
     ap.add_argument("--out", type=Path, default=ROOT / "docs/results/certified/split.json")
     args = ap.parse_args()
-    global PRICED
-    PRICED = args.priced
+    global PRICED, FUTILITY
+    PRICED, FUTILITY = args.priced, not args.no_futility
     ratios = landscape()
     rules: list[float | None] = [None, 0.1, 0.2, 0.3, 0.5]
     explores = (1, 2, 3, 4)
@@ -195,7 +205,7 @@ def main() -> None:
         "certify_boot_points": "each certify boot measures the points its step bracket takes "
                                "from the median of its config's boots (met at C and a step "
                                "above: 2; each step more: 1 more, POINT each)",
-        "plan_prices_points": PRICED,
+        "plan_prices_points": PRICED, "certify_stops_when_too_few": FUTILITY,
         "exploration_order": "the defaults, then random (a lower bound for TPE)",
         "workers_model": "each worker's first trial cold; a worker starts a trial while the "
                          "budget less the reserve pays it and the trials running elsewhere; a "

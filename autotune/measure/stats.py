@@ -252,3 +252,32 @@ def censored_gain(values: Sequence[tuple[float, float]], base: Sequence[tuple[fl
     low = float(lo_a.mean() - hi_b.mean()) - t * se
     high = float(hi_a.mean() - lo_b.mean()) + t * se
     return Gain(g, math.expm1(low), math.expm1(high), len(mid_a), len(mid_b), floor, med)
+
+
+def projected_low(values: Sequence[tuple[float, float]], base: Sequence[tuple[float, float]],
+                  more: int, level: float = CERTIFY_LEVEL) -> float | None:
+    """The lower bound censored_gain would give after `more` boots of each, were the boots to
+    keep their brackets' mean width and midpoints' spread, with the estimate one standard error
+    above where it is now (a hopeful guess, so that a phase stopped on it rarely stops one that
+    would have certified). None: fewer than 2 boots on either side (no spread yet). Simulated
+    (bench/certify_split.py), stopping a certify phase whose projection at the pairs its
+    budget still pays is at or under 0 (plan.too_few) certified as often within 1.2 points and
+    spent up to 4% of the budget less on average."""
+    from scipy.stats import t as student
+
+    if len(values) < 2 or len(base) < 2 or min(v[0] for v in [*values, *base]) <= 0:
+        return None
+    lo_a, hi_a = np.log([v[0] for v in values]), np.log([v[1] for v in values])
+    lo_b, hi_b = np.log([v[0] for v in base]), np.log([v[1] for v in base])
+    mid_a, mid_b = (lo_a + hi_a) / 2, (lo_b + hi_b) / 2
+    d = float(mid_a.mean() - mid_b.mean())
+    half = float((hi_a - lo_a).mean() + (hi_b - lo_b).mean()) / 2
+    var_a, var_b = float(mid_a.var(ddof=1)), float(mid_b.var(ddof=1))
+    now = math.sqrt(var_a / len(mid_a) + var_b / len(mid_b))
+    a, b = var_a / (len(mid_a) + more), var_b / (len(mid_b) + more)
+    t = 0.0
+    if a + b > 0:
+        df = (a + b) ** 2 / ((a ** 2 / (len(mid_a) + more - 1) if a else 0.0)
+                             + (b ** 2 / (len(mid_b) + more - 1) if b else 0.0))
+        t = float(student.ppf(0.5 + level / 2, df))
+    return math.expm1(d + now - half - t * math.sqrt(a + b))

@@ -34,7 +34,7 @@ from autotune.tuning.confirm import TrialHook, run_repeats
 from autotune.tuning.failures import MAX_UNMEASURED
 from autotune.tuning.machines import here
 from autotune.tuning.objective import PhaseHook
-from autotune.tuning.plan import Costs, boots_of, capacities_of, capacity_first
+from autotune.tuning.plan import Costs, boots_of, capacities_of, capacity_first, too_few
 from autotune.tuning.preflight import Preflight
 from autotune.tuning.record import Status, TrialRecord, baseline, records
 
@@ -62,11 +62,18 @@ def pick_gain(recs: list[TrialRecord], pick: int, base: int, cfg: StudyConfig,
     each on `machine` (if given), the pick's own first-pass boot left out (it was chosen for
     reading high: plan.same_config); a minimized first objective is turned around (a gain is
     always "better by")."""
+    return censored_gain(*pick_boots(recs, pick, base, cfg, machine), cfg.certify.coverage)
+
+
+def pick_boots(recs: list[TrialRecord], pick: int, base: int, cfg: StudyConfig,
+               machine: str | None = None
+               ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """The brackets pick_gain judges: the pick's certify boots and the defaults' boots."""
     a = boots_of(recs, pick, cfg, machine, selected=True)
     b = boots_of(recs, base, cfg, machine)
     if cfg.objectives[0].direction == "minimize":
         a, b = [(1 / hi, 1 / lo) for lo, hi in a], [(1 / hi, 1 / lo) for lo, hi in b]
-    return censored_gain(a, b, cfg.certify.coverage)
+    return a, b
 
 
 def first_pass(recs: list[TrialRecord]) -> int:
@@ -129,6 +136,9 @@ class Certification:
         if self.status == NOT_CERTIFIED:
             return (f"not certified: {who}'s {self.metric} is {ratio} the defaults'; {self.why}"
                     + (f"; {ref}" if ref else "") + f"; keep vLLM's defaults (trial {self.base})")
+        if self.why:  # stopped with budget left that could not certify (too_few)
+            return (f"budget too small to certify: {who}'s {self.metric} is {ratio} the "
+                    f"defaults' so far; {self.why}; left to run: {self.remaining}")
         return (f"budget spent before certification: {who}'s {self.metric} is {ratio} the "
                 f"defaults' so far; left to run: {self.remaining}")
 
@@ -258,8 +268,10 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
         cost = costs()
         most = cfg.certify.max_boots - min(g.n, g.n_base)
         k = round_pairs(lanes, most, left(), cost)
-        if k == 0:
-            return done(BUDGET_SPENT, g, remaining=(
+        why = too_few(*pick_boots(recs, pick, base.number, cfg, where), most, left(), cost,
+                      cfg.certify.coverage) if k else None
+        if k == 0 or why:
+            return done(BUDGET_SPENT, g, why=why or "", remaining=(
                 f"up to {most} more boot{'s' if most > 1 else ''} each of trial {pick} and the "
                 f"defaults (~{2 * cost.check:.1f} {cost.unit} a pair) and the reference check "
                 f"(~{cost.reference:.1f})"))

@@ -254,3 +254,40 @@ def test_only_a_capacity_first_objective_is_judged_by_its_brackets(tmp_path: Pat
     recs = records(syn.study)
     assert boots_of(recs, 0, cfg) == []  # its values are capacities; no TPOT objective stored
     assert boots_of(recs, 0, syn.cfg) == [(64.0, 70.4)]
+
+
+def test_pairs_the_budget_pays_that_cannot_certify_are_not_booted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No gain, a budget that pays one pair more after two (fewer than max_boots allows): at
+    the estimate so far, hoped a standard error higher, one more pair leaves the lower bound
+    under 1.0x, so the phase stops with the minutes unspent (on the H200 x2 the third round of
+    a 1.03x [0.72, 1.49] pick cost 8.3 of 45 GPU-min and ended at 1.01x [0.82, 1.26])."""
+    syn, pick = explored(tmp_path, 0.0, 0.05, seed=7)
+    spent = bill(syn.study, syn.cfg).total
+    c = run(syn, pick, monkeypatch, spent + 30.0)
+    assert c.status == BUDGET_SPENT and c.exit_code == 4
+    assert c.gain is not None and c.gain["boots_pick"] == 2 and c.gain["low"] < 1.0
+    used = bill(syn.study, syn.cfg).total - spent
+    assert used == pytest.approx(14.3, abs=0.1)  # two pairs; 15.7 left unspent
+    text = c.sentence()
+    assert text.startswith(f"budget too small to certify: trial {pick}'s capacity is ")
+    assert "left pay 1 more pair, too few to clear 1.0x" in text and "unspent" in text
+    # a budget that pays every boot max_boots allows boots on to the verdict
+    syn2, pick2 = explored(tmp_path / "b", 0.0, 0.05, seed=7)
+    c2 = run(syn2, pick2, monkeypatch, bill(syn2.study, syn2.cfg).total + 1000.0)
+    assert c2.status == NOT_CERTIFIED and c2.gain is not None and c2.gain["boots_pick"] == 5
+
+
+def test_the_projected_lower_bound_narrows_with_boots_and_hopes_a_standard_error() -> None:
+    from autotune.measure.stats import censored_gain, projected_low
+
+    pick = [(72.7, 79.9), (83.9, 92.2)]  # the H200 x2 run's brackets after two rounds
+    base = [(74.6, 79.9), (82.0, 90.2), (71.2, 78.3)]
+    lows = [projected_low(pick, base, k) for k in range(4)]
+    assert all(low is not None for low in lows)
+    assert lows == sorted(lows)  # more boots, a higher lower bound at the same estimate
+    assert lows[0] > censored_gain(pick, base).low  # hoped one standard error higher
+    assert lows[1] < 0  # one more pair (what its budget paid) could not have certified it
+    assert projected_low(pick[:1], base, 3) is None  # no spread yet
+    far = [(100.0, 110.0), (104.0, 114.4)]
+    assert (projected_low(far, base, 1) or 0.0) > 0  # a large gain may go on
