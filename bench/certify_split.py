@@ -17,7 +17,9 @@ boot, its luckiest, anchors its first certify boot high), the reference check 5.
 reserve rule (certify.min_gain; "none": explore the whole budget, certify with what is left)
 and spread, it reports the share of studies certified, the mean true gain of what the user
 deploys (the pick when certified, else the defaults: 0), the boots, the trials explored and
-the points a certify boot measured.
+the points a certify boot measured; `recommended_gain` counts, as the product recommends it, a
+budget-spent pick whose certify boots read a gain (uncertified), `recommended_worse` how often
+that is a config worse than the defaults.
 
 With --workers W (W GPUs of one host, `autotune study --workers W`): every worker's first trial
 is cold (each boots its own server; the compile caches on disk are written by all at once), a
@@ -122,14 +124,16 @@ def study(rng: np.random.Generator, ratios: list[float], spread: float, budget: 
     wall = max(ends)
     pick = max(boots, key=lambda c: boots[c][0][0])
     if pick == 0:
-        return {"certified": 0.0, "deployed_gain": 0.0, "explored": explored, "boots": 1,
+        return {"certified": 0.0, "deployed_gain": 0.0, "recommended_gain": 0.0,
+                "recommended_worse": 0.0, "stopped_decided": 0.0, "explored": explored, "boots": 1,
                 "defaults_pick": 1.0, "points_per_certify_boot": None, "stopped_too_few": 0.0,
                 "spent": spent,
                 "wall_min": wall}
     # the pick's first boot chose it (its luckiest): as the product does, it does not count
     mine: list[tuple[float, float]] = []
     points: list[int] = []
-    stopped = False  # by too_few, with budget left
+    stopped = decided = False  # by too_few, with budget left; a not-certified verdict
+    spent_out = False  # ended "budget spent" (the product deploys the pick, uncertified)
     g = censored_gain(mine, boots[0])
     while True:
         both = g.n > 1 and g.n_base > 1
@@ -139,9 +143,11 @@ def study(rng: np.random.Generator, ratios: list[float], spread: float, budget: 
         k = min(k, MAX_BOOTS - min(g.n, g.n_base))
         while k > 0 and budget - spent < 2 * k * check + REFERENCE:
             k -= 1
-        if k == 0 or FUTILITY and too_few(mine, boots[0], MAX_BOOTS - min(g.n, g.n_base),
-                                          budget - spent, costs):
-            stopped = k > 0
+        few = too_few(mine, boots[0], MAX_BOOTS - min(g.n, g.n_base), budget - spent,
+                      costs) if k and FUTILITY else None
+        if k == 0 or few:
+            stopped, decided, spent_out = few is not None, few is not None and few.decided, \
+                not (few is not None and few.decided)
             break
         # each certify boot starts at the median of the capacities its config's boots found
         # (certify.check_at), the pick's first pass included
@@ -159,8 +165,15 @@ def study(rng: np.random.Generator, ratios: list[float], spread: float, budget: 
         wall += cost / 2 / k if workers > 1 else cost
         g = censored_gain(mine, boots[0])
     certified = g.n > 1 and g.n_base > 1 and g.low > 0 and budget - spent >= REFERENCE
+    spent_out = spent_out or g.low > 0 and not certified  # no minutes for the reference
+    # what the product recommends: a certified pick; on budget spent the pick, uncertified,
+    # where its certify boots so far read a gain (summary.recommend); else the defaults
+    recommended = certified or spent_out and (g.n == 0 or g.gain > 0)
     return {"certified": float(certified),
             "deployed_gain": ratios[pick] - 1 if certified else 0.0,
+            "recommended_gain": ratios[pick] - 1 if recommended else 0.0,
+            "recommended_worse": float(recommended and ratios[pick] < 1.0),
+            "stopped_decided": float(decided),
             "explored": explored, "boots": g.n, "defaults_pick": 0.0,
             "points_per_certify_boot": statistics.fmean(points) if points else None,
             "stopped_too_few": float(stopped),

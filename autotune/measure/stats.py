@@ -254,15 +254,16 @@ def censored_gain(values: Sequence[tuple[float, float]], base: Sequence[tuple[fl
     return Gain(g, math.expm1(low), math.expm1(high), len(mid_a), len(mid_b), floor, med)
 
 
-def projected_low(values: Sequence[tuple[float, float]], base: Sequence[tuple[float, float]],
-                  more: int, level: float = CERTIFY_LEVEL) -> float | None:
-    """The lower bound censored_gain would give after `more` boots of each, were the boots to
-    keep their brackets' mean width and midpoints' spread, with the estimate one standard error
-    above where it is now (a hopeful guess, so that a phase stopped on it rarely stops one that
-    would have certified). None: fewer than 2 boots on either side (no spread yet). Simulated
-    (bench/certify_split.py), stopping a certify phase whose projection at the pairs its
-    budget still pays is at or under 0 (plan.too_few) certified as often within 1.2 points and
-    spent up to 4% of the budget less on average."""
+def projected(values: Sequence[tuple[float, float]], base: Sequence[tuple[float, float]],
+              more: int, level: float = CERTIFY_LEVEL) -> tuple[float, float] | None:
+    """The interval censored_gain would give after `more` boots of each, were the boots to keep
+    their brackets' mean width and midpoints' spread: its lower bound with the estimate one
+    standard error above where it is now, its upper bound with the estimate one below (hoped
+    and feared, so that a phase stopped on them rarely stops one that would have reached a
+    verdict either way). None: fewer than 2 boots on either side (no spread yet). Simulated
+    (bench/certify_split.py), stopping a certify phase where the pairs its budget still pays
+    could decide neither way (plan.too_few) certified as often within 1.2 points and spent up
+    to 4% of the budget less on average."""
     from scipy.stats import t as student
 
     if len(values) < 2 or len(base) < 2 or min(v[0] for v in [*values, *base]) <= 0:
@@ -280,4 +281,5 @@ def projected_low(values: Sequence[tuple[float, float]], base: Sequence[tuple[fl
         df = (a + b) ** 2 / ((a ** 2 / (len(mid_a) + more - 1) if a else 0.0)
                              + (b ** 2 / (len(mid_b) + more - 1) if b else 0.0))
         t = float(student.ppf(0.5 + level / 2, df))
-    return math.expm1(d + now - half - t * math.sqrt(a + b))
+    reach = half + t * math.sqrt(a + b)
+    return math.expm1(d + now - reach), math.expm1(d - now + reach)

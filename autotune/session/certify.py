@@ -66,11 +66,20 @@ class Budget:
 
     def left(self) -> float:
         """Device-minutes this run may still spend."""
+        return min(self._left())
+
+    def _left(self) -> tuple[float, float]:
         by_budget = (self.cfg.budget_gpu_minutes - self.bill().total
                      if self.cfg.budget_gpu_minutes is not None else math.inf)
         by_time = ((self.began + self.cfg.timeout_s - time.monotonic())
                    * self.devices() / 60 if self.cfg.timeout_s else math.inf)
-        return min(by_budget, by_time)
+        return by_budget, by_time
+
+    def final(self) -> bool:
+        """Whether what `left` gives is all the study will have: its budget is the limit, not
+        this run's timeout (a run again with the same timeout gets more)."""
+        by_budget, by_time = self._left()
+        return math.isfinite(by_budget) and by_budget <= by_time
 
     def devices(self) -> int:
         """GPUs (or, without them, machines) held at once: every worker's."""
@@ -148,7 +157,7 @@ def certify_phase(st: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: 
         if cfg.certify.reference else None
     return run_certify(st, cfg, pre, requests, pick, budget.left, budget.costs, reference=ref,
                        on_phase=on_phase, on_trial=on_trial, on_step=on_step, boots=boots,
-                       lanes=lanes)
+                       lanes=lanes, final=budget.final)
 
 
 def certified_minutes(c: Certification | None) -> float:

@@ -222,14 +222,17 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
                 reference: Reference | None = None, on_phase: PhaseHook | None = None,
                 on_trial: TrialHook | None = None,
                 on_step: Callable[[str], None] | None = None,
-                boots: Boots | None = None, lanes: int = 1) -> Certification:
+                boots: Boots | None = None, lanes: int = 1,
+                final: Callable[[], bool] = lambda: True) -> Certification:
     """The certify phase (the module's docstring): pairs of boots of the pick and the defaults,
     in a random order each pair, until the gain's lower bound clears 0 (or its upper bound is
     under 0, or max_boots, or `left()` device-minutes cannot pay a pair and the reference, or
     a certify boot fails); then the reference check of a certified pick (`reference(record,
     load)`). With `lanes` > 1 (workers: boots at once, each on its own GPUs) a round boots
     lanes // 2 pairs at once through `boots(numbers, start_at)`, the configs shuffled across
-    the lanes each round (where the budget and max_boots allow that many). A certification
+    the lanes each round (where the budget and max_boots allow that many). Where `final()`
+    (what `left()` gives is all the study will have: its budget, not this run's timeout, is the
+    limit), it stops once the pairs left could decide nothing (plan.too_few). A certification
     already decided for this pick is read, not measured again; one whose budget ran out resumes
     (its boots count, its minutes add up). Writes and returns it."""
     say = on_step or (lambda _s: None)
@@ -268,10 +271,12 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
         cost = costs()
         most = cfg.certify.max_boots - min(g.n, g.n_base)
         k = round_pairs(lanes, most, left(), cost)
-        why = too_few(*pick_boots(recs, pick, base.number, cfg, where), most, left(), cost,
-                      cfg.certify.coverage) if k else None
-        if k == 0 or why:
-            return done(BUDGET_SPENT, g, why=why or "", remaining=(
+        few = too_few(*pick_boots(recs, pick, base.number, cfg, where), most, left(), cost,
+                      cfg.certify.coverage) if k and final() else None
+        if few is not None and few.decided:
+            return done(NOT_CERTIFIED, g, why=few.why)
+        if k == 0 or few:
+            return done(BUDGET_SPENT, g, why=few.why if few else "", remaining=(
                 f"up to {most} more boot{'s' if most > 1 else ''} each of trial {pick} and the "
                 f"defaults (~{2 * cost.check:.1f} {cost.unit} a pair) and the reference check "
                 f"(~{cost.reference:.1f})"))

@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass
 
 from autotune.config.study import StudyConfig
-from autotune.measure.stats import CERTIFY_LEVEL, boots_for_width, projected_low
+from autotune.measure.stats import CERTIFY_LEVEL, boots_for_width, projected
 from autotune.tuning.bill import Bill
 from autotune.tuning.record import TrialRecord, baseline
 
@@ -125,29 +125,43 @@ def fit_pairs(budget: float, costs: Costs, wanted: int, explore: float) -> int:
 MIN_PAIRS = 2  # the fewest new boots of the pick that give its gain an interval
 
 
+@dataclass(frozen=True)
+class TooFew:
+    """Why the certify phase stops with budget left (too_few): `why` says so; `decided`: not
+    even the boots certify.max_boots allows would clear no gain at this estimate (a verdict,
+    not certified), else a larger budget might (budget spent, resumable)."""
+
+    why: str
+    decided: bool
+
+
 def too_few(pick: list[tuple[float, float]], base: list[tuple[float, float]], most: int,
-            left: float, cost: Costs, level: float = CERTIFY_LEVEL) -> str | None:
-    """Why the pairs of certify boots that `left` device-minutes still pay (with the reference
-    check), fewer than the `most` that certify.max_boots allows, cannot certify the pick, if
-    they cannot: at its gain's estimate and spread so far over these boots (brackets), hoped
-    one standard error higher (stats.projected_low), the lower bound would stay at or under no
-    gain. None: they might, the budget pays every boot max_boots allows (the phase boots on to
-    its verdict), or there is no spread yet (fewer than 2 boots each)."""
+            left: float, cost: Costs, level: float = CERTIFY_LEVEL) -> TooFew | None:
+    """Whether the pairs of certify boots that `left` device-minutes still pay (with the
+    reference check), fewer than the `most` that certify.max_boots allows, can decide nothing:
+    at the gain's estimate and spread so far over these boots (brackets), hoped one standard
+    error higher the lower bound would stay at or under no gain, and feared one lower the
+    upper bound would stay at or over it (stats.projected). None: they might decide, the
+    budget pays every boot max_boots allows (the phase boots on to its verdict), or there is
+    no spread yet (fewer than 2 boots each)."""
     paid = 0
     while paid < most and left >= cost.reserve(paid + 1):
         paid += 1
     if paid >= most:  # certify.max_boots ends it, not the budget: boot on to the verdict
         return None
-    low = projected_low(pick, base, paid, level)
-    if low is None or low > 0:
+    got = projected(pick, base, paid, level)
+    if got is None or got[0] > 0 or got[1] < 0:
         return None
     need = next((n for n in range(paid + 1, most + 1)
-                 if (projected_low(pick, base, n, level) or 0.0) > 0), None)
-    more = (f"about {cost.reserve(need) - left:.1f} {cost.unit} more would pay the {need} it "
-            "needs" if need is not None else
-            f"not even the {most} that certify.max_boots allows would")
-    return (f"the {left:.1f} {cost.unit} left pay {paid} more pair{'s' if paid != 1 else ''}, "
-            f"too few to clear 1.0x at this estimate ({more}), so it stopped with them unspent")
+                 if (p := projected(pick, base, n, level)) is not None and p[0] > 0), None)
+    pays = (f"the {left:.1f} {cost.unit} left pay {paid} more pair{'s' if paid != 1 else ''}, "
+            "too few to clear 1.0x or to fall under it at this estimate")
+    if need is None:
+        return TooFew(f"at this estimate not even the {most} more boots each that "
+                      f"certify.max_boots allows would clear 1.0x ({pays}), so it stopped with "
+                      "them unspent", True)
+    return TooFew(f"{pays} (about {cost.reserve(need) - left:.1f} {cost.unit} more would pay "
+                  f"the {need} it needs), so it stopped with them unspent", False)
 
 
 def plan(recs: list[TrialRecord], cfg: StudyConfig, b: Bill, budget: float,

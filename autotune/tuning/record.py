@@ -103,9 +103,8 @@ def enqueue(study: optuna.Study, params: dict[str, Any], facts: TrialFacts | Non
 
 def queued_params(t: FrozenTrial) -> dict[str, Any]:
     """A trial's params; a waiting trial has none yet: the config enqueued for it."""
-    if t.state == TrialState.WAITING:
-        return dict(t.system_attrs.get("fixed_params", {}))
-    return dict(t.params)
+    return dict(t.system_attrs.get("fixed_params", {}) if t.state == TrialState.WAITING
+                else t.params)
 
 
 @dataclass(frozen=True)
@@ -118,7 +117,8 @@ class StudyFacts:
     tracking_uri: str | None = None  # where its MLflow runs went
     requeued: list[int] | None = None  # interrupted trials already enqueued again
     grid_enqueued: int | None = None  # how many grid configs were enqueued
-    starts_enqueued: int | None = None  # how many start configs were enqueued
+    starts_enqueued: int | None = None  # how many start configs were enqueued, and which
+    starts_list: list[dict[str, Any]] | None = None  # (None: a study before 2026-11-29)
     warm_started: str | None = None  # the --warm-start source already enqueued
 
     @classmethod

@@ -249,8 +249,8 @@ RUNNERS: dict[str, Runner] = {
 def replay_starts(table: Table, given: tuple[str, ...] | list[str], cfg: StudyConfig | None
                   ) -> list[dict[str, Any]]:
     """The warm starts tpe-starts replays: each `given` 'k=v,k=v' (values read as YAML
-    scalars: null, fp8, 512), else the starts a study of `cfg` enqueues (its space's, then its
-    own). A start's parameters the table lacks are left out; a value the table never measured
+    scalars: null, fp8, 512), else the starts a study of `cfg` enqueues (its own, then its
+    space's). A start's parameters the table lacks are left out; a value the table never measured
     is a ValueError naming the start."""
     if given:
         starts = []

@@ -126,7 +126,7 @@ def prepare_study(cfg: StudyConfig, pre: Preflight) -> optuna.Study:
                                         vllm_version=pre.vllm.version))
     if cfg.baseline:
         _enqueue_baseline(study)
-    enqueue_starts(study, pre.space.study_starts(cfg.starts))
+    enqueue_starts(study, pre.space.study_starts(cfg.starts), [*pre.space.starts, *cfg.starts])
     if cfg.sampler.name == "grid":
         enqueue_grid(study, pre.space.grid(), cfg.sampler.seed)
     requeue_interrupted(study)
@@ -198,14 +198,22 @@ def grid_done(study: optuna.Study, cfg: StudyConfig) -> bool:
     return cfg.sampler.name == "grid" and not waiting(study)
 
 
-def enqueue_starts(study: optuna.Study, starts: list[dict[str, Any]]) -> int:
-    """Enqueue each start config once (a resumed study does not enqueue them again)."""
-    done = study_facts(study).starts_enqueued or 0
-    for i, start in enumerate(starts[done:], done):
-        enqueue(study, start, TrialFacts(start=i))
-    if len(starts) > done:
-        write_study_facts(study, StudyFacts(starts_enqueued=len(starts)))
-    return max(len(starts) - done, 0)
+def enqueue_starts(study: optuna.Study, starts: list[dict[str, Any]],
+                   before: list[dict[str, Any]] | None = None) -> int:
+    """Enqueue each start config once, in `starts`' order: a resumed study enqueues only the
+    configs it has not (a start added to the study file since runs; one enqueued before does
+    not run again). A study that kept only a count of its starts (before 2026-11-29) enqueued
+    them in `before`'s order (the space's, then the file's)."""
+    facts = study_facts(study)
+    done = facts.starts_list if facts.starts_list is not None else \
+        (before if before is not None else starts)[:facts.starts_enqueued or 0]
+    new = [s for s in starts if s not in done]
+    for start in new:
+        enqueue(study, start, TrialFacts(start=starts.index(start)))
+    if new or facts.starts_list is None:
+        write_study_facts(study, StudyFacts(starts_enqueued=len(done) + len(new),
+                                            starts_list=[*done, *new]))
+    return len(new)
 
 
 def claimed(study: optuna.Study) -> tuple[int, int]:

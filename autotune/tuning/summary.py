@@ -7,8 +7,8 @@ the end of a study, `trials`, `pareto`, `export` (its default is the recommendat
 and MLflow. The recommendation rule (`recommend`, docs/noise.md):
 
 - after a certify phase (a study with a budget, tuning/certify.py): a certified pick; the pick
-  still, marked uncertified, where the budget ran out first; the defaults where the pick's gain
-  was not certified;
+  still, marked uncertified, where the budget ran out first (the defaults where its certify
+  boots so far read no gain); the defaults where the pick's gain was not certified;
 - after a confirm phase: its pick (the finalist with the best lower confidence bound among those
   that beat the defaults beyond the noise, else the defaults);
 - without one, on the pooled front: a capacity study's most capacity (a tie: the defaults if
@@ -188,7 +188,9 @@ def recommend(cfg: StudyConfig, base: TrialRecord | None, front: list[TrialRecor
 
     c = certified
     if c is not None and c.pick is not None and c.base is not None:
-        if c.status in (CERTIFIED, BUDGET_SPENT):
+        so_far = c.gain_obj()  # a budget-spent pick whose certify boots read no gain: the defaults
+        if c.status == CERTIFIED or c.status == BUDGET_SPENT and (so_far is None
+                                                                   or so_far.gain > 0):
             return Recommendation(c.pick, c.pick == c.base, "certified" if c.status == CERTIFIED
                                   else "uncertified", c.sentence(), c.gain_obj())
         return made(c.base, "certify", c.sentence())

@@ -77,6 +77,20 @@ def test_a_budget_too_small_ends_spent_and_says_what_is_left(
     assert s.recommendation.number == pick and s.recommendation.rule == "uncertified"
 
 
+def test_a_budget_spent_pick_whose_certify_boots_read_no_gain_is_not_recommended(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Budget spent after certify boots that read the pick no better than the defaults: what
+    to deploy is the defaults, not the pick marked uncertified."""
+    syn, pick = explored(tmp_path, -0.1, 0.03, seed=1)
+    spent = bill(syn.study, syn.cfg).total
+    c = run(syn, pick, monkeypatch, spent + 14.0)  # one pair and the reference, not two
+    assert c.status == BUDGET_SPENT and c.gain is not None and c.gain["boots_pick"] == 1
+    assert c.gain["ratio"] <= 1.0
+    s = summarize(syn.study, syn.cfg)
+    assert s.recommendation.number == 0 and s.recommendation.rule == "certify"
+    assert s.headline().startswith("budget spent before certification: ")
+
+
 def test_a_pick_that_is_the_defaults_needs_no_certifying(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     syn, _ = explored(tmp_path, 0.44, 0.03)
@@ -256,38 +270,49 @@ def test_only_a_capacity_first_objective_is_judged_by_its_brackets(tmp_path: Pat
     assert boots_of(recs, 0, syn.cfg) == [(64.0, 70.4)]
 
 
-def test_pairs_the_budget_pays_that_cannot_certify_are_not_booted(
+def test_pairs_the_budget_pays_that_can_decide_nothing_are_not_booted(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No gain, a budget that pays one pair more after two (fewer than max_boots allows): at
-    the estimate so far, hoped a standard error higher, one more pair leaves the lower bound
-    under 1.0x, so the phase stops with the minutes unspent (on the H200 x2 the third round of
-    a 1.03x [0.72, 1.49] pick cost 8.3 of 45 GPU-min and ended at 1.01x [0.82, 1.26])."""
-    syn, pick = explored(tmp_path, 0.0, 0.05, seed=7)
+    """A budget that pays one pair more after two, fewer than max_boots allows: where that
+    pair, at the estimate so far hoped a standard error higher, leaves the lower bound under
+    1.0x and, feared one lower, the upper bound over it, it is not booted (on the H200 x2 the
+    third round of a 1.03x [0.72, 1.49] pick cost 8.3 of 45 GPU-min and ended at 1.01x
+    [0.82, 1.26]). Where more boots might certify, budget spent, resumable; where not even
+    max_boots would, a verdict: not certified, keep the defaults."""
+    syn, pick = explored(tmp_path, 0.0, 0.05, seed=7)  # no gain: 1.01x after two pairs
     spent = bill(syn.study, syn.cfg).total
     c = run(syn, pick, monkeypatch, spent + 30.0)
-    assert c.status == BUDGET_SPENT and c.exit_code == 4
-    assert c.gain is not None and c.gain["boots_pick"] == 2 and c.gain["low"] < 1.0
-    used = bill(syn.study, syn.cfg).total - spent
-    assert used == pytest.approx(14.3, abs=0.1)  # two pairs; 15.7 left unspent
-    text = c.sentence()
-    assert text.startswith(f"budget too small to certify: trial {pick}'s capacity is ")
-    assert "left pay 1 more pair, too few to clear 1.0x" in text and "unspent" in text
+    assert bill(syn.study, syn.cfg).total - spent == pytest.approx(14.3, abs=0.1)  # 2 pairs
+    assert c.status == NOT_CERTIFIED and c.exit_code == 3
+    assert c.gain is not None and c.gain["boots_pick"] == 2
+    assert "not even the 3 more boots each that certify.max_boots allows would clear 1.0x" \
+        in c.sentence() and "unspent" in c.sentence()
+    assert summarize(syn.study, syn.cfg).recommendation.number == 0
+    # a gain that more boots might certify: budget spent, what a larger budget needs
+    syn2, pick2 = explored(tmp_path / "b", 0.2, 0.05, seed=1, max_boots=8)
+    spent2 = bill(syn2.study, syn2.cfg).total
+    c2 = run(syn2, pick2, monkeypatch, spent2 + 30.0)
+    assert c2.status == BUDGET_SPENT and c2.exit_code == 4, c2.sentence()
+    assert c2.sentence().startswith(f"budget too small to certify: trial {pick2}'s ")
+    assert "more would pay the" in c2.sentence()
     # a budget that pays every boot max_boots allows boots on to the verdict
-    syn2, pick2 = explored(tmp_path / "b", 0.0, 0.05, seed=7)
-    c2 = run(syn2, pick2, monkeypatch, bill(syn2.study, syn2.cfg).total + 1000.0)
-    assert c2.status == NOT_CERTIFIED and c2.gain is not None and c2.gain["boots_pick"] == 5
+    syn3, pick3 = explored(tmp_path / "c", 0.0, 0.05, seed=7)
+    c3 = run(syn3, pick3, monkeypatch, bill(syn3.study, syn3.cfg).total + 1000.0)
+    assert c3.status == NOT_CERTIFIED and c3.gain is not None and c3.gain["boots_pick"] == 5
 
 
-def test_the_projected_lower_bound_narrows_with_boots_and_hopes_a_standard_error() -> None:
-    from autotune.measure.stats import censored_gain, projected_low
+def test_the_projected_interval_narrows_with_boots_and_hopes_and_fears_a_standard_error(
+        ) -> None:
+    from autotune.measure.stats import censored_gain, projected
 
     pick = [(72.7, 79.9), (83.9, 92.2)]  # the H200 x2 run's brackets after two rounds
     base = [(74.6, 79.9), (82.0, 90.2), (71.2, 78.3)]
-    lows = [projected_low(pick, base, k) for k in range(4)]
-    assert all(low is not None for low in lows)
-    assert lows == sorted(lows)  # more boots, a higher lower bound at the same estimate
-    assert lows[0] > censored_gain(pick, base).low  # hoped one standard error higher
-    assert lows[1] < 0  # one more pair (what its budget paid) could not have certified it
-    assert projected_low(pick[:1], base, 3) is None  # no spread yet
-    far = [(100.0, 110.0), (104.0, 114.4)]
-    assert (projected_low(far, base, 1) or 0.0) > 0  # a large gain may go on
+    got = [projected(pick, base, k) for k in range(4)]
+    assert all(p is not None for p in got)
+    lows, highs = [p[0] for p in got if p], [p[1] for p in got if p]
+    assert lows == sorted(lows) and highs == sorted(highs, reverse=True)  # more boots: narrower
+    g = censored_gain(pick, base)
+    assert lows[0] > g.low and highs[0] < g.high  # hoped and feared one standard error
+    assert lows[1] < 0 < highs[1]  # one more pair (what its budget paid) could decide nothing
+    assert projected(pick[:1], base, 3) is None  # no spread yet
+    worse = [(60.0, 66.0), (64.0, 70.4)]  # a pick one more pair may show worse: go on
+    assert (projected(worse, base, 1) or (0.0, 0.0))[1] < 0
