@@ -391,7 +391,11 @@ def test_sigint_in_a_boot_sigterm_in_a_benchmark_mlflow_down_each_resumed(
     from autotune.server.process import free_port
     from tests.mlflowserver import mlflow_server
 
-    cfg = make_study(tmp_path, tiny_model, "faults", n_trials=1, prompts=FAULT_PROMPTS)
+    # paced, as the engine-kill test: 192 arrivals over 24 s however fast the server, so the
+    # SIGTERM lands inside them (unpaced, on 2026-11-29 under the parallel suite trial 1 had
+    # finished when it came, and the study exited 0)
+    cfg = make_study(tmp_path, tiny_model, "faults", n_trials=1, prompts=FAULT_PROMPTS,
+                     profile__request_rate=8.0)
     runs_dir = tmp_path / "mlruns" / "studies" / "faults"
     # 1. SIGINT during the boot
     proc = start(cfg)
