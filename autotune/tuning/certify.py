@@ -98,6 +98,7 @@ class Certification:
     minutes: dict[str, float] = field(default_factory=dict)  # boots, reference
     why: str = ""
     explored: int = 0
+    lower_is_better: bool = False  # a minimized metric: the gain is the defaults' over the pick's
 
     @property
     def exit_code(self) -> int:
@@ -130,17 +131,19 @@ class Certification:
             return f"vLLM's defaults (trial {self.base}): {self.why}"
         if self.base is None:
             return f"not certified: {who}: {self.why}"
+        than = (f"{who} is {ratio} better than the defaults on {self.metric} (theirs over its: "
+                "lower is better)") if self.lower_is_better else ""
         if self.status == CERTIFIED:
-            return f"certified: {who} is {ratio} the defaults' {self.metric}" + \
+            return "certified: " + (than or f"{who} is {ratio} the defaults' {self.metric}") + \
                 (f", and {ref}" if ref else "")
+        than = than or f"{who}'s {self.metric} is {ratio} the defaults'"
         if self.status == NOT_CERTIFIED:
-            return (f"not certified: {who}'s {self.metric} is {ratio} the defaults'; {self.why}"
-                    + (f"; {ref}" if ref else "") + f"; keep vLLM's defaults (trial {self.base})")
+            return (f"not certified: {than}; {self.why}" + (f"; {ref}" if ref else "")
+                    + f"; keep vLLM's defaults (trial {self.base})")
         if self.why:  # stopped with budget left that could not certify (too_few)
-            return (f"budget too small to certify: {who}'s {self.metric} is {ratio} the "
-                    f"defaults' so far; {self.why}; left to run: {self.remaining}")
-        return (f"budget spent before certification: {who}'s {self.metric} is {ratio} the "
-                f"defaults' so far; left to run: {self.remaining}")
+            return (f"budget too small to certify: {than} so far; {self.why}; left to run: "
+                    f"{self.remaining}")
+        return f"budget spent before certification: {than} so far; left to run: {self.remaining}"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self) | {"sentence": self.sentence(), "exit_code": self.exit_code}
@@ -250,7 +253,8 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
         gd = None if g is None else gain_doc(g, cfg.certify.coverage)
         return write_certification(cfg, Certification(
             status, pick, None if base is None else base.number, metric, gd, minutes=spent,
-            explored=first_pass(records(study)), **kw))
+            explored=first_pass(records(study)),
+            lower_is_better=cfg.objectives[0].direction == "minimize", **kw))
 
     if base is None:
         return done(NOT_CERTIFIED, why="the study has no measured baseline to compare with")

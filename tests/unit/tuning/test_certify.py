@@ -256,6 +256,24 @@ def test_without_a_baseline_the_sentence_says_so() -> None:
                             "compare with")
 
 
+def test_a_minimized_metric_s_gain_reads_as_better_not_as_a_multiple() -> None:
+    """A gain on a minimized metric is the defaults' over the pick's: 21.6x on mean TTFT is a
+    TTFT 21.6 times lower, not 21.6 times the defaults'."""
+    gain = {"ratio": 21.6, "low": 6.7, "high": 69.6, "coverage": 0.9, "boots_pick": 2,
+            "boots_defaults": 3}
+    c = certify_mod.Certification(CERTIFIED, 1, 0, "mean_ttft_ms", gain, lower_is_better=True)
+    assert c.sentence() == ("certified: trial 1 is 21.60x [6.70, 69.60] (90%, 2 boots of it, 3 "
+                            "of the defaults) better than the defaults on mean_ttft_ms (theirs "
+                            "over its: lower is better)")
+    spent = certify_mod.Certification(BUDGET_SPENT, 1, 0, "mean_ttft_ms", gain,
+                                      remaining="x", lower_is_better=True)
+    assert spent.sentence().startswith("budget spent before certification: trial 1 is 21.60x")
+    assert "the defaults' mean_ttft_ms" not in spent.sentence()
+    up = certify_mod.Certification(CERTIFIED, 1, 0, "capacity", gain)
+    assert up.sentence().startswith("certified: trial 1 is 21.60x [6.70, 69.60] (90%, 2 boots of "
+                                    "it, 3 of the defaults) the defaults' capacity")
+
+
 def test_only_a_capacity_first_objective_is_judged_by_its_brackets(tmp_path: Path) -> None:
     """With p99 TPOT the first objective of a capacity study, a boot is its TPOT, not its
     capacity's bracket (a 1.43x capacity is not a 0.70x TPOT)."""
