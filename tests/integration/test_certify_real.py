@@ -39,7 +39,11 @@ def seqs_study(tiny_model: Path, tmp_path: Path, name: str) -> Path:
     outputs. On the output throughput (2 against 16, 3.4x on one server) the two workers' first
     trials, measured at once on the 2 cores, once read the pick no better than the defaults
     (1 suite run in 3, stop 76; 404 against 237 tokens/s in another, where its certify boots
-    read 822-1333 against 220-365), so the study ended on them with no certify phase."""
+    read 822-1333 against 220-365), so the study ended on them with no certify phase. The pick's
+    server sometimes stalls its first wave of prefills under the other server's load (0.7 and
+    2.6 s in 2 of 14 boots here: mean TTFT 448 and 1314 ms against the defaults' 984-2014 at 32
+    tokens out), so each request puts out 64 tokens: the defaults' queue doubles, the stall
+    does not."""
     (tmp_path / "space.yaml").write_text(yaml.safe_dump({
         "name": "seqs", "parameters": {"max_num_seqs": {"type": "categorical",
                                                         "choices": [1, 16]}},
@@ -49,7 +53,7 @@ def seqs_study(tiny_model: Path, tmp_path: Path, name: str) -> Path:
         "name": name,
         "server": {"model": str(tiny_model), "boot_timeout_s": 240,
                    "args": {**CPU_BASE, "max_model_len": 512, "max_num_seqs": 1}},
-        "profile": {"name": "random", "input_len": 32, "output_len": 32, "num_prompts": 32,
+        "profile": {"name": "random", "input_len": 32, "output_len": 64, "num_prompts": 32,
                     "max_concurrency": 16},
         "objectives": [{"metric": "mean_ttft_ms", "direction": "minimize"}],
         "search_space": str(tmp_path / "space.yaml"), "n_trials": 2,
