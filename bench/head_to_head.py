@@ -114,7 +114,8 @@ def _rates(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def judge_one(cfg: StudyConfig, name: str, c: dict[str, Any], best: float, samples: int,
-              out: Path, seed: int, gpu: str | None = None) -> dict[str, Any]:
+              out: Path, seed: int, gpu: str | None = None, at: float | None = None
+              ) -> dict[str, Any]:
     s = cfg.server
     argv = serve_argv(s.executable, s.model, s.serve_flags(dict(c["config"])), s.extra_args)
     out.mkdir(parents=True, exist_ok=True)
@@ -129,13 +130,13 @@ def judge_one(cfg: StudyConfig, name: str, c: dict[str, Any], best: float, sampl
                         out / "server.log")
         assert cfg.capacity is not None
         checks: list[dict[str, Any]] = []
-        own = c.get("claimed_capacity")
+        own = at or c.get("claimed_capacity")  # --at: every contender at one rate pair
         if own:
             d = verify(ref, capacity_target(cfg.capacity, own), cfg.slos, samples, out / "own",
                        seed, on_run=lambda line: print(f"  {name}: {line}", flush=True))
             checks += _rates(d)
             res["own_agrees"] = d["verdicts_agree"]
-        if best and best != own:
+        if best and best != own and not at:
             d = verify(ref, capacity_target(cfg.capacity, best), cfg.slos, samples,
                        out / "best", seed + 100, ceiling=True,
                        on_run=lambda line: print(f"  {name} at the best claim: {line}",
@@ -161,7 +162,7 @@ def judge(a: argparse.Namespace) -> None:
     gpus = a.gpus.split(",") if a.gpus else [None]
     doc: dict[str, Any] = {"config": str(a.config), "samples": a.samples, "order": order,
                            "best_claim": best, "slos": [x.text() for x in cfg.slos],
-                           "gpus": a.gpus, "contenders": {}}
+                           "gpus": a.gpus, "at": a.at, "contenders": {}}
     free: queue.Queue[str | None] = queue.Queue()
     for g in gpus:
         free.put(g)
@@ -174,7 +175,7 @@ def judge(a: argparse.Namespace) -> None:
             print(f"judging {name}{f' on GPU {gpu}' if gpu else ''}: "
                   f"{json.dumps(contenders[name]['config'])}", flush=True)
             res = judge_one(cfg, name, contenders[name], best, a.samples,
-                            a.out.parent / "judge" / name, a.seed, gpu)
+                            a.out.parent / "judge" / name, a.seed, gpu, a.at)
             res["minutes"] = round((time.monotonic() - t0) / 60, 2)
             with lock:
                 doc["contenders"][name] = contenders[name] | res
@@ -257,6 +258,9 @@ def main() -> None:
     j.add_argument("--seed", type=int, default=0)
     j.add_argument("--out", type=Path, required=True)
     j.add_argument("--gpus", default="", help="judge several at once, one a GPU (e.g. 0,1,2,3)")
+    j.add_argument("--at", type=float, default=None,
+                   help="judge every contender at this capacity and one step above (the same "
+                        "rates for all, whatever each claims)")
     s = sub.add_parser("summarize")
     s.add_argument("--judged", type=Path, required=True)
     s.add_argument("--summary", type=Path, default=Path("docs/results/certified/summary.json"))
