@@ -38,7 +38,9 @@ case $cmd in
       [ -f "$f" ] || { echo "add: no file $f" >&2; exit 2; }
     done
     git add -f -- "$@"
-    git commit -q -m "results (raw): $(printf '%s ' "$@" | cut -c1-200)" -- "$@"
+    # already committed as they are (a commit that took them with other work): HEAD holds them
+    git diff --cached --quiet -- "$@" ||
+      git commit -q -m "results (raw): $(printf '%s ' "$@" | cut -c1-200)" -- "$@"
     sha=$(git rev-parse --short HEAD)
     for f in "$@"; do printf '%s\t%s\t%s\n' "$f" "$(stat -c %s "$f")" "$sha" >> "$manifest"; done
     git rm -q --cached -- "$@" && rm -f -- "$@"
