@@ -58,8 +58,8 @@ def paired(units: list[tuple[float, float, float]]) -> tuple[float, float]:
     return float(lows.mean()) - half, float(highs.mean()) + half
 
 
-def one_study(rng: np.random.Generator, gain: float, a: argparse.Namespace, leases: int
-              ) -> dict[str, tuple[float, float]]:
+def one_study(rng: np.random.Generator, gain: float, a: argparse.Namespace, inter: float,
+              leases: int) -> dict[str, tuple[float, float]]:
     mu_b = math.log(75) + rng.uniform(0, STEP)
     mu_a = mu_b + math.log1p(gain)
     anchor_a, anchor_b = rng.normal(mu_a, a.boot_sd), rng.normal(mu_b, a.boot_sd)
@@ -67,7 +67,7 @@ def one_study(rng: np.random.Generator, gain: float, a: argparse.Namespace, leas
     boots_b: list[list[tuple[float, float]]] = []
     for _ in range(leases):
         m = rng.normal(0, a.machine_sd)
-        i = rng.normal(0, a.interaction_sd)
+        i = rng.normal(0, inter)
         boots_a.append([bracket(mu_a + m + i + rng.normal(0, a.boot_sd), anchor_a)
                         for _ in range(a.pairs)])
         boots_b.append([bracket(mu_b + m + rng.normal(0, a.boot_sd), anchor_b)
@@ -107,13 +107,12 @@ def main() -> None:
     a = p.parse_args()
     rows = []
     for inter in a.interaction_sd:
-        a.interaction_sd = inter
         for leases in a.leases:
             rng = np.random.default_rng(a.seed)
             tally: dict[str, dict[str, int]] = {}
             for _ in range(a.n):
                 for gain, key in ((a.gain, "true"), (0.0, "null")):
-                    for d, (lo, hi) in one_study(rng, gain, a, leases).items():
+                    for d, (lo, hi) in one_study(rng, gain, a, inter, leases).items():
                         t = tally.setdefault(d, {"cert": 0, "cover": 0, "false": 0})
                         if key == "true":
                             t["cert"] += lo > 0

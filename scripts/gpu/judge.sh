@@ -9,6 +9,7 @@
 #   bash scripts/gpu/judge.sh stop            # SIGTERM the judge and its server
 set -uo pipefail
 cmd=$1; shift
+source "$(dirname "${BASH_SOURCE[0]}")/detached.sh"
 source /root/site/activate
 export PYTHONUNBUFFERED=1
 w=${JUDGE_DIR:-/root/judge}  # another folder for a second judge on the same machine
@@ -17,8 +18,7 @@ if [ "$cmd" = start ]; then
   running && { echo "a judge is running: wait for it" >&2; exit 1; }
   contenders=$1 wait_s=${2:-540}; shift $(( $# < 2 ? $# : 2 ))
   mkdir -p $w/out
-  tar --exclude=./mlruns --exclude=./.gpu --exclude=./.whl --exclude=./.venv --exclude=./results \
-    -cf - . | tar -xf - -C $w
+  copy_checkout $w
   cd $w
   # bench/ is the script's folder, not the package's: the copy goes on the path
   PYTHONPATH=$w${PYTHONPATH:+:$PYTHONPATH} setsid nohup python3 bench/head_to_head.py judge \
@@ -35,9 +35,7 @@ elif [ "$cmd" = stop ]; then
 else
   wait_s=${1:-540}
 fi
-end=$((SECONDS + wait_s))
-while running && [ $SECONDS -lt $end ]; do sleep 5; done
-running && echo "JUDGE STILL RUNNING" || echo "JUDGE FINISHED"
+wait_pid $w/judge.pid "$wait_s" && echo "JUDGE FINISHED" || echo "JUDGE STILL RUNNING"
 tail -c 5000 $w/judge.log
 cp $w/judge.log $w/out/judged.json "$OUT/" 2>/dev/null
 # what comes back is 16 MiB a file at most: the runs' logs and small records, not their per-request JSON

@@ -23,6 +23,7 @@ case $cmd in
   run) extra=("$@") ;;
   start|wait) cfg=$1 wait_s=${2:-560}; shift $(( $# < 2 ? $# : 2 )); extra=("$@") ;;
 esac
+source "$(dirname "${BASH_SOURCE[0]}")/detached.sh"
 source /root/site/activate
 export PYTHONUNBUFFERED=1
 if [ ! -e /root/site/plotly ] && ls .whl/*.whl >/dev/null 2>&1; then
@@ -34,7 +35,7 @@ if [ "$cmd" = start ] || [ "$cmd" = run ]; then
   if running; then
     [ "$cmd" = start ] && { echo "a study is running (pid $(cat /root/w/study.pid)): wait or stop it" >&2; exit 1; }
   else  # the code, not the study's state (mlruns) nor the set-up chunks
-    tar --exclude=./mlruns --exclude=./.gpu --exclude=./.whl --exclude=./.venv --exclude=./results -cf - . | tar -xf - -C /root/run
+    copy_checkout /root/run
   fi
 fi
 cd /root/run
@@ -57,10 +58,7 @@ case $cmd in
     echo "$log" > /root/w/study.logpath
     ;&
   wait)
-    pid=$(cat /root/w/study.pid)
-    end=$((SECONDS + wait_s))
-    while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
-    kill -0 "$pid" 2>/dev/null && echo "STUDY STILL RUNNING" || echo "STUDY FINISHED"
+    wait_pid /root/w/study.pid "$wait_s" && echo "STUDY FINISHED" || echo "STUDY STILL RUNNING"
     tail -c 6000 "$(cat /root/w/study.logpath)"
     pack
     ;;
