@@ -251,9 +251,11 @@ def run_trials(
     ran = unmeasured = 0
     while True:
         done, running = claimed(study)
+        # the plan first: each worker states its reserve once its own trial is measured, even
+        # where that trial was the study's last (two workers ending in the same second)
+        kept = reserve() if reserve is not None else 0.0
         if done >= cfg.n_trials:
             return ran
-        kept = reserve() if reserve is not None else 0.0
         why = over_budget(bill(study, cfg, reference=reference() if reference else 0.0),
                           cfg.budget_gpu_minutes, kept, running) \
             if cfg.budget_gpu_minutes is not None else None

@@ -287,3 +287,32 @@ def test_a_boot_timeout_after_the_same_flags_booted_is_the_machines(
     third = records(st)[2]
     assert third.status == Status.UNMEASURED and not third.facts.failure
     assert "where the same flags booted in 1 s in trial 1" in (third.cause or "")
+
+
+def test_a_worker_states_its_plan_after_its_trial_even_when_it_was_the_last(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan (the reserve, printed by `reserve()`) is asked after each trial, before the
+    loop sees the study full: two workers whose trials end in the same second each print it
+    (issue 84: the test of two workers asserted a plan line that only the first to finish
+    printed)."""
+    class FakeObjective:
+        def __init__(self, *a: Any, **k: Any) -> None:
+            pass
+
+        def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+            return 1.0, 1.0
+
+    monkeypatch.setattr(study_mod, "Objective", FakeObjective)
+    asked: list[int] = []
+    cfg = SimpleNamespace(n_trials=1, timeout_s=None, study_dir=lambda: None,
+                          sampler=SimpleNamespace(name="tpe"), budget_gpu_minutes=None,
+                          gpus_per_trial=None)
+    st = optuna.create_study(directions=["maximize", "minimize"])
+
+    def reserve() -> float:
+        asked.append(len(st.trials))
+        return 0.0
+
+    ran = run_trials(st, cfg, SimpleNamespace(space=None), [],  # type: ignore[arg-type]
+                     reserve=reserve)
+    assert ran == 1 and asked == [0, 1]  # before the trial, and after it though n_trials is met
