@@ -20,7 +20,8 @@
           |                          resumes it
           +-- NotCertified           a study with a budget ended without certifying its pick
                                      (exit 3: the gain's interval holds no gain; 4: the budget
-                                     ran out first); everything else was printed before it
+                                     ran out first; 5: it was too small to explore beyond
+                                     vLLM's defaults); everything else was printed before it
 
 Expected trial failures (boot errors, timeouts, crashes) are ServerError/LoadError: the study
 records them on the trial with their cause and goes on. Anything else raised inside a trial
@@ -118,7 +119,8 @@ class StudyError(AutotuneError):
 
 class NotCertified(StudyError):
     """A planned study's pick was not certified (autotune.tuning.certify): the message is the
-    certification's sentence, `exit_code` its status's (3 not certified, 4 budget spent)."""
+    certification's sentence, `exit_code` its status's (3 not certified, 4 budget spent, 5
+    budget too small to explore)."""
 
     def __init__(self, sentence: str, exit_code: int) -> None:
         super().__init__(sentence)

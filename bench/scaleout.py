@@ -5,7 +5,7 @@ same study config (default: examples/cpu-demo.yaml) once per worker count, each 
 and prints a Markdown table: trials, wall time of `autotune study`, trials per hour, and the
 mean boot and benchmark seconds per trial (boots slow down when servers share the cores).
 
-    .venv/bin/python bench/scaleout.py --storage postgresql+psycopg2://postgres@HOST/at \
+    .venv/bin/python bench/scaleout.py --storage postgresql://postgres@HOST/at \
         --config examples/cpu-demo.yaml --n-trials 8 --workers 1 2
 """
 
@@ -19,6 +19,8 @@ import time
 
 import optuna
 
+from autotune.tuning.storage import driver_url
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -26,7 +28,7 @@ def main() -> None:
     ap.add_argument("--n-trials", type=int, default=8)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--storage", required=True,
-                    help="a PostgreSQL URL (postgresql+psycopg2://USER@HOST:PORT/DB) to create "
+                    help="a PostgreSQL URL (postgresql://USER@HOST:PORT/DB) to create "
                          "the studies in; docs/scale-out.md says how to start one")
     args = ap.parse_args()
     rows = []
@@ -42,7 +44,7 @@ def main() -> None:
             wall = time.monotonic() - t0
             if p.returncode != 0:
                 sys.exit(f"{w} workers failed:\n{p.stderr[-3000:]}")
-            st = optuna.load_study(study_name=name, storage=url)
+            st = optuna.load_study(study_name=name, storage=driver_url(url))
             done = [t for t in st.get_trials() if t.state.is_finished()]
             boots = [t.user_attrs["timings"]["boot_s"] for t in done
                      if "timings" in t.user_attrs]

@@ -51,7 +51,7 @@ class Synthetic:
 
     def boot(self, key: str, minutes: float, *, base: bool = False,
              repeat_of: int | None = None, start: float | None = None,
-             machine: str | None = None) -> int:
+             machine: str | None = None, hook: Any = None) -> int:
         true = self.true[key] * math.exp(self.rng.normal(0, self.spread))
         anchor = start or self.true[key]
         step = math.log1p(0.1)
@@ -59,7 +59,14 @@ class Synthetic:
         lo, hi = round(lo, 3), round(lo * 1.1, 3)
         points = [{"load": lo, "passed": True, "seconds": 60.0},
                   {"load": hi, "passed": False, "seconds": 30.0}]
+        checked = None
+        if hook is not None:  # run on the boot's server once measured (certify's reference)
+            from autotune.measure.capacity import CapacityResult
+
+            checked = hook("http://127.0.0.1:1", Path("server.log"),
+                           CapacityResult("rate", lo, None, (), hi))
         facts = TrialFacts(flags={"k": key}, flags_key=key, baseline=base or None,
+                           reference=checked,
                            repeat_of=repeat_of, check_at=start, machine=machine,
                            metrics={"capacity": lo, "warm_s": 30.0},
                            timings={"boot_s": 60.0, "bench_s": minutes * 60 - 60,
@@ -77,10 +84,11 @@ class Synthetic:
     def repeats(self, machine: str | None = None) -> Any:
         """A run_repeats that boots synthetically (what a certify pair costs: 3.5 min each)."""
         def run(study: Any, cfg: Any, pre: Any, requests: Any, pair: list[int], *,
-                start_at: dict[int, float | None], **kw: Any) -> int:
+                start_at: dict[int, float | None], on_measured: Any = None, **kw: Any) -> int:
             for n in pair:
                 key = str(records(study)[n].facts.flags_key)
-                self.boot(key, 3.5, repeat_of=n, start=start_at[n], machine=machine)
+                hook = (on_measured or {}).get(n)
+                self.boot(key, 3.5, repeat_of=n, start=start_at[n], machine=machine, hook=hook)
             return len(pair)
         return run
 

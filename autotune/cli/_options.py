@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin
 import click
 
 from autotune.config.base import parse_model
+from autotune.config.capacity import CapacityConfig
 from autotune.config.study import SamplerName, StudyConfig, load_study_config
-from autotune.config.workload import CapacityConfig, Endpoint, ProfileConfig, ProfileName
+from autotune.config.workload import Endpoint, ProfileConfig, ProfileName
 
 if TYPE_CHECKING:  # imported when used: `autotune --help` need not load Optuna or MLflow
     pass

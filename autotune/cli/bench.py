@@ -23,10 +23,11 @@ from autotune.cli._options import (
     profile_options,
 )
 from autotune.config.base import parse_model
+from autotune.config.capacity import Axis
 from autotune.config.metric_names import FAILED
 from autotune.config.paths import check_file, check_folder
 from autotune.config.study import ServerConfig
-from autotune.config.workload import Axis, SLOConfig
+from autotune.config.workload import SLOConfig
 from autotune.errors import ConfigError, LoadError
 from autotune.outputs.console import console, metrics_table, out, trial_progress
 from autotune.server.health import still_serving

@@ -17,6 +17,10 @@ import click
 from autotune.cli._options import load_cfg, sampler_option, study_options
 from autotune.outputs.console import console, out
 
+FORCE_NEW_HELP = ("Start the study afresh under its name: a study of that name (created for "
+                  "another model or workload) is kept, renamed NAME.old-TIME with its folder "
+                  "and MLflow experiment.")
+
 
 @click.command()
 @study_options
@@ -27,7 +31,10 @@ from autotune.outputs.console import console, out
 @click.option("--budget-gpu-minutes", type=click.FloatRange(min=0, min_open=True),
               help="Device-minutes the study may hold in all, resumes included (GPU-minutes; "
                    "on a machine without GPUs, its minutes): no trial starts that would end "
-                   "past it, judged by the longest trial so far.")
+                   "past it, judged by the longest trial so far. With certifying on, the study "
+                   "ends certified (exit 0; 0 too when nothing explored beat the defaults), "
+                   "not certified (3), budget spent before certification (4) or budget too "
+                   "small to explore, only vLLM's defaults ran (5; docs/certify.md).")
 @sampler_option
 @click.option("--search-space", help="Search space name or file.")
 @click.option("--seed", type=int, help="Sampler seed.")
@@ -52,11 +59,13 @@ from autotune.outputs.console import console, out
                    "with the certify phase (docs/certify.md), or explore all of it (a run on a "
                    "machine lent for less than the budget; the next run certifies); default: "
                    "certify.when in the config (auto: with a budget or a timeout).")
+@click.option("--force-new", is_flag=True, help=FORCE_NEW_HELP)
 def study(config_path: Path, study_name: str | None, storage: str | None, n_trials: int | None,
           timeout_s: float | None, budget_gpu_minutes: float | None, sampler: str | None,
           search_space: str | None, seed: int | None, tracking_uri: str | None,
           no_mlflow: bool, front_every: int, workers: int, gpus_per_trial: int | None,
-          warm_from: str | None, confirm_flag: bool | None, certify_flag: bool | None) -> None:
+          warm_from: str | None, confirm_flag: bool | None, certify_flag: bool | None,
+          force_new: bool) -> None:
     """Run (or resume) a multi-objective study over vLLM's flags."""
     from autotune.session.study import SessionOptions, run_session
 
@@ -70,7 +79,7 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
 
         open_client(tracking_uri)
     run_session(cfg, SessionOptions(config_path, tracking_uri, no_mlflow, front_every, workers,
-                                     gpus_per_trial, warm_from, confirm_flag), began)
+                                     gpus_per_trial, warm_from, confirm_flag, force_new), began)
 
 
 @click.command("create-study")
@@ -80,8 +89,10 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
 @click.option("--no-mlflow", is_flag=True, help="Do not log to MLflow.")
 @click.option("--n-trials", type=click.IntRange(min=1),
               help="Trials the study should hold in all.")
+@click.option("--force-new", is_flag=True, help=FORCE_NEW_HELP)
 def create_study(config_path: Path, study_name: str | None, storage: str | None,
-                 tracking_uri: str | None, no_mlflow: bool, n_trials: int | None) -> None:
+                 tracking_uri: str | None, no_mlflow: bool, n_trials: int | None,
+                 force_new: bool) -> None:
     """Create a study and its tables once, before workers join it (`autotune worker`).
 
     On an existing study it updates the stored config (a larger --n-trials resumes it)."""
@@ -90,7 +101,8 @@ def create_study(config_path: Path, study_name: str | None, storage: str | None,
     from autotune.tuning.record import StudyFacts, write_study_facts
 
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials)
-    opened = open_session(cfg, tracking_uri=tracking_uri, no_mlflow=no_mlflow, create=True)
+    opened = open_session(cfg, tracking_uri=tracking_uri, no_mlflow=no_mlflow, create=True,
+                          force_new=force_new)
     if opened.tracker is not None:
         write_study_facts(opened.study, StudyFacts(tracking_uri=opened.tracker.uri))
     console.print(f"study {cfg.name!r} ready in {cfg.storage_url()} ({cfg.n_trials} trials); "

@@ -9,6 +9,7 @@ import click
 from rich.table import Table
 
 from autotune.cli._options import load_cfg, study_options
+from autotune.config.metric_names import did_you_mean
 from autotune.config.paths import check_folder
 from autotune.errors import ConfigError, StudyError
 from autotune.outputs.console import console, out, trial_progress
@@ -216,7 +217,8 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
         if repeat is not None:
             raise StudyError("--repeat enqueues into the study's storage; leave out --table")
         if name not in cfg.metric_names():
-            raise StudyError(f"--metric {name}: not an objective of {config_path} (its "
+            raise StudyError(f"--metric {name}: not an objective of {config_path}"
+                             f"{did_you_mean(name, cfg.metric_names())} (its "
                              f"objectives: {', '.join(cfg.metric_names())})")
         try:
             table = table_from_json(table_path, cfg.objectives[cfg.metric_names().index(name)]
@@ -229,8 +231,9 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
         table = table_from_study(st, name)
         source = f"study {cfg.name!r}"
     if not any(table.values.values()):
+        near = "" if name in cfg.metric_names() else did_you_mean(name, cfg.metric_names())
         raise StudyError(f"{'--metric ' + name + ': ' if metric else ''}{source} has no trial "
-                         f"that measured {name} to replay (its objectives: "
+                         f"that measured {name} to replay{near} (its objectives: "
                          f"{', '.join(cfg.metric_names())})")
     if repeat is not None:
         measured = sorted(k for k, v in table.values.items() if v)

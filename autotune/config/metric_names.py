@@ -3,6 +3,7 @@ fields, flattened as `BenchMetrics.flat` writes them (measure/metrics.py compute
 
 from __future__ import annotations
 
+import difflib
 import math
 
 SUMMARIZED = ("ttft", "tpot", "itl", "e2el", "send_lag")
@@ -50,10 +51,17 @@ def lower_is_better(metric: str) -> bool:
     return base_metric(metric).endswith("_ms") or metric in (FAILED, "duration_s")
 
 
+def did_you_mean(v: str, names: list[str]) -> str:
+    """' (did you mean 'p99_ttft_ms'?)' for a near miss of one of `names`, else ''."""
+    near = difflib.get_close_matches(v, names, n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
 def known_metric(v: str) -> str:
     """A metric a single measurement produces (SLOs judge these)."""
     if v not in METRIC_NAMES:
-        raise ValueError(f"unknown metric {v!r}; known: {', '.join(METRIC_NAMES)}")
+        raise ValueError(f"unknown metric {v!r}{did_you_mean(v, list(METRIC_NAMES))}; known: "
+                         f"{', '.join(METRIC_NAMES)}")
     return v
 
 
@@ -61,7 +69,9 @@ def objective_metric(v: str) -> str:
     """A metric a study can optimize: a measured one, or one of the capacity search's."""
     base = base_metric(v)
     if base not in METRIC_NAMES and base not in CAPACITY_METRICS:
-        raise ValueError(f"unknown metric {v!r}; known: {', '.join(CAPACITY_METRICS)} (with a "
+        names = [*METRIC_NAMES, *CAPACITY_METRICS, *(m + PER_GPU for m in PER_GPU_BASES)]
+        raise ValueError(f"unknown metric {v!r}{did_you_mean(v, names)}; known: "
+                         f"{', '.join(CAPACITY_METRICS)} (with a "
                          f"capacity: section), {', '.join(METRIC_NAMES)}; "
                          f"{', '.join(PER_GPU_BASES)} also as <metric>{PER_GPU}")
     return v

@@ -13,12 +13,12 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from autotune.config import flags
+from autotune.config import flags, hub
 from autotune.config.base import StrictModel, parse_model, read_yaml
+from autotune.config.capacity import CapacityConfig
 from autotune.config.metric_names import CAPACITY_METRICS, base_metric, objective_metric
 from autotune.config.quality import QualityConfig
 from autotune.config.workload import (
-    CapacityConfig,
     ProfileConfig,
     SLOConfig,
     builtin_suite,
@@ -48,10 +48,10 @@ def gpus_per_replica(flags: dict[str, Any]) -> int:
 
 def model_max_len(model: str, flags: dict[str, Any] | None = None) -> int | None:
     """The most tokens a request may hold: max_model_len when the flags set it, else the
-    model's max_position_embeddings (its config.json), else unknown (a hub name)."""
+    model's max_position_embeddings (its config.json; a hub id's cached one), else unknown."""
     if flags and flags.get("max_model_len"):
         return int(flags["max_model_len"])
-    path = Path(model) / "config.json"
+    path = Path(hub.cached(model) or model) / "config.json"
     if path.is_file():
         mpe = json.loads(path.read_text()).get("max_position_embeddings")
         return int(mpe) if mpe else None
@@ -67,9 +67,9 @@ def layout_text(flags: dict[str, Any]) -> str:
 class ServerConfig(StrictModel):
     """How to start `vllm serve` for every trial."""
 
-    model: str = Field(description="Model path or name, passed to `vllm serve MODEL`.")
+    model: str = Field(description="Model folder or hub id (org/name), for `vllm serve MODEL`.")
     tokenizer: str | None = Field(
-        None, description="Directory with tokenizer.json for the load generator (default: model).")
+        None, description="Folder or hub id of the load generator's tokenizer (default: model).")
     executable: list[str] = Field(
         default_factory=default_executable,
         description="Command that runs vLLM's CLI, e.g. ['vllm'] or ['docker', 'exec', 'c', "

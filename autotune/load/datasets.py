@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from autotune.config.cache import cache_dir
+from autotune.config.hub import local_dir
 from autotune.config.study import StudyConfig, model_max_len
 from autotune.config.workload import ProfileConfig
 from autotune.errors import ConfigError
@@ -163,14 +164,16 @@ def requests_digest(requests: list[Request]) -> str:
 
 
 def load_tokenizer(model: str) -> Any:
-    """The `tokenizers.Tokenizer` of a local model directory (its tokenizer.json)."""
+    """The `tokenizers.Tokenizer` of a model directory (its tokenizer.json), or of a hub id's
+    snapshot in the hub cache (downloaded there when missing, as vLLM does)."""
     from tokenizers import Tokenizer
 
-    path = Path(model) / "tokenizer.json"
+    path = Path(local_dir(model, "server.tokenizer")) / "tokenizer.json"
     if not path.exists():
         raise ConfigError(
-            f"model: no tokenizer.json in {model!r}; the load generator needs the model's fast "
-            "tokenizer file (pass --tokenizer DIR to use another directory)"
+            f"server.tokenizer: no tokenizer.json in {model!r}; the load generator needs the "
+            "model's fast tokenizer file: set server.tokenizer (`autotune bench --tokenizer`) "
+            "to a folder that has one"
         )
     return Tokenizer.from_file(str(path))
 

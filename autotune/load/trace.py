@@ -13,28 +13,44 @@ One request a line (JSONL) or a row (CSV with a header), the Mooncake layout:
                    ceil(input_length / block_size) of them; requests that share an id share
                    that block, so a prefix cache meets the reuse it met in production
 
-A BurstGPT CSV (`Timestamp,Model,Request tokens,Response tokens,...`) reads as it is; its rows
-with no response tokens (failed requests in its log) are skipped and counted. Arrivals out of
-order are sorted (and counted). autotune.load.replay turns a window of a trace into requests.
+The public traces read as they are, their names for these fields being aliases (`ALIASES`):
+BurstGPT's CSV (`Timestamp,Model,Request tokens,Response tokens,...`), Azure's LLM inference
+traces (`TIMESTAMP,ContextTokens,GeneratedTokens`, the timestamp a date-time), and OpenAI's
+usage names (`prompt_tokens`, `completion_tokens`) in a gateway's log; their rows with no
+response tokens (failed requests in the log) are skipped and counted. Other keys or columns
+(an id, a model name) are read past and named in the note, unless one is a near miss of a
+field (`output_len`), which is an error. Arrivals out of order are sorted (and counted); a
+stray arrival far from the rest, and a rate that fits the other time unit better, are
+autotune.load.trace_checks'. autotune.load.replay turns a window of a trace into requests.
 """
 
 from __future__ import annotations
 
 import csv
+import difflib
+import functools
 import json
 import math
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.load.trace_checks import Stamp, check_gaps, unit_hint
 
 KEYS = ("timestamp", "input_length", "prompt", "output_length", "hash_ids")
-# BurstGPT's columns (its release's CSV), read as the trace's own
-BURSTGPT = {"Timestamp": "timestamp", "Request tokens": "input_length",
-            "Response tokens": "output_length"}
-BURSTGPT_OTHER = {"Model", "Total tokens", "Log Type"}
+# the public traces' names for the fields, read as the trace's own: BurstGPT's CSV, Azure's
+# LLM inference traces (2023, 2024), OpenAI's usage (prompt_tokens) and the Responses and
+# Anthropic APIs' (input_tokens)
+ALIASES = {"Timestamp": "timestamp", "Request tokens": "input_length",
+           "Response tokens": "output_length",
+           "TIMESTAMP": "timestamp", "ContextTokens": "input_length",
+           "GeneratedTokens": "output_length",
+           "prompt_tokens": "input_length", "completion_tokens": "output_length",
+           "input_tokens": "input_length", "output_tokens": "output_length"}
+SHAPE = ("a line holds timestamp, input_length or prompt, output_length, and optionally "
+         "hash_ids")
 
 
 @dataclass(frozen=True)
@@ -63,6 +79,8 @@ class Trace:
     reordered: int = 0  # arrivals earlier than the one before, sorted
     max_len: int | None = None
     source: str = "the model's limit"
+    ignored: tuple[str, ...] = ()  # keys or columns that are no field of a trace
+    hint: str | None = None  # its rate fits the other time unit better (trace_checks)
 
     @property
     def span_s(self) -> float:
@@ -90,6 +108,10 @@ class Trace:
                        (self.reordered, "out of order (sorted by arrival)")):
             if n:
                 text += f", {n} {why}"
+        if self.ignored:
+            text += f"; read past {', '.join(self.ignored)} (no field of a trace)"
+        if self.hint:
+            text += f"; warning: {self.hint}"
         return text
 
 
@@ -116,10 +138,13 @@ def _stamp(v: Any, unit: str) -> tuple[str, float]:
         except ValueError:
             pass
         try:
-            return "date", datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
+            at = datetime.fromisoformat(t.replace("Z", "+00:00"))
         except ValueError:
             raise ValueError(f"timestamp: {v!r} is neither a number nor an ISO-8601 date-time "
                              "(2024-05-01T12:00:00.250)") from None
+        # a date-time without a zone (Azure's) as UTC: local time would put an hour's gap,
+        # or an hour out of order, where the clocks change
+        return "date", (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
         raise ValueError(f"timestamp: {v!r} is not a number of {unit} or an ISO-8601 date-time")
     return "number", float(v) * (0.001 if unit == "ms" else 1.0)
@@ -142,22 +167,49 @@ def _hash_ids(v: Any) -> tuple[int, ...]:
     return tuple(v)
 
 
-def _entry(item: dict[str, Any], unit: str, block_size: int, tokenizer: Any
-           ) -> tuple[str, float, TraceEntry]:
-    """One line's request (its timestamp's kind, its arrival in s); ValueError saying why not."""
-    unknown = sorted(set(item) - set(KEYS))
-    if unknown:
-        raise ValueError(f"unknown key {unknown[0]!r}: a line holds timestamp, input_length or "
-                         "prompt, output_length, and optionally hash_ids")
+@functools.cache  # once per name: a log's millions of lines repeat the same few keys
+def _field(name: str, what: str) -> str | None:
+    """The field a key or column names (a trace's own, or an alias), None for another; a near
+    miss of one (output_len) is a ValueError: read past, it would lose its field."""
+    if name in KEYS or name in ALIASES:
+        return ALIASES.get(name, name)
+    near = difflib.get_close_matches(name, [*KEYS, *ALIASES], 1, 0.8)
+    if near:
+        raise ValueError(f"unknown {what} {name!r}: is it {near[0]}? ({SHAPE})")
+    return None
+
+
+def _fields(item: dict[str, Any], what: str = "key") -> tuple[dict[str, Any], list[str]]:
+    """A line's values by field, and its keys that are no field (read past)."""
+    out: dict[str, Any] = {}
+    named: dict[str, str] = {}
+    other = []
+    for k, v in item.items():
+        f = _field(str(k), what)
+        if f is None:
+            other.append(str(k))
+        elif f in named:
+            raise ValueError(f"{named[f]} and {k} both give {f}: keep one")
+        else:
+            named[f], out[f] = str(k), v
+    return out, other
+
+
+def _entry(item: dict[str, Any], unit: str, block_size: int, tokenizer: Any,
+           other: list[str] | None = None) -> tuple[str, float, TraceEntry]:
+    """One line's request (its timestamp's kind, its arrival in s) from its values by field
+    (`other`: its keys that are no field); ValueError saying why not."""
+    beside = f" (its {', '.join(other)} {'is' if len(other) == 1 else 'are'} no field of a " \
+        f"trace: {SHAPE})" if other else ""
     for key in ("timestamp", "output_length"):
         if item.get(key) in (None, ""):
             raise ValueError(f"{key}: missing (every request needs its arrival and the tokens "
-                             "it generated)")
+                             f"it generated){beside}")
     kind, at = _stamp(item["timestamp"], unit)
     out = _count(item["output_length"], "output_length", 1)
     given = [k for k in ("input_length", "prompt") if item.get(k) not in (None, "")]
     if len(given) != 1:
-        raise ValueError("give input_length or prompt (one of them)" if not given else
+        raise ValueError(f"give input_length or prompt (one of them){beside}" if not given else
                          "input_length and prompt: give one (the prompt's text, or its length "
                          "in tokens)")
     if given[0] == "prompt":
@@ -179,7 +231,8 @@ def _entry(item: dict[str, Any], unit: str, block_size: int, tokenizer: Any
 
 
 def _rows(file: Path, path: str) -> Any:
-    """(line number, mapping) of each request of a JSONL or CSV file."""
+    """(line number, values by field, keys read past) of each request of a JSONL or CSV file;
+    None for the values of a failed request in a public log (`_failed`)."""
     with file.open(encoding="utf-8-sig", newline="") as f:
         first = ""
         while not first.strip() and (line := f.readline()):
@@ -197,27 +250,41 @@ def _rows(file: Path, path: str) -> Any:
                 if not isinstance(item, dict):
                     raise _bad(path, n, "not a request (a JSON object: {\"timestamp\": ..., "
                                         "\"input_length\": ..., \"output_length\": ...})")
-                yield n, item
+                try:
+                    values, other = _fields(item)
+                except ValueError as err:
+                    raise _bad(path, n, str(err)) from None
+                yield n, None if _failed(item) else values, other
             return
         reader = csv.DictReader(f)
         cols = list(reader.fieldnames or [])
-        burst = set(BURSTGPT) <= set(cols)
-        if burst:
-            cols = [c for c in cols if c not in BURSTGPT_OTHER]
-        for c in cols:
-            if BURSTGPT.get(c, c) not in KEYS:
-                raise _bad(path, 1, f"unknown column {c!r}: the header names timestamp, "
-                                    "input_length or prompt, output_length, and optionally "
-                                    "hash_ids (or is BurstGPT's)")
+        try:
+            values, other = _fields({c: c for c in cols}, "column")
+        except ValueError as err:
+            raise _bad(path, 1, str(err)) from None
+        by_field: dict[str, str] = values
+        need = ["timestamp", "output_length"]
+        need += [] if {"input_length", "prompt"} & set(by_field) else ["input_length"]
+        for field in need:
+            if field not in by_field:
+                raise _bad(path, 1, f"no {field} column: the header names {', '.join(cols)}; "
+                                    "a trace's columns are timestamp, input_length or prompt, "
+                                    "output_length, and optionally hash_ids (or a public "
+                                    "trace's: BurstGPT's, Azure's; docs/workloads.md)")
         for row in reader:
             if None in row:
                 raise _bad(path, reader.line_num, f"{len(cols) + len(row[None])} cells, the "
                                                   f"header names {len(cols)}")
-            item = {BURSTGPT.get(c, c): row[c] for c in cols}
-            if burst and str(item.get("output_length", "")).strip() == "0":
-                yield reader.line_num, None  # a failed request in BurstGPT's log
-                continue
-            yield reader.line_num, item
+            item = {col: row[col] for col in by_field.values()}
+            yield reader.line_num, None if _failed(item) else \
+                {field: row[col] for field, col in by_field.items()}, other
+
+
+def _failed(item: dict[str, Any]) -> bool:
+    """A row of a public log with no output tokens: a failed request in BurstGPT's log (and
+    Azure's, a gateway's); in a trace's own `output_length` a 0 is a mistake, an error."""
+    return any(str(v).strip() == "0" for k, v in item.items()
+               if k != "output_length" and ALIASES.get(k) == "output_length")
 
 
 def read_trace(path: str, time_unit: str, block_size: int, tokenizer: Any,
@@ -229,18 +296,22 @@ def read_trace(path: str, time_unit: str, block_size: int, tokenizer: Any,
         raise ConfigError(f"profile.path: {path} does not exist (a JSONL or CSV trace, one "
                           "request a line; `autotune make-trace` writes one)")
     got: list[TraceEntry] = []
+    stamps: list[Stamp] = []  # every request's arrival, the dropped too: the file's timeline
     kinds: set[str] = set()
+    ignored: dict[str, None] = {}  # keys read past, in the order met
     lines = dropped = skipped = 0
     try:
-        for n, item in _rows(file, path):
+        for n, item, other in _rows(file, path):
             lines += 1
+            ignored.update(dict.fromkeys(other))
             if item is None:
                 skipped += 1
                 continue
             try:
-                kind, _at, e = _entry(item, time_unit, block_size, tokenizer)
+                kind, _at, e = _entry(item, time_unit, block_size, tokenizer, other)
             except ValueError as err:
                 raise _bad(path, n, str(err)) from None
+            stamps.append(Stamp(e.at_s, n, item["timestamp"]))
             kinds.add(kind)
             if len(kinds) > 1:
                 raise _bad(path, n, "timestamp: numbers and date-times mixed in one trace; "
@@ -256,6 +327,7 @@ def read_trace(path: str, time_unit: str, block_size: int, tokenizer: Any,
         raise ConfigError(f"profile.path: {path}: not a CSV file ({e})") from None
     if not lines:
         raise ConfigError(f"profile.path: {path} holds no request")
+    check_gaps(stamps, path)
     if len(got) < 2:
         raise ConfigError(f"profile.path: {path}: {len(got)} request(s) left to replay "
                           f"({dropped} longer than {max_len} tokens, {source}); a trace needs "
@@ -268,4 +340,7 @@ def read_trace(path: str, time_unit: str, block_size: int, tokenizer: Any,
     if entries[-1].at_s <= 0:
         raise ConfigError(f"profile.path: {path}: every request arrives at the same time, so "
                           "there is no timeline to replay; give their arrivals")
-    return Trace(entries, path, block_size, lines, dropped, skipped, reordered, max_len, source)
+    trace = Trace(entries, path, block_size, lines, dropped, skipped, reordered, max_len,
+                  source, tuple(ignored))
+    hint = unit_hint(trace.rate, time_unit) if kinds == {"number"} else None
+    return replace(trace, hint=hint) if hint else trace

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.config.hub import cached
 from autotune.errors import ConfigError
 from autotune.load.record import Request
 
@@ -48,7 +49,7 @@ class Dataset:
 def _chat_template(tokenizer_dir: str) -> tuple[Any, dict[str, str]] | None:
     """The model's chat template (tokenizer_config.json) compiled as transformers compiles it,
     with the special tokens it may name; None when it has none."""
-    path = Path(tokenizer_dir) / "tokenizer_config.json"
+    path = Path(cached(tokenizer_dir) or tokenizer_dir) / "tokenizer_config.json"
     conf = json.loads(path.read_text()) if path.exists() else {}
     template = conf.get("chat_template")
     specials = {k: v for k, v in conf.items() if k.endswith("_token") and isinstance(v, str)}

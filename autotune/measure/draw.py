@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.config.workload import CapacityConfig, ProfileConfig
+from autotune.config.capacity import CapacityConfig
+from autotune.config.workload import ProfileConfig
 from autotune.load import replay
 from autotune.load.datasets import sample_requests
 from autotune.load.record import Request
@@ -38,15 +39,17 @@ class Drawn:
 
 
 def draw(profile: ProfileConfig, cap: CapacityConfig, tokenizer: Any, tokenizer_dir: str,
-         trace: Trace | None, load: float, seed: int, n: int | None = None) -> Drawn:
-    """The point's requests at `load` (`n`: this many at least instead of a point's own)."""
+         trace: Trace | None, load: float, seed: int, n: int | None = None,
+         max_len: int | None = None) -> Drawn:
+    """The point's requests at `load` (`n`: this many at least instead of a point's own); a
+    dataset's within `max_len` tokens (a trace comes read within it)."""
     full, n = n is None, n or cap.requests_at(load)
     if trace is not None:
         reqs, pre, win = replay.point(trace, tokenizer, load, seed, n,
                                       cap.min_duration_s if full else 0.0, cap.warmup)
         return Drawn(reqs, _short(pre), win.span_s)
     drawn = profile.model_copy(update={"sample": "random"}) if profile.path else profile
-    reqs = sample_requests(drawn, tokenizer, n + cap.warmup, seed, tokenizer_dir)
+    reqs = sample_requests(drawn, tokenizer, n + cap.warmup, seed, tokenizer_dir, max_len)
     return Drawn(reqs[:n], _short(reqs[n:]))
 
 

@@ -15,7 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
+from autotune.config.capacity import CapacityConfig
+from autotune.config.workload import ProfileConfig, SLOConfig
 from autotune.errors import LoadError, MeasurementWarning
 from autotune.load import (
     SETTLED_REASON,
@@ -160,16 +161,21 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                 on_phase: Phase | None = None, on_point: OnPoint | None = None,
                 alive: Callable[[], bool] | None = None,
                 check: Callable[[], None] = lambda: None,
-                log_path: Path | None = None) -> CapacityResult:
+                log_path: Path | None = None, max_len: int | None = None,
+                warm_enough: int = 0) -> CapacityResult:
     """The capacity search against a running server (autotune.measure.capacity). Each point gets its
     own requests, drawn with a seed of the load (the same for every trial at that load) and
-    its own warm-up; its per-request records go to points/load-<load>.csv. With the server's
+    its own warm-up, a dataset's or a trace's within `max_len` tokens (the study's limit,
+    which its preflight applied; None: the model's); its per-request records go to
+    points/load-<load>.csv. With the server's
     `log_path`, a point during which vLLM logged a kernel compiling (autotune.server.jit) is
     measured again with fresh requests; the point records how many it saw (`jit_events`, in
-    the run kept) and whether it was measured again (`jit_remeasured`); no log, no field."""
+    the run kept) and whether it was measured again (`jit_remeasured`); no log, no field.
+    `warm_enough`: a config that ran warm before on these caches warms in at most this many
+    windows, unless a kernel compiles in the last (PointPolicy.more_windows; 0: as configured)."""
     phase = on_phase or (lambda _p: None)
     tok = load_tokenizer(tokenizer_dir)
-    trace = load_trace(profile, tok, tokenizer_dir) if cap.axis == "speedup" else None
+    trace = load_trace(profile, tok, tokenizer_dir, max_len) if cap.axis == "speedup" else None
     at_point = profile.model_copy(update={"warmup": cap.warmup})
     (workdir / "points").mkdir(parents=True, exist_ok=True)
     told: list[str] = []
@@ -180,7 +186,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                settling: bool = True) -> tuple[Point, Settle | None]:
         t0 = time.monotonic()
         span.mark()
-        got = draw(profile, cap, tok, tokenizer_dir, trace, load, seed, n)
+        got = draw(profile, cap, tok, tokenizer_dir, trace, load, seed, n, max_len)
         reqs, sampled_s = got.requests, time.monotonic() - t0
         conc = int(load) if cap.axis == "concurrency" else profile.max_concurrency
         rate = load if cap.axis == "rate" else profile.request_rate
@@ -207,7 +213,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
     windows = cap.warm_windows if cap.warm_windows != "auto" else \
         (GPU_WARM_WINDOWS if has_gpu() else 2 if cap.bracket == "step" else 0)
     policy = PointPolicy(run_at, limit, slos, cap, profile.seed, windows, samples_of(cap),
-                         more_processes, span.counted, phase, raised)
+                         more_processes, span.counted, phase, raised, enough=warm_enough)
 
     def measure_at(load: float) -> LoadPoint:
         carry = policy.warm_once(load)

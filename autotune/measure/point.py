@@ -6,7 +6,8 @@ limit on a run (`limit`); the policy owns every rule between them, each a method
 (tests/unit/measure/test_point.py):
 
 - `warm_up`: the boot's first point runs its load in windows until two in a row agree and the
-  later one overlapped no kernel compiling (at most `windows`);
+  later one overlapped no kernel compiling (at most `windows`; `more_windows`: at most `enough`
+  on a boot of a config that ran warm before, unless a kernel compiled in the last);
 - `again_if_compiled`: a run inside which vLLM logged a kernel compiling is not its pace: once
   more, with fresh requests;
 - `again_if_late`: a run the client read late (`LATE_READS`) is the client's, not the server's:
@@ -14,6 +15,8 @@ limit on a run (`limit`); the policy owns every rule between them, each a method
 - `pool_close`: a run whose percentile interval straddles an SLO ("close") runs again with fresh
   requests, pooled, until the pooled interval clears it or `capacity.close_runs`; still close,
   the pooled value decides;
+- `sampled`: fresh samples until the point is decided; its first alone where it is far from
+  every SLO's line (`far_alone`, capacity.sample_early);
 - `judged`: the point's figures and misses: one sample's, or (with `samples` > 1, on a GPU)
   the median over fresh samples and each SLO judged on the samples (autotune.measure.sampled).
 
@@ -28,7 +31,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from autotune.config.workload import CapacityConfig, SLOConfig
+from autotune.config.capacity import CapacityConfig
+from autotune.config.metric_names import FAILED
+from autotune.config.workload import SLOConfig
 from autotune.load import LoadSettings
 from autotune.load.record import RequestRecord
 from autotune.measure import sampled
@@ -99,12 +104,26 @@ class PointPolicy:
     phase: Phase = lambda _p: None
     raised: list[int] = field(default_factory=list)  # client processes raised for late reads
     warmed: list[dict[str, float]] = field(default_factory=list)  # each point's warm-up
+    # a boot of a config that ran warm before on these caches (tuning.warmup): its warm-up
+    # stops after this many windows unless the last logged a kernel compiling (0: no such stop)
+    enough: int = 0
+
+    def more_windows(self, done: int, stable: bool, compiled: bool) -> bool:
+        """Whether the warm-up runs another window after `done`: not once two agreed
+        (`stable`) or `windows` ran, nor past `enough` unless the last one logged a kernel
+        compiling (vLLM's JIT monitor: the server is not warm yet)."""
+        if stable or done >= self.windows:
+            return False
+        return not (self.enough and done >= self.enough and not compiled)
 
     def warm_up(self, load: float) -> dict[str, float]:
         """Run the first point's load in windows until two in a row agree and the later one
-        overlapped no kernel compiling (at most `windows`): what it took, for the point."""
-        t0, seen, last, stable, done = time.monotonic(), 0.0, None, False, 0
-        while done < self.windows and not stable:
+        overlapped no kernel compiling (at most `windows`, or `enough`: `more_windows`): what
+        it took, for the point, with the compilations after its first window
+        (`warm_jit_late`: a later boot of the config reads them, tuning.warmup)."""
+        t0, seen, late, last, stable, done = time.monotonic(), 0.0, 0.0, None, False, 0
+        jit = 0.0
+        while self.more_windows(done, stable, jit > 0):
             done += 1
             self.phase(f"load {load:g} (warming, window {done})")
             pt, _ = self.run(load, point_seed(self.seed + done, load),
@@ -112,12 +131,15 @@ class PointPolicy:
                              settling=False)
             m, jit = pt.metrics, pt.server_stats.get("jit_events", 0.0)
             seen += jit
+            late += jit if done > 1 else 0.0
             now = (m.ttft_ms.mean, m.tpot_ms.mean)
             stable = last is not None and not jit and all(
                 abs(a - b) <= WARM_AGREE * b for a, b in zip(now, last, strict=True))
             last = now
         return {"warm_windows": float(done), "warm_s": time.monotonic() - t0,
-                "warm_stable": float(stable), **self.counted("warm_jit_events", seen)}
+                "warm_stable": float(stable),
+                **({"warm_enough": float(self.enough)} if self.enough else {}),
+                **self.counted("warm_jit_events", seen), **self.counted("warm_jit_late", late)}
 
     def warm_once(self, load: float) -> dict[str, float]:
         """The warm-up a point carries: the boot's first point's, later points none."""
@@ -205,12 +227,22 @@ class PointPolicy:
         it: one sample, pooled when close, with `samples` 1."""
         got: list[Sampled] = []
         while not got or (got[-1].flag is None and not sampled.decided(
-                [g.sample for g in got], self.slos, self.samples)):
+                [g.sample for g in got], self.slos, self.samples, self.cap.sample_early)):
             if got:
                 self.phase(f"load {load:g} (sample {len(got) + 1} of {self.samples})")
             got.append(self.one_sample(load, point_seed(
                 self.seed + sampled.SAMPLE_SEED_STEP * len(got), load), pool=self.samples == 1))
+        if self.far_alone(got):
+            got[0].runs[-1].server_stats["sample_far"] = 1.0
         return got
+
+    def far_alone(self, got: list[Sampled]) -> bool:
+        """Whether a point of several samples ended on its first because it was far from the
+        line (capacity.sample_early), not for a failure or the client's limit."""
+        one = got[0].sample
+        return (self.samples > 1 and len(got) == 1 and got[0].flag is None
+                and FAILED not in one.missed and self.cap.sample_early > 1
+                and sampled.far(one, self.slos, self.cap.sample_early))
 
     def judged(self, got: list[Sampled], metrics: Sequence[str]
                ) -> tuple[dict[str, float], dict[str, tuple[float, float]], list[str],

@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.config.capacity import CapacityConfig
 from autotune.config.study import ServerConfig
-from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
+from autotune.config.workload import ProfileConfig, SLOConfig
 from autotune.errors import AutotuneError, ServerBootError
 from autotune.load.datasets import build_requests
 from autotune.load.record import Request
@@ -39,6 +40,9 @@ from autotune.server.machine import launch_env, preloads
 from autotune.server.process import free_port
 
 PORT_ATTEMPTS = 3
+# run on a server that is up once its capacity is known: (its URL, its log, the search) -> a
+# document
+OnMeasured = Callable[[str, Path, CapacityResult], "dict[str, Any] | None"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class Timings:
     stop_s: float = 0.0
     total_s: float = 0.0
     guard_s: float = 0.0  # the quality guard's readings, before and after the load
+    check_s: float = 0.0  # what `on_measured` ran on the server (a reference check)
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class BootRun:
     workloads: dict[str, dict[str, Any]] = field(default_factory=dict)  # by label, load mode
     launch: str = "direct"  # "forked" from the preloaded vLLM (autotune.server.forkserver)
     quality: dict[str, Any] | None = None  # what `after` found on the server (the guard's)
+    checked: dict[str, Any] | None = None  # what `on_measured` ran on the server (a reference)
 
     @property
     def point(self) -> Point:
@@ -131,12 +137,18 @@ def cache_env(root: Path) -> dict[str, str]:
 BOOT_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
 
 
+def cache_root(server: ServerConfig, workdir: Path) -> Path:
+    """The caches' one root for a boot in `workdir`: server.cache_root, default
+    <workdir>/../vllm-cache (shared by a study's trials)."""
+    return Path(server.cache_root or workdir.parent / "vllm-cache")
+
+
 def server_env(server: ServerConfig, workdir: Path) -> dict[str, str]:
     """The server's environment: the caches under one root shared by trials (`cache_env`;
     server.cache_root, default <workdir>/vllm-cache) and, for a preloaded launch, BOOT_ENV,
     then ours, then the config's (`launch_env`). A JIT cache the user's environment already
     places stays where it is; VLLM_CACHE_ROOT is always the study's."""
-    cache = Path(server.cache_root or workdir.parent / "vllm-cache")
+    cache = cache_root(server, workdir)
     boot = BOOT_ENV if preloads(server) else {}
     return {**cache_env(cache), **boot, **os.environ, **launch_env(server),
             "VLLM_CACHE_ROOT": str(cache)}
@@ -204,17 +216,28 @@ def run_boot(server: ServerConfig, profiles: Sequence[ProfileConfig], params: Ma
              on_phase: Phase | None = None, on_request: OnRequest | None = None,
              on_point: OnPoint | None = None,
              before: Callable[[str], dict[str, Any]] | None = None,
-             after: Callable[[str], dict[str, Any]] | None = None) -> BootRun:
+             after: Callable[[str], dict[str, Any]] | None = None,
+             on_measured: OnMeasured | None = None,
+             max_len: int | None = None, warm_enough: int = 0) -> BootRun:
     """Boot `vllm serve` with the fixed args plus `params`, measure each profile in turn, stop it.
 
     Without `capacity`, each profile's requests (`requests`, for a single profile, or drawn
     while vLLM boots) run after their warm-up. With it, each profile's capacity is searched
     (from `starts[label]` when given, stopping early below `stop_below`). `before` runs on the
     server's URL once it is healthy, before any load (the quality guard's reference, read
-    cold), `after` once the measurement is done (the guard's reading). Files go under
-    `<workdir>/<label>/` when there are several profiles; `result.json` is the `BootRun`."""
+    cold), `after` once the measurement is done (the guard's reading); `on_measured` then gets
+    the URL, the log and the capacity found while the server is still up (the certify phase's
+    reference check on the pick's last certify boot: tuning.certify), its result kept as
+    `checked` and its seconds as `check_s`. A dataset's or a trace's requests longer than
+    `max_len` tokens are left out, as the study's preflight left them out
+    (tuning.preflight.study_limit; default: the server's max_model_len, else the model's).
+    `warm_enough`: a config that ran warm before on these caches warms in at most this many
+    windows unless a kernel compiles (tuning.warmup; 0: as `capacity` says). Files go under
+    `<workdir>/<label>/` when there are several profiles; `result.json` is the
+    `BootRun`."""
     t_start = time.monotonic()
     phase = on_phase or (lambda _p: None)
+    max_len = max_len or server.args.get("max_model_len")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     many = len(profiles) > 1
@@ -231,8 +254,7 @@ def run_boot(server: ServerConfig, profiles: Sequence[ProfileConfig], params: Ma
         try:
             for p in profiles:
                 if p.key not in reqs:
-                    reqs[p.key] = build_requests(p, server.tokenizer_dir,
-                                                 server.args.get("max_model_len"))
+                    reqs[p.key] = build_requests(p, server.tokenizer_dir, max_len)
         except AutotuneError as e:
             pending.append(e)
 
@@ -260,7 +282,8 @@ def run_boot(server: ServerConfig, profiles: Sequence[ProfileConfig], params: Ma
                     proc.base_url, server.model, server.tokenizer_dir, p, capacity, list(slos),
                     where, start=(starts or {}).get(p.key), stop_below=stop_below,
                     on_phase=label, on_point=on_point, alive=proc.alive,
-                    check=_serving(proc), log_path=proc.log_path)
+                    check=_serving(proc), log_path=proc.log_path, max_len=max_len,
+                    warm_enough=warm_enough)
             else:
                 label("benchmarking")
                 pt = measure_profile(proc, server.model, p, reqs[p.key],
@@ -273,6 +296,11 @@ def run_boot(server: ServerConfig, profiles: Sequence[ProfileConfig], params: Ma
                                     "max_concurrency": p.max_concurrency,
                                     "request_rate": str(p.request_rate), "seed": p.seed}
         bench_s = time.monotonic() - t_bench
+        checked, check_s = None, 0.0
+        if on_measured is not None and capacity is not None and len(capacities) == 1:
+            t_check = time.monotonic()
+            checked = on_measured(proc.base_url, proc.log_path, next(iter(capacities.values())))
+            check_s = time.monotonic() - t_check
         found = None
         if after is not None:
             phase("checking outputs")
@@ -282,7 +310,8 @@ def run_boot(server: ServerConfig, profiles: Sequence[ProfileConfig], params: Ma
         phase("stopping")
         t_stop = time.monotonic()
     run = BootRun(proc.argv, dict(params), Timings(boot_s, bench_s, time.monotonic() - t_stop,
-                                                  time.monotonic() - t_start, guard_s),
-                  str(proc.log_path), points, capacities, workloads, proc.launch, found)
+                                                  time.monotonic() - t_start, guard_s, check_s),
+                  str(proc.log_path), points, capacities, workloads, proc.launch, found,
+                  checked)
     (workdir / "result.json").write_text(json.dumps(run.to_json(), indent=2, default=str) + "\n")
     return run

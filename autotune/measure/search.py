@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from autotune.config.workload import Bracket
+from autotune.config.capacity import Bracket
 from autotune.measure.capacity import EARLY_STOP, CapacityResult, LoadPoint
 
 Measure = Callable[[float], LoadPoint]

@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.config.workload import PRESETS, CapacityConfig, ProfileConfig, SLOConfig
+from autotune.config.capacity import CapacityConfig
+from autotune.config.workload import PRESETS, ProfileConfig, SLOConfig
 from autotune.errors import ConfigError
 from autotune.load import replay
 from autotune.load.trace import Trace

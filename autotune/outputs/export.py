@@ -135,11 +135,9 @@ def trace_window(cfg: StudyConfig, profile: ProfileConfig, sized: bool, where: P
     requests_per_point, min_duration_s of arrivals at the profile's speedup) or num_prompts
     requests. With the note to print when the trace has text, which vLLM cannot send."""
     from autotune.load import replay
-    from autotune.load.datasets import load_tokenizer, load_trace
+    from autotune.tuning.preflight import study_trace
 
-    tok_dir = cfg.server.tokenizer_dir
-    trace = load_trace(profile, load_tokenizer(tok_dir), tok_dir,
-                       cfg.server.args.get("max_model_len"))
+    trace = study_trace(cfg, profile)  # the requests the study's points were drawn from
     cap = cfg.capacity
     win = replay.window(trace, 0, cap.requests_per_point, cap.min_duration_s, profile.speedup) \
         if sized and cap is not None else replay.window(trace, 0, profile.num_prompts, 0.0,

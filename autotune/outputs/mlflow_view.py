@@ -133,13 +133,15 @@ def confirm_note(res: ConfirmResult) -> str:
 
 def gain_tag(rec: TrialRecord, summary: StudySummary) -> str:
     """A config's first objective against vLLM's defaults, pooled over every boot of both, as
-    the terminal prints it ("+12.3% [+4.0, +20.1], 3 boots" or "+5.0%, one measurement")."""
-    from autotune.outputs.tables import gain_text
+    the terminal prints it ("+12.3% [+4.0, +20.1], 3 boots" or "+5.0%, one measurement"); on
+    the defaults' runs, the figure each gain divides by once they were booted more than once
+    ("vLLM's defaults; geo. mean 14,610.58 of 3 boots")."""
+    from autotune.outputs.tables import base_figure, gain_text
 
     base = summary.base
-    if rec.baseline or (base is not None and rec.facts.repeat_of == base.number):
-        return "vLLM's defaults"
     g = summary.gains.get(rec.number, {}).get(summary.metrics[0])
+    if rec.baseline or (base is not None and rec.facts.repeat_of == base.number):
+        return "; ".join(filter(None, ["vLLM's defaults", base_figure(g)]))
     return "" if g is None else gain_text(g)
 
 
@@ -212,6 +214,18 @@ def find_study_experiment(tracking_uri: str, study: str | None = None) -> tuple[
                 [exp.experiment_id], f"tags.`{KIND_TAG}` = 'study'", max_results=1):
             return str(exp.experiment_id), exp.name
     return None
+
+
+def rename_experiment(tracking_uri: str, name: str, new: str) -> bool:
+    """Rename the experiment of study `name` to `new` (--force-new keeps the old study's runs
+    under its new name); False where there is none."""
+    client = open_client(tracking_uri)
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        return False
+    client.rename_experiment(exp.experiment_id, new)
+    client.set_experiment_tag(exp.experiment_id, STUDY_TAG, new)
+    return True
 
 
 def study_extra(cfg: StudyConfig, vllm_version: str, requests: list[Any]) -> dict[str, str]:

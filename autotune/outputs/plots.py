@@ -70,7 +70,7 @@ def first_pass(study: optuna.Study, with_params: bool = False,
 
 def bound_points(study: optuna.Study) -> list[tuple[int, float, float]]:
     """(trial, first objective, second) of the first-pass trials whose capacity is a lower
-    bound: drawn apart from the front, which they are not on (results.front_numbers)."""
+    bound: drawn apart from the front, which they are not on (tuning.front.front_numbers)."""
     m = list(study.metric_names or [])
     if len(m) < 2:
         return []

@@ -13,11 +13,12 @@ import optuna
 from autotune.config.study import StudyConfig
 from autotune.measure.stats import interval_name
 from autotune.outputs.console import params_text, short_cause, short_metric, speculation_text
-from autotune.outputs.tables import capacity_line, confirm_lines, gain_text, is_base
+from autotune.outputs.tables import capacity_line, change_text, confirm_lines
 from autotune.tuning.machines import machines_line
 from autotune.tuning.preflight import dropped_note
 from autotune.tuning.quality import QUALITY_OK
 from autotune.tuning.record import TrialRecord, curve_profiles, study_facts
+from autotune.tuning.spend import TRIAL_PHASES, cold_boots, trial_phases
 from autotune.tuning.summary import StudySummary, summarize
 from autotune.tuning.verdict import verdict_text
 
@@ -78,9 +79,7 @@ def trials_markdown(recs: list[TrialRecord], summary: StudySummary) -> list[str]
         head += [short_metric(m), "vs base"]
     head += ["boot s", "bench s", "front", "params / cause"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    pool = summary.records
     for r in recs:
-        g = summary.gains.get(r.number, {})
         cells = [str(r.number), r.label() + (" (base)" if r.baseline else "")
                  + (" **★ pick**" if r.number == summary.recommendation.number else "")
                  + (" artefact" if r.number in summary.artefacts else "")]
@@ -88,8 +87,7 @@ def trials_markdown(recs: list[TrialRecord], summary: StudySummary) -> list[str]
             if r.lower_bound(m):  # no change against the base: it would read as a loss
                 cells += [f"≥{_f(r.values.get(m))}", "stopped early"]
                 continue
-            cells += [_f(r.values.get(m)), gain_text(g[m])
-                      if m in g and not is_base(r, pool) else ""]
+            cells += [_f(r.values.get(m)), change_text(summary, r, m)]
         what = "vLLM defaults" if r.baseline else (
             f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
             else params_text(r.params))
@@ -230,6 +228,35 @@ def time_markdown(split: list[TimeSplit]) -> list[str]:
     return lines
 
 
+PHASE_HEADS = {"boot_start": "start", "boot_weights": "weights", "boot_compile": "compile",
+               "boot_graphs": "CUDA graphs", "boot_kernel_warmup": "kernel warm-up",
+               "boot_engine": "engine init", "boot_unsplit": "boot (not split)",
+               "guard": "guard", "warmup": "warm-up", "points": "load points", "stop": "stop",
+               "rest": "rest"}
+
+
+def phases_markdown(recs: list[TrialRecord]) -> list[str]:
+    """Each trial's wall seconds by phase (tuning.spend: its boot by the phases vLLM's log
+    timed, then the warm-up, the load points, the stop, the rest); phases no trial had left
+    out."""
+    cold = cold_boots(recs)
+    rows = [(r, trial_phases(r, (r.completed - r.started).total_seconds())) for r in recs
+            if r.started is not None and r.completed is not None]
+    keys = [k for k in TRIAL_PHASES if any(k in p for _, p in rows)]
+    if not rows or not keys:
+        return []
+    lines = ["", "Each trial's seconds by phase (the boot's from vLLM's log; cold: torch.compile "
+             "compiled, or the study's first boot):", "",
+             "| # | boot | " + " | ".join(PHASE_HEADS[k] for k in keys) + " | wall s |",
+             "|---|---|" + "---|" * (len(keys) + 1)]
+    for r, p in rows:
+        kind = "cold" if r.number in cold else "warm" if r.timings.get("boot_s") else ""
+        lines.append(f"| {r.number} | {kind} | "
+                     + " | ".join(f"{p[k]:.1f}" if k in p else "" for k in keys)
+                     + f" | {sum(p.values()):.1f} |")
+    return lines
+
+
 def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
     """Write `report.md` and `pareto.png` into `out_dir`; return the Markdown's path."""
     from autotune.outputs import plots
@@ -290,6 +317,7 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
         lines += inside_markdown(rec, cfg.study_dir() / f"trial-{rec.number:04d}", cfg.slos,
                                  out_dir)
     lines += ["", "## Where the time went", ""] + time_markdown(time_split(recs))
+    lines += phases_markdown(recs)
     from autotune.tuning.bill import bill
 
     cost = bill(recs, cfg).lines()

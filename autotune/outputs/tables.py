@@ -56,27 +56,59 @@ def capacity_line(cfg: StudyConfig, rec: TrialRecord | None) -> str | None:
 
 def value_text(r: TrialRecord, m: str, v: Any, g: Gain | None) -> str:
     """A trial's value of `m` with its change against the baseline (and, where the change
-    pools several boots of the config, their median, which the change is of). A capacity search that
-    stopped early below the incumbent gives a lower bound: "≥42.19, stopped early" (no change
-    printed: a bound's change against the baseline's measurement would read as a loss). A
-    capacity whose every point measured the load generator reads "-, no server verdict"."""
+    pools several boots of the config, their geometric mean, which the change is of). A
+    capacity search that stopped early below the incumbent gives a lower bound: "≥42.19,
+    stopped early" (no change printed: a bound's change against the baseline's measurement
+    would read as a loss). A capacity whose every point measured the load generator reads
+    "-, no server verdict"."""
     if v is not None and r.lower_bound(m):
         return f"≥{fmt_value(v)}, stopped early"
     if r.unjudged(m):  # its 0 is no measurement: every point measured the client
         return "-, no server verdict"
-    if g is not None and g.n > 1 and g.median is not None:
-        # the change is of the config's median over its boots: show that median beside it,
-        # so a boot reading above the baseline's median is not read as the loss printed
-        return f"{fmt_value(v)}; median {fmt_value(g.median)} ({gain_text(g)})"
+    if g is not None and g.n > 1 and g.value is not None:
+        # the change is of the config's geometric mean over its boots (stats.gain_ci): show
+        # it beside the change, so a boot reading above the baseline's is not read as a loss
+        return f"{fmt_value(v)}; geo. mean {fmt_value(g.value)} ({gain_text(g)})"
     return fmt_value(v) + (f" ({gain_text(g)})" if g is not None else "")
 
 
-def base_text(r: TrialRecord, m: str, v: Any, boots: list[float]) -> str:
+def base_figure(g: Gain | None) -> str:
+    """The figure every gain divides by, where vLLM's defaults were booted more than once:
+    "geo. mean 14,610.58 of 3 boots" (`g`: the summary's gain of the defaults' config, whose
+    `base_value` it is); empty for one boot (its value is the figure)."""
+    if g is None or g.n_base < 2 or g.base_value is None:
+        return ""
+    return f"geo. mean {fmt_value(g.base_value)} of {g.n_base} boots"
+
+
+def base_text(r: TrialRecord, m: str, v: Any, g: Gain | None) -> str:
     """A boot of vLLM's defaults: its value and, where the defaults were booted more than
-    once, their median over every boot (the value `pareto`, `export` and every gain use)."""
-    if v is None or len(boots) < 2 or r.lower_bound(m):
+    once, the geometric mean over every boot that each gain divides by (base_figure)."""
+    if v is None or r.lower_bound(m) or not (figure := base_figure(g)):
         return value_text(r, m, v, None)
-    return f"{fmt_value(v)}; median {fmt_value(statistics.median(boots))} ({len(boots)} boots)"
+    return f"{fmt_value(v)}; {figure}"
+
+
+def change_text(summary: StudySummary, r: TrialRecord, m: str) -> str:
+    """The change alone, where the value has a column of its own (the report): the gain and,
+    pooled over several boots, the geometric mean it is of; for the defaults' boots the figure
+    each gain divides by (base_figure)."""
+    g = summary.gains.get(r.number, {}).get(m)
+    if is_base(r, summary.records):
+        return base_figure(g)
+    if g is None:
+        return ""
+    pooled = g.n > 1 and g.value is not None
+    return gain_text(g) + (f"; of geo. mean {fmt_value(g.value)}" if pooled else "")
+
+
+def cell_text(summary: StudySummary, r: TrialRecord, m: str, v: Any,
+              gains: dict[int, dict[str, Gain]] | None = None) -> str:
+    """A trial's cell for `m`, as the tables and the live line both print it: the defaults'
+    boots with the figure each gain divides by, any other config with its gain (the
+    summary's, or a suite's per-profile `gains`)."""
+    g = (summary.gains if gains is None else gains).get(r.number, {}).get(m)
+    return base_text(r, m, v, g) if is_base(r, summary.records) else value_text(r, m, v, g)
 
 
 def is_base(r: TrialRecord, recs: list[TrialRecord]) -> bool:
@@ -86,8 +118,8 @@ def is_base(r: TrialRecord, recs: list[TrialRecord]) -> bool:
 
 
 GAIN_CAPTION = ("change vs the baseline: every boot of a config against every boot of the "
-                "baseline's (ratio of geometric means); [95% t-interval on the logs] once both "
-                "were measured more than once")
+                "baseline's (ratio of geometric means, each row's shown once it has several "
+                "boots); [95% t-interval on the logs] once both were measured more than once")
 
 
 def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
@@ -100,10 +132,8 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
     piped)."""
     metrics, extra = summary.metrics, summary.profile_metrics
     recs = summary.records if rows is None else rows
-    pool = summary.records
     gains = summary.profile_gains if extra else summary.gains
     pick = summary.recommendation.number
-    base_boots = summary.boots.get(summary.base.number, {}) if summary.base else {}
     cert = summary.certification
     certified = (f"; the pick's {metrics[0]}: its certified interval over boots "
                  f"({cert.gain['coverage']:.0%}, docs/certify.md)"
@@ -131,13 +161,9 @@ def trials_table(summary: StudySummary, cfg: StudyConfig, title: str = "Trials",
         if r.number in summary.artefacts:
             state += " [red]artefact[/red]"
         cells = [str(r.number) + ("[bold]★[/bold]" if r.number == pick else ""), state]
-        g = gains.get(r.number, {})
         for m in metrics + extra:
             v = r.values.get(m, r.metrics.get(m) if m in extra else None)
-            if is_base(r, pool):  # the defaults' median over their boots, as pareto shows it
-                cells.append(base_text(r, m, v, base_boots.get(m, [])))
-                continue
-            cells.append(value_text(r, m, v, g.get(m)))
+            cells.append(cell_text(summary, r, m, v, gains))
         tm = r.timings
         cells.append(f"{tm.get('boot_s', 0):.1f}/{tm.get('bench_s', 0):.1f}" if tm else "-")
         text = escape(f"repeat of trial {r.facts.repeat_of}" if r.facts.repeat_of is not None
@@ -221,13 +247,9 @@ class StudyView:
         self.progress.advance(self.task)
         self.took = [r.timings["total_s"] for r in summary.records
                      if r.measured and "total_s" in r.timings][1:] or self.took
-        recs = summary.records
-        rec = next(r for r in recs if r.number == trial.number)
-        if rec.measured:
-            g = summary.gains.get(rec.number, {})
-            parts = [f"{m} " + value_text(rec, m, v, g[m] if m in g and not is_base(rec, recs)
-                                          else None)
-                     for m, v in rec.values.items()]
+        rec = next(r for r in summary.records if r.number == trial.number)
+        if rec.measured:  # its cells as the trials table prints them
+            parts = [f"{m} " + cell_text(summary, rec, m, v) for m, v in rec.values.items()]
             msg = ", ".join(parts)
             if rec.status == Status.SLO_MISS:
                 msg = f"[yellow]{rec.label()}[/yellow]: " + msg

@@ -1,5 +1,5 @@
-"""MLflow: one experiment per study, a parent run for the study, a child run per trial, and the
-Pareto front's artifacts on the parent.
+"""MLflow: one experiment per study, a parent run for the study, a child run per trial (what it
+holds: mlflow_trial), and the Pareto front's artifacts on the parent.
 
 Logging is a side effect at the edge of the study loop (an Optuna callback), never inside a
 measurement. A failure to log never stops a study: it warns, the trial stays in the Optuna
@@ -20,13 +20,11 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune import __version__
-from autotune.config.quality import QUALITY_OK
 from autotune.config.study import StudyConfig
 from autotune.outputs.artifacts import confirm_files, front_files, trial_files
+from autotune.outputs.mlflow_trial import curve_metrics, trial_metrics, trial_params, trial_tags
 from autotune.outputs.mlflow_view import (
-    CURVE_KEYS,
     EXPERIMENT_KIND_TAG,
-    FLAGS_TAG,
     GAIN_TAG,
     KIND_TAG,
     RANK,
@@ -36,7 +34,6 @@ from autotune.outputs.mlflow_view import (
     TRIAL_TAG,
     VIEW_KEY,
     confirm_note,
-    flags_tag,
     gain_tag,
     open_client,
     runs_view,
@@ -45,9 +42,8 @@ from autotune.outputs.mlflow_view import (
 )
 from autotune.server.machine import hardware
 from autotune.tuning.confirm import ConfirmResult
-from autotune.tuning.record import deltas, metric_deltas, study_facts
+from autotune.tuning.record import study_facts
 from autotune.tuning.summary import StudySummary, summarize
-from autotune.tuning.verdict import quality_tags
 
 PICK_TAG = "autotune.recommended"  # on the study run: the recommended trial's number
 TRIAL_PICK_TAG = "autotune.pick"  # on the recommended trial's run alone (moved, not added)
@@ -160,67 +156,25 @@ class Tracker:
         assert self.experiment_id is not None
         if self._find(f"tags.`{TRIAL_TAG}` = '{trial.number}'"):
             return  # logged already (sync after a resumed study)
-        recs = summary.records
-        base = summary.base
-        rec = next(r for r in recs if r.number == trial.number)
-        facts = rec.facts
+        rec = next(r for r in summary.records if r.number == trial.number)
         # nested under the study's run; the view `autotune ui` opens (runs_view) expands it, so
         # every trial is listed with its metrics. A repeat boot nests under its config's run:
         # it is that config measured again, never a winner of its own
         parent = self.parent_id
-        if facts.repeat_of is not None:
-            parent = self._find(f"tags.`{TRIAL_TAG}` = '{facts.repeat_of}'") or parent
+        if rec.facts.repeat_of is not None:
+            parent = self._find(f"tags.`{TRIAL_TAG}` = '{rec.facts.repeat_of}'") or parent
         tags = {STUDY_RUN_TAG: self.parent_id, "mlflow.parentRunId": parent,
-                KIND_TAG: "trial", STUDY_TAG: self.cfg.name,
-                TRIAL_TAG: str(trial.number), "autotune.state": rec.status.value,
-                "autotune.baseline": str(rec.baseline).lower(),
-                FLAGS_TAG: flags_tag(rec, self.cfg)}
-        gain = gain_tag(rec, summary)
-        if gain:
-            tags[GAIN_TAG] = gain
-        if rec.number in summary.artefacts:
-            tags["autotune.artefact"] = summary.artefacts[rec.number]
-        if rec.cause:
-            tags["autotune.cause"] = rec.cause[:5000]
-        if facts.reused_from is not None:
-            tags["autotune.reused_from"] = str(facts.reused_from)
-        if facts.repeat_of is not None:
-            tags["autotune.repeat_of"] = str(facts.repeat_of)
-        if facts.warnings:
-            tags["autotune.warnings"] = " | ".join(facts.warnings)[:5000]
-        tags.update(quality_tags(facts.quality, rec.constraints.get(QUALITY_OK, 0.0) > 0))
+                **trial_tags(rec, summary, self.cfg)}
         run = self.client.create_run(self.experiment_id, run_name=f"trial-{trial.number:04d}",
                                      tags=tags, start_time=_ms(rec.started))
         rid = run.info.run_id
-        params = {k: json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else str(v)
-                  for k, v in rec.flags.items()}
-        params["baseline"] = str(rec.baseline).lower()
         ts = _ms(rec.completed) or int(time.time() * 1000)
-        # a trial without a measurement logs no metric values: the worst-case numbers the
-        # sampler learns from are not measurements
-        metrics: dict[str, float] = {}
-        if rec.measured:
-            metrics.update(rec.metrics)
-            metrics.update(facts.server_stats or {})
-            metrics.update({f"delta_{k}": v for k, v in deltas(rec, base).items()})
-            metrics.update({f"delta_{k}": v for k, v in metric_deltas(
-                rec, base, self.cfg.profile_metrics()).items()})
-            metrics.update({f"objective_{k}": v for k, v in rec.values.items()})
-        metrics.update({f"timing_{k}": v for k, v in rec.timings.items()})
-        metrics.update({f"constraint_{k}": v for k, v in rec.constraints.items()})
-        # a capacity search's curve: a metric history per quantity, step = the point's rank by
-        # load (so MLflow's charts draw each trial's curve)
-        # (a capacity suite: one history per profile, `curve_<label>/<quantity>`)
-        curve = [Metric(f"curve_{prof + '/' if prof else ''}{k}", float(v), ts, i)
-                 for prof in rec.curve_profiles()
-                 for i, pt in enumerate(rec.curve(prof))
-                 for k, v in {"load": pt.load, "passed": float(pt.passed),
-                              **{m: pt.metrics[m] for m in CURVE_KEYS}}.items()]
         self.client.log_batch(
             rid,
-            metrics=[Metric(k, shown(float(v)), ts, 0) for k, v in metrics.items()
-                     if isinstance(v, int | float)] + curve,
-            params=[Param(k, v[:6000]) for k, v in params.items()],
+            metrics=[Metric(k, shown(float(v)), ts, 0)
+                     for k, v in trial_metrics(rec, summary).items() if isinstance(v, int | float)]
+            + [Metric(k, v, ts, step) for k, v, step in curve_metrics(rec)],
+            params=[Param(k, v[:6000]) for k, v in trial_params(rec).items()],
             tags=[RunTag("autotune.trial_state", trial.state.name)],
         )
         with tempfile.TemporaryDirectory() as tmp:

@@ -5,5 +5,6 @@
     refusals   configs vLLM refuses in its argument validation, recognised without a boot
     process    process groups owned by context managers, ports
     lifecycle  boot a server, wait for readiness, stop its group; boot timings
+    bootlog    a boot's phases in vLLM's log (weights, torch.compile, CUDA graphs, ...)
     scrape     vLLM's Prometheus /metrics, sampled during a run
 """

@@ -10,6 +10,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -28,7 +29,7 @@ from autotune.tuning.certify import (
 from autotune.tuning.confirm import TrialHook
 from autotune.tuning.machines import here
 from autotune.tuning.objective import PhaseHook
-from autotune.tuning.plan import BudgetPlan, Costs, plan
+from autotune.tuning.plan import BudgetPlan, Costs, plan, reference_on_boot
 from autotune.tuning.preflight import Preflight
 from autotune.tuning.record import TrialRecord, records
 
@@ -89,7 +90,7 @@ class Budget:
         total = self.total()
         recs = records(self.study) if self.study is not None else []
         return plan(recs, self.cfg, self.bill(), total if math.isfinite(total) else 0.0,
-                    machine_of(recs, here()))
+                    machine_of(recs, here()), reference_on_boot(self.cfg, self.workers))
 
     def reserve(self) -> float:
         """The exploration's reserve (printed when it changes by a tenth of a minute)."""
@@ -147,6 +148,32 @@ def reference_check(cfg: StudyConfig, samples: int | None, on_phase: Callable[[s
     return check
 
 
+def reference_up_check(cfg: StudyConfig) -> Callable[[str, Path, float], dict[str, Any]]:
+    """The reference check on the pick's last certify boot's server (session.checks
+    verify_on_server: `vllm bench serve` at the load, fresh samples), as the certification
+    records it (reference_check's fields; its minutes are the certify boot's)."""
+    from autotune.session.checks import verify_on_server
+
+    def check(url: str, log: Path, load: float) -> dict[str, Any]:
+        t0 = time.monotonic()
+        where = cfg.study_dir() / f"reference-{int(time.time())}"
+        try:
+            doc = verify_on_server(cfg, url, log, load, None, where, on_run=lambda line:
+                                   console.print("  " + line, highlight=False))
+        except (ServerError, LoadError, ClientError, StudyError, ConfigError) as e:
+            cause = getattr(e, "cause", None) or str(e)
+            return {"error": f"{type(e).__name__}: {cause}"[:300], "load": load,
+                    "minutes": (time.monotonic() - t0) / 60}
+        at = doc["rates"][0]
+        m = at["metrics"]
+        return {"load": at["rate"], "samples": at["samples_n"], "met": at["verdict"] == "meets",
+                "p99_ttft_ms": m.get("p99_ttft_ms", math.nan),
+                "p99_tpot_ms": m.get("p99_tpot_ms", math.nan), "misses": at["misses"],
+                "above": [], "path": doc["path"],
+                "minutes": (time.monotonic() - t0) * (cfg.gpus_per_trial or 1) / 60}
+    return check
+
+
 def certify_phase(st: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: list[Any],
                   pick: int, budget: Budget, on_phase: PhaseHook, on_trial: TrialHook,
                   on_step: Callable[[str], None], boots: Boots | None = None,
@@ -155,9 +182,10 @@ def certify_phase(st: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: 
     the workers' boots at once, run_certify's)."""
     ref = reference_check(cfg, None, lambda p: on_phase(-1, p, {})) \
         if cfg.certify.reference else None
+    up = reference_up_check(cfg) if cfg.certify.reference else None
     return run_certify(st, cfg, pre, requests, pick, budget.left, budget.costs, reference=ref,
                        on_phase=on_phase, on_trial=on_trial, on_step=on_step, boots=boots,
-                       lanes=lanes, final=budget.final)
+                       lanes=lanes, final=budget.final, reference_up=up)
 
 
 def certified_minutes(c: Certification | None) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -130,11 +131,9 @@ def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
     can_judge(cfg.profile, cfg.slos)
     trace = None
     if cfg.profile.name == "trace":  # read before the boot: a window of it per run
-        from autotune.load.datasets import load_tokenizer, load_trace
+        from autotune.tuning.preflight import study_trace
 
-        tok_dir = cfg.server.tokenizer_dir
-        trace = load_trace(cfg.profile, load_tokenizer(tok_dir), tok_dir,
-                           cfg.server.args.get("max_model_len"))
+        trace = study_trace(cfg, cfg.profile)  # what the study's points drew from
         if trace.has_text:
             raise StudyError(f"--verify: {cfg.profile.path} holds prompts as text, and vLLM's "
                              "timed_trace dataset sends prompts built from hash ids only, so "
@@ -157,6 +156,36 @@ def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
         doc = verify(ref, target, cfg.slos, k, workdir / "runs", cfg.profile.seed,
                      ceiling=ceiling, on_run=on_run)
     doc = {"trial": trial.number, "serve_command": serve_line(cfg, trial)} | doc
+    (workdir / "verify.json").write_text(json.dumps(doc, indent=2) + "\n")
+    doc["path"] = str(workdir / "verify.json")
+    return doc
+
+
+def verify_on_server(cfg: StudyConfig, url: str, log_path: Path, capacity: float,
+                     samples: int | None, workdir: Path,
+                     on_run: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The reference check on a server already up and warm (the certify phase's pick, on its
+    last certify boot, a stock `vllm serve` as the study launched it: tuning.plan
+    reference_on_boot): `vllm bench serve` at `capacity` only, with fresh samples and no
+    warm-up run (the server just served its capacity points). The JSON lands in `workdir`."""
+    from autotune.measure.on_server import samples_of
+    from autotune.measure.verify import Reference, capacity_target, verify
+
+    cap = cfg.capacity
+    if cap is None:
+        raise StudyError("the reference check judges a capacity: this study has none")
+    trace = None
+    if cfg.profile.name == "trace":
+        from autotune.tuning.preflight import study_trace
+
+        trace = study_trace(cfg, cfg.profile)
+    target = capacity_target(cap, capacity)
+    ref = Reference(cfg.server.executable, url, cfg.server.model, cfg.server.tokenizer_dir,
+                    cfg.profile.model_copy(update={"warmup": cap.warmup}), log_path, trace)
+    workdir.mkdir(parents=True, exist_ok=True)
+    doc = verify(ref, target, cfg.slos, samples or samples_of(cap), workdir / "runs",
+                 cfg.profile.seed, warmup=0, ceiling=True, on_run=on_run)
+    doc["above"] = "not checked: a certification claims the capacity, judged at C"
     (workdir / "verify.json").write_text(json.dumps(doc, indent=2) + "\n")
     doc["path"] = str(workdir / "verify.json")
     return doc

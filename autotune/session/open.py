@@ -5,6 +5,7 @@ requests, its storage (created or joined) and its MLflow tracker. `create-study`
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,15 +53,46 @@ def start_tracker(cfg: StudyConfig, study: optuna.Study, pre: Preflight, request
     return tracker
 
 
+def start_afresh(cfg: StudyConfig, tracking_uri: str | None, no_mlflow: bool) -> None:
+    """--force-new: set the study named `cfg.name` aside under a new name (tuning.identity's
+    set_aside), its MLflow experiment renamed with it, so a fresh study starts under the name
+    with nothing of the old one in it, and nothing of the old one is deleted."""
+    from mlflow.exceptions import MlflowException
+
+    from autotune.outputs.mlflow_view import rename_experiment
+    from autotune.outputs.tracking import default_tracking_uri
+    from autotune.tuning.identity import set_aside
+
+    new = set_aside(cfg)
+    if new is None:
+        console.print(f"--force-new: no study {cfg.name!r} in {cfg.storage_url()} to set "
+                      "aside", highlight=False)
+        return
+    kept = "its trials and its folder"
+    uri = tracking_uri or default_tracking_uri(cfg)
+    try:  # else the fresh study's runs would join the old study's run in its experiment
+        if not no_mlflow and rename_experiment(uri, cfg.name, new):
+            kept += f", its MLflow experiment in {uri}"
+    except MlflowException as e:
+        warnings.warn(f"MLflow: could not rename experiment {cfg.name!r} to {new!r} ({e}); "
+                      "the fresh study would log into it beside the old one: rename it in "
+                      "MLflow's UI first", stacklevel=2)
+    console.print(f"--force-new: study {cfg.name!r} set aside as {new!r} ({kept}); a fresh "
+                  f"study starts under {cfg.name!r}", highlight=False)
+
+
 def open_session(cfg: StudyConfig, *, tracking_uri: str | None = None, no_mlflow: bool = False,
                  create: bool = False, study: optuna.Study | None = None,
-                 space: SearchSpace | None = None) -> Opened:
+                 space: SearchSpace | None = None, force_new: bool = False) -> Opened:
     """Preflight `cfg`, read its requests, open its study (`create`: create it, or update its
-    stored config; `study`: this one, already open) and start its tracker."""
+    stored config; `study`: this one, already open; `force_new`: set an existing study of its
+    name aside first) and start its tracker."""
     from autotune.load.datasets import study_requests
     from autotune.tuning.study import open_study, prepare_study
 
     pre = preflight(cfg, space) if space is not None else preflight(cfg)
+    if force_new:
+        start_afresh(cfg, tracking_uri, no_mlflow)
     if study is None:
         study = prepare_study(cfg, pre) if create else open_study(cfg, create=False)
     requests = study_requests(cfg, pre.max_len)

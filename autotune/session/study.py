@@ -27,7 +27,7 @@ from autotune.outputs.mlflow_view import study_extra
 from autotune.outputs.tables import StudyView
 from autotune.outputs.tracking import Tracker
 from autotune.session.certify import Budget, certified_minutes, certify_phase
-from autotune.session.open import make_tracker
+from autotune.session.open import make_tracker, start_afresh
 from autotune.tuning.bill import bill, over_budget
 from autotune.tuning.confirm import ConfirmResult
 from autotune.tuning.preflight import preflight
@@ -62,6 +62,7 @@ class SessionOptions:
     gpus_per_trial: int | None = None
     warm_from: str | None = None
     confirm: bool | None = None  # --confirm/--no-confirm; None: confirm.when
+    force_new: bool = False  # --force-new: set a study of this name aside, start afresh
 
 
 def confirm_phase(st: optuna.Study, cfg: StudyConfig, pre: Any, requests: list[Any],
@@ -123,13 +124,15 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
     pre = preflight(cfg)
     if pre.dataset:
         console.print(pre.dataset, highlight=False)
+    if opts.force_new:
+        start_afresh(cfg, opts.tracking_uri, opts.no_mlflow)
     if warm_from:
         n, skipped = warm_start(prepare_study(cfg, pre), cfg, pre, warm_from)
         console.print(f"--warm-start {warm_from}: {n} Pareto config(s) enqueued"
                       + (f", {len(skipped)} skipped" if skipped else ""), highlight=False)
         for why in skipped:
             console.print(f"  skipped: {why}", highlight=False)
-    done = len(completed(open_study(cfg)))
+    done = len(completed(open_study(cfg, pre=pre)))
     console.print(f"vLLM {pre.vllm.version}; space {pre.space.name!r} "
                   f"({len(pre.space.parameters)} parameters); {done} of {cfg.n_trials} trials "
                   f"done; storage {cfg.storage_url()}", highlight=False)

@@ -1,7 +1,9 @@
 """The bill: the device-minutes a study's trials held, from its storage (so a resumed study and
 every worker's trials count), split into boots, load and the rest of each trial, repeat boots
-(the confirm phase's and the certify phase's), and the idle time between trials; an estimate
-for the trials left; and the budget check that starts no trial expected to end past
+(the confirm phase's and the certify phase's), and the idle time between trials; where every
+device-minute went (`Bill.breakdown`: cold and warm boots, each boot by the phases vLLM's log
+timed, the warm-up, the load points, the reference check, idle; tuning.spend); an estimate for
+the trials left; and the budget check that starts no trial expected to end past
 `budget_gpu_minutes`.
 
 Device-minutes are a trial's wall minutes times the GPUs it held (`gpus_per_trial`, 1 without
@@ -12,12 +14,13 @@ from __future__ import annotations
 
 import shutil
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import optuna
 
 from autotune.config.study import StudyConfig
 from autotune.tuning.record import Status, TrialRecord, records
+from autotune.tuning.spend import BOOT_PHASES, cold_boots, trial_phases
 
 IDLE_GAP_S = 600.0  # a gap between trials longer than this is a stop (a resume later), not idle
 # a warm trial against the study's cold first one: on an H100 the first took 8.96-9.83 GPU-min
@@ -36,6 +39,9 @@ class TrialCost:
     boot: float  # of which the server's boot (0 where the trial recorded no timings)
     load: float  # the benchmark or the capacity search's load points
     guard: float = 0.0  # the quality guard's readings (the reference, the floor, a verdict)
+    cold: bool = False  # its boot was cold (tuning.spend.cold_boots)
+    # device-minutes by phase (tuning.spend.TRIAL_PHASES), summing to `minutes`
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -88,11 +94,57 @@ class Bill:
         if self.left:
             out.append(f"  {self.left} trials left: about {self.estimate_left():.1f} "
                        f"{self.unit} more (the median trial)")
+        return out + self.breakdown_lines()
+
+    def breakdown(self) -> dict[str, float]:
+        """Where the study's device-minutes went, for a results file: `boot_cold`,
+        `boot_warm` (tuning.spend.cold_boots), `warmup`, `points`, `reference` (its own boots,
+        and the checks run on a certify boot's server), `idle` and the
+        rest of the trials (`guard`, `stop`, `rest`), which sum to `total`; then the boots by
+        phase (`boot_start`, `boot_weights`, `boot_compile`, `boot_graphs`,
+        `boot_kernel_warmup`, `boot_engine`, `boot_unsplit`: tuning.spend), which sum to
+        boot_cold + boot_warm."""
+        def boots(cold: bool) -> float:
+            return sum(v for t in self.trials if t.cold == cold
+                       for k, v in t.phases.items() if k in BOOT_PHASES)
+
+        def part(key: str) -> float:
+            return sum(t.phases.get(key, 0.0) for t in self.trials)
+
+        return {"boot_cold": boots(True), "boot_warm": boots(False),
+                **{k: part(k) for k in ("warmup", "points", "guard", "stop", "rest")},
+                "reference": self.reference + part("reference"), "idle": self.idle,
+                "total": self.total,
+                **{k: part(k) for k in BOOT_PHASES}}
+
+    def breakdown_lines(self) -> list[str]:
+        """The breakdown as the end of a study prints it, parts under 0.05 left out."""
+        b = self.breakdown()
+        n_cold = sum(t.cold for t in self.trials)
+        n_warm = sum(not t.cold and any(k in BOOT_PHASES for k in t.phases)
+                     for t in self.trials)
+        parts = [(f"{n_cold} cold boot{'s' if n_cold != 1 else ''}", b["boot_cold"]),
+                 (f"{n_warm} warm boot{'s' if n_warm != 1 else ''}", b["boot_warm"]),
+                 ("warm-up", b["warmup"]), ("load points", b["points"]),
+                 ("quality guard", b["guard"]), ("stops", b["stop"]),
+                 ("the rest of the trials", b["rest"]), ("reference check", b["reference"]),
+                 ("idle", b["idle"])]
+        out = [f"  where it went ({self.unit}): "
+               + ", ".join(f"{name} {v:.1f}" for name, v in parts if v >= 0.05)]
+        names = {"boot_start": "start (imports, API server)", "boot_weights": "weights",
+                 "boot_compile": "torch.compile", "boot_graphs": "CUDA graphs",
+                 "boot_kernel_warmup": "kernel warm-up", "boot_engine": "the rest of engine init",
+                 "boot_unsplit": "not split (no phase logged)"}
+        shown = [k for k in BOOT_PHASES if b[k] >= 0.05]  # what rounds to 0.0 left out
+        if shown and shown != ["boot_unsplit"]:
+            out.append(f"  the boots by phase ({self.unit}): "
+                       + ", ".join(f"{names[k]} {b[k]:.1f}" for k in shown))
         return out
 
     def metrics(self) -> dict[str, float]:
-        """For MLflow: the study's totals."""
-        return {"bill_total_min": self.total, "bill_trials_min": self.part(False),
+        """For MLflow: the study's totals, and its breakdown (`bill_<part>_min`)."""
+        return {**{f"bill_{k}_min": v for k, v in self.breakdown().items()},
+                "bill_total_min": self.total, "bill_trials_min": self.part(False),
                 "bill_confirm_min": self.part(True), "bill_idle_min": self.idle,
                 "bill_reference_min": self.reference,
                 "bill_boot_min": sum(t.boot for t in self.trials),
@@ -118,6 +170,7 @@ def bill(study: optuna.Study | list[TrialRecord], cfg: StudyConfig, unit: str | 
     costs = []
     spans = []
     recs = study if isinstance(study, list) else records(study)
+    cold = cold_boots(r for r in recs if r.status in BILLED)
     for r in recs:
         if r.status not in BILLED or r.started is None or r.completed is None:
             continue
@@ -128,7 +181,9 @@ def bill(study: optuna.Study | list[TrialRecord], cfg: StudyConfig, unit: str | 
         load = min(tm.get("bench_s", 0.0), wall - boot)
         guard = min(tm.get("guard_s", 0.0), wall - boot - load)
         costs.append(TrialCost(r.number, r.facts.repeat_of is not None, wall * devices / 60,
-                               boot * devices / 60, load * devices / 60, guard * devices / 60))
+                               boot * devices / 60, load * devices / 60, guard * devices / 60,
+                               r.number in cold, {k: v * devices / 60 for k, v in
+                                                  trial_phases(r, wall).items()}))
     idle, end = 0.0, None
     last = None
     for s, e, proc in sorted(spans, key=lambda x: (x[0], x[1])):
@@ -143,6 +198,12 @@ def bill(study: optuna.Study | list[TrialRecord], cfg: StudyConfig, unit: str | 
     first = sum(not c.confirm and c.number not in spoiled for c in costs)
     return Bill(unit or device_unit(), devices, tuple(costs), idle,
                 max(cfg.n_trials - first, 0), reference)
+
+
+def breakdown(study: optuna.Study | list[TrialRecord], cfg: StudyConfig,
+              reference: float = 0.0) -> dict[str, float]:
+    """Where the study's device-minutes went (Bill.breakdown), for a results file."""
+    return bill(study, cfg, reference=reference).breakdown()
 
 
 def over_budget(b: Bill, budget_minutes: float | None, reserve: float = 0.0,

@@ -24,10 +24,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.study import StudyConfig
 from autotune.errors import ConfigError, Unmeasured
+from autotune.measure.runner import OnMeasured
 from autotune.measure.stats import Gain, gain_ci, median_ci, pick, rel_sd
+from autotune.tuning.front import front
 from autotune.tuning.objective import Objective, PhaseHook
 from autotune.tuning.preflight import Preflight
-from autotune.tuning.record import TrialFacts, TrialRecord, baseline, front, records, write_facts
+from autotune.tuning.record import TrialFacts, TrialRecord, baseline, records, write_facts
 from autotune.tuning.study import fits_before
 
 TrialHook = Callable[[optuna.Study, FrozenTrial], None]
@@ -83,16 +85,18 @@ def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
                 on_trial: TrialHook | None = None, deadline: float | None = None,
                 trials_dir: Path | None = None,
                 start_at: dict[int, float | None] | None = None,
-                worker: dict[str, Any] | None = None) -> int:
+                worker: dict[str, Any] | None = None,
+                on_measured: dict[int, OnMeasured] | None = None) -> int:
     """Boot each trial of `plan` again with its own flags, in that order, as new trials of the
     study (`repeat_of`); with `start_at`, a capacity study's boot of a trial in it searches in
     tolerance steps from that load (a certify boot, `check_at`). They are created directly,
     not through the queue, so configs still waiting there (starts a study did not reach)
     cannot slip in between. With a `deadline` (time.monotonic()), no boot starts that the
     study's longest trial says would end after it; returns the boots run. Their folders go
-    under `trials_dir` (default: the study's); `worker`: the worker that runs them."""
+    under `trials_dir` (default: the study's); `worker`: the worker that runs them;
+    `on_measured`: run on a boot's server once measured, by the trial it repeats."""
     objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase,
-                          trials_dir=trials_dir, worker=worker)
+                          trials_dir=trials_dir, worker=worker, on_measured=on_measured)
     took = [max(boot_estimate(study), default=0.0)]
     for i, num in enumerate(plan):
         if deadline is not None and not fits_before(deadline, time.monotonic(), took):
@@ -221,7 +225,8 @@ class ConfirmRow:
             g = self.gain
             out.update(gain=g.gain, gain_low=g.low, gain_high=g.high,
                        significant=g.significant, text=g.text(), survives=self.survives,
-                       n=g.n, n_base=g.n_base, noise_floor=g.noise_floor, log_sd=g.log_sd)
+                       n=g.n, n_base=g.n_base, noise_floor=g.noise_floor, log_sd=g.log_sd,
+                       gain_of=g.value, gain_against=g.base_value)
         return out
 
     @classmethod
@@ -229,8 +234,8 @@ class ConfirmRow:
         gain = None
         if "gain" in d:
             gain = Gain(d["gain"], d["gain_low"], d["gain_high"], d.get("n", len(d["values"])),
-                        d.get("n_base", 2), d.get("noise_floor", 0.0), d["median"],
-                        d.get("log_sd"))
+                        d.get("n_base", 2), d.get("noise_floor", 0.0), d.get("gain_of"),
+                        d.get("log_sd"), d.get("gain_against"))
         return cls(list(d["values"]), d["median"], d["ci_low"], d["ci_high"], gain,
                    bool(d.get("survives", False)))
 

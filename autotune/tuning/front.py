@@ -1,13 +1,51 @@
-"""Picking on a Pareto front: the front of records on given values, the knee, a suite's rank, and
+"""Pareto fronts and picking on one: a study's feasible front of first-pass trials as Optuna
+stores them (front_numbers), the front of records on given values, the knee, a suite's rank, and
 the default pick for each kind of study (autotune.tuning.summary's recommendation rule)."""
 
 from __future__ import annotations
 
 import numpy as np
+import optuna
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.study import StudyConfig
 from autotune.errors import StudyError
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.record import TrialRecord, facts_of, records
+
+
+def front_numbers(study: optuna.Study) -> set[int]:
+    """The trials on the feasible Pareto front among the first-pass trials: a confirm phase's
+    repeats measure a config again, they are not configs of their own. Feasible as Optuna's
+    best_trials has it (every constraint <= 0: infeasible trials carry violated constraints);
+    on the front when no other feasible trial is at least as good in every objective and
+    better in one (equal trials are all on it).
+
+    A capacity search stopped early below the incumbent is left out: its capacity is a lower
+    bound under the incumbent's, and its other objectives were measured at its floor load, not
+    at its capacity, so a lower mean TPOT there is no trade-off (the H100 study put two such
+    trials on the front that way)."""
+    sign = [1.0 if d == optuna.study.StudyDirection.MAXIMIZE else -1.0
+            for d in study.directions]
+
+    def counts(t: FrozenTrial) -> bool:
+        facts = facts_of(t)
+        return facts.repeat_of is None and not facts.failure and not facts.bound_only
+
+    first = [(t.number, [s * v for s, v in zip(sign, t.values, strict=True)])
+             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+             if t.values is not None and all(c <= 0.0 for c in t.constraints.values())
+             and counts(t)]
+
+    def dominated(v: list[float]) -> bool:
+        return any(all(a >= b for a, b in zip(w, v, strict=True)) and w != v for _, w in first)
+
+    return {n for n, v in first if not dominated(v)}
+
+
+def front(study: optuna.Study) -> list[TrialRecord]:
+    """The records of the trials on that front."""
+    nums = front_numbers(study)
+    return [r for r in records(study) if r.number in nums]
 
 
 def pooled_front(cands: list[TrialRecord], metrics: list[str], directions: list[str]

@@ -4,14 +4,14 @@ The objective returns numbers and sets constraints; it logs nothing (tracking is
 An expected failure (the server does not boot, crashes, times out, or serves nothing) is a
 COMPLETE trial that violates the `boot_ok` constraint, with worst-case values for the sampler
 and its cause recorded: TPE and GP skip FAIL trials and would keep proposing the same region.
-Flags that failed once are never booted again; the earlier trial's verdict is reused. A boot the
-machine spoiled is no verdict on its config (tuning/failures.py). Anything else raised inside
-a trial is recorded on it and stops the study (TrialError).
+Flags that failed once are never booted again; the earlier trial's verdict is reused (what a
+trial reads of the trials before it: tuning/earlier.py). A boot the machine spoiled is no
+verdict on its config (tuning/failures.py). Anything else raised inside a trial is recorded on
+it and stops the study (TrialError).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
 
 from autotune.config.metric_names import PER_GPU, per_gpu
 from autotune.config.study import SUITE_PREFIX, StudyConfig, gpus_per_replica, layout_text
@@ -36,16 +35,20 @@ from autotune.errors import (
     Unmeasured,
 )
 from autotune.load.record import Request
-from autotune.measure.runner import run_boot
+from autotune.measure.runner import OnMeasured, run_boot
 from autotune.server.refusals import refusal
+from autotune.tuning.earlier import failed_before, flags_key, incumbent
 from autotune.tuning.failures import failed_timings, unfixable_by, unless_machines, unmeasured
 from autotune.tuning.machines import here
+from autotune.tuning.preflight import request_limit
 from autotune.tuning.quality import QUALITY_OK, Guard
 from autotune.tuning.record import TrialFacts, facts_of, records, write_facts
 from autotune.tuning.record import baseline as baseline_record
 from autotune.tuning.search_space import SearchSpace
+from autotune.tuning.spend import boot_facts
 from autotune.tuning.suite import combine, ratio
 from autotune.tuning.verdict import quality_metrics
+from autotune.tuning.warmup import for_boot
 
 _SHOWN: dict[Any, Any] = {}  # the warnings a trial's measurement gave, shown once a process
 BOOT_OK = "boot_ok"
@@ -60,19 +63,6 @@ PROCESS = f"{socket.gethostname()}:{os.getpid()}"
 PhaseHook = Callable[[int, str, dict[str, Any]], None]
 
 
-def flags_key(flags: dict[str, Any]) -> str:
-    return json.dumps(flags, sort_keys=True, separators=(",", ":"))
-
-
-def incumbent(study: optuna.Study, per_gpu: bool = False, key: str = "capacity"
-              ) -> float | None:
-    """The highest capacity (`key`: a suite's `<label>/capacity`) a feasible trial of the study
-    has reached so far (per GPU its server used, with `per_gpu`)."""
-    caps = [r.metrics[key] / (r.metrics.get("gpus", 1.0) if per_gpu else 1.0)
-            for r in records(study) if r.feasible and key in r.metrics]
-    return max(caps) if caps else None
-
-
 @dataclass
 class Objective:
     cfg: StudyConfig
@@ -82,9 +72,13 @@ class Objective:
     on_phase: PhaseHook | None = None
     worker: dict[str, Any] | None = None  # which worker ran the trial (id, host, devices)
     trials_dir: Path | None = None  # where each trial's folder goes (default: study_dir)
+    # run on a repeat boot's server once measured, by the trial it repeats (certify's reference)
+    on_measured: dict[int, OnMeasured] | None = None
 
     def __post_init__(self) -> None:
         self.guard = Guard(self.cfg, self.study_dir, self.requests)
+        # the preflight's limit: a trial sends none of the requests the preflight dropped
+        self.max_len = request_limit(self.cfg, self.space)[0]
 
     def constraint_names(self) -> list[str]:
         guard = [QUALITY_OK] if self.guard.on else []
@@ -119,7 +113,7 @@ class Objective:
                                       process=PROCESS, machine=here()))
         hook = self.on_phase or (lambda *_: None)
 
-        prior = self._failed_before(trial, key)
+        prior = failed_before(trial.study, key)
         if prior is not None:
             hook(trial.number, "reused", flags)
             was = facts_of(prior)
@@ -162,7 +156,7 @@ class Objective:
                 warnings.simplefilter("always")
                 run = run_boot(self.cfg.server, [self.cfg.profile], flags, workdir,
                                requests=self.requests, on_phase=on_phase,
-                               **self.guard.hooks(flags, baseline))
+                               max_len=self.max_len, **self.guard.hooks(flags, baseline))
             caught = [w for w in caught if issubclass(w.category, MeasurementWarning)]
             for w in caught:  # kept with the trial, and shown once each as they would have been
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
@@ -175,6 +169,7 @@ class Objective:
             raise
         except (ServerError, LoadError) as e:
             cause = getattr(e, "cause", None) or str(e)
+            write_facts(trial, boot_facts(log_path, failed_timings(began).get("boot_s", 0.0)))
             unless_machines(e, trial, key, self.cfg.server.boot_timeout_s,
                             TrialFacts(log_path=log_path, timings=failed_timings(began)))
             fatal = baseline and isinstance(e, ServerBootError) and unfixable_by(self.space,
@@ -193,6 +188,7 @@ class Objective:
                 error={"type": type(e).__name__, "message": str(e)[:2000], "phase": phase[0]}))
             raise TrialError(trial.number, e, log_path) from e
 
+        write_facts(trial, boot_facts(run.log_path, run.timings.boot_s))
         pt = run.point
         metrics = pt.metrics.flat()
         metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
@@ -229,10 +225,20 @@ class Objective:
         early, is_base = cap.early_stop and mine.repeat_of is None, bool(mine.baseline)
         if (at := mine.check_at) is not None:  # a certify boot: at C and a step above
             best, cap = at, cap.model_copy(update={"bracket": "step"})
+        # a config that ran warm before on these caches: a short warm-up (tuning.warmup)
+        warm = for_boot(records(trial.study), trial.number, str(mine.flags_key), here(),
+                        self.cfg.server, workdir)
+        if cap.warm_windows != 0:
+            write_facts(trial, TrialFacts(warm_up=warm.facts()))
+        hook = (self.on_measured or {}).get(-1 if mine.repeat_of is None else mine.repeat_of)
         run = run_boot(self.cfg.server, [self.cfg.profile], flags, workdir, capacity=cap,
                        slos=self.cfg.slos, starts=None if best is None else
                        {self.cfg.profile.key: best}, stop_below=best if early else None,
-                       on_phase=on_phase, **self.guard.hooks(flags, is_base))
+                       on_phase=on_phase, max_len=self.max_len, warm_enough=warm.enough,
+                       on_measured=hook, **self.guard.hooks(flags, is_base))
+        if run.checked is not None:
+            write_facts(trial, TrialFacts(reference=run.checked))
+        write_facts(trial, boot_facts(run.log_path, run.timings.boot_s))
         res = run.capacity
         metrics = res.summary()
         metrics.update(per_gpu(metrics, gpus), gpus=float(gpus))
@@ -262,7 +268,8 @@ class Objective:
         the baseline trial's value, combined by `suite_score` (autotune.tuning.suite)."""
         profiles = self.cfg.workloads()
         run = run_boot(self.cfg.server, profiles, flags, workdir, on_phase=on_phase,
-                       **self.guard.hooks(flags, is_baseline))
+                       max_len=self.max_len, **self.guard.hooks(flags, is_baseline))
+        write_facts(trial, boot_facts(run.log_path, run.timings.boot_s))
         metrics = run.metrics()
         for label, pt in run.points.items():
             metrics.update({f"{label}/{k}": v for k, v in per_gpu(pt.metrics.flat(),
@@ -316,7 +323,8 @@ class Objective:
         is_baseline = bool(facts_of(trial).baseline)
         run = run_boot(self.cfg.server, profiles, flags, workdir, capacity=cap,
                        slos=self.cfg.slos, starts=starts, on_phase=on_phase,
-                       **self.guard.hooks(flags, is_baseline))
+                       max_len=self.max_len, **self.guard.hooks(flags, is_baseline))
+        write_facts(trial, boot_facts(run.log_path, run.timings.boot_s))
         metrics = run.metrics()
         for label, res in run.capacities.items():
             metrics.update({f"{label}/{k}": v for k, v in per_gpu(res.summary(), gpus).items()})
@@ -340,11 +348,3 @@ class Objective:
         for name in self.constraint_names():
             trial.set_constraint(name, 1.0)
         return [WORST[o.direction] for o in self.cfg.objectives]
-
-    @staticmethod
-    def _failed_before(trial: optuna.Trial, key: str) -> optuna.trial.FrozenTrial | None:
-        for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            was = facts_of(t)
-            if was.flags_key == key and was.failure and not was.fatal:
-                return t
-        return None

@@ -14,6 +14,7 @@ from autotune.config.study import StudyConfig
 from autotune.measure.stats import CERTIFY_LEVEL, boots_for_width, projected
 from autotune.tuning.bill import Bill
 from autotune.tuning.record import TrialRecord, baseline
+from autotune.tuning.spend import ONE_TIME, boot_split, cold_boots
 
 # Before a study has measured its own costs, a certify boot and the reference check are priced
 # as shares of a warm trial. On the H100 (dense 8B, ShareGPT) a warm capacity trial took 5.56
@@ -42,28 +43,42 @@ class Costs:
         return 2 * pairs * self.check + self.reference
 
 
-def estimate_costs(recs: list[TrialRecord], cfg: StudyConfig, b: Bill) -> Costs:
-    """The plan's costs from the study's trials so far: a trial as the bill's next trial; a
-    certify boot as the median warm boot, warm-up and two median points (a capacity study;
-    otherwise a trial); the reference check as a warm boot and seven reference runs (a warm-up
-    and 3 samples at two loads, each about a sample of a point)."""
+def estimate_costs(recs: list[TrialRecord], cfg: StudyConfig, b: Bill,
+                   on_boot: bool = False) -> Costs:
+    """The plan's costs from the study's trials so far, priced from their measured phases
+    (tuning.spend): a trial as the bill's next trial; a certify boot as a warm boot
+    (warm_boot_s: a cold boot's compile and kernel warm-up left out), a short warm-up
+    (tuning.warmup.QUICK windows at the median seconds a window took: a config that warmed
+    before is warm again) and two points (met at C, missed a step above) at the median seconds
+    a point took, and its stop; the reference check as the samples `vllm bench serve` runs at
+    C, each a sample of a point, and, unless it runs on the pick's last certify boot
+    (`on_boot`: that server is up and warm), a warm boot, its warm-up run and the same
+    samples a step above. Before any measured trial, shares of a trial (CHECK_SHARE,
+    REFERENCE_SHARE). Where the first objective is no capacity, a certify boot is a trial."""
+    from autotune.measure.on_server import samples_of
+    from autotune.tuning.warmup import QUICK
+
     devices = b.devices
     trial = b.next_trial()
-    warm = [r for r in recs if r.measured and r.timings][1:] or \
-        [r for r in recs if r.measured and r.timings]
+    measured = [r for r in recs if r.measured and r.timings]
     checked = capacity_first(cfg)  # else a certify boot is a whole measurement, a trial
     referenced = checked and cfg.certify.reference
-    if not warm or not checked:
+    if not measured or not checked or cfg.capacity is None:
         return Costs(b.unit, trial, trial * CHECK_SHARE if checked else trial,
-                     trial * REFERENCE_SHARE if referenced else 0.0, bool(warm))
-    boot = statistics.median(r.timings.get("boot_s", 0.0) for r in warm)
-    warmup = statistics.median(r.metrics.get("warm_s", 0.0) for r in warm)
-    points = [p for r in warm for p in r.points()]
+                     trial * REFERENCE_SHARE if referenced else 0.0, bool(measured))
+    boot = warm_boot_s(measured) or 0.0
+    points = [p for r in measured for p in r.points()]
     point = statistics.median(p.seconds for p in points) if points else 0.0
-    samples = max(1, round(statistics.median(
-        max(p.runs, 1) for p in points))) if points else 1
-    check = (boot + warmup + 2 * point) * devices / 60
-    ref = (boot + 7 * point / samples) * devices / 60 if referenced else 0.0
+    runs = statistics.median(max(p.runs, 1) for p in points) if points else 1.0
+    windows = [(p.server.get("warm_s", 0.0), p.server.get("warm_windows", 0.0))
+               for p in points if p.server.get("warm_windows")]
+    window = statistics.median(s / n for s, n in windows) if windows else 0.0
+    stop = statistics.median(r.timings.get("stop_s", 0.0) for r in measured)
+    check = (boot + QUICK * window + 2 * point + stop) * devices / 60
+    k = samples_of(cfg.capacity)
+    sample = point / runs
+    ref = (k * sample if on_boot else boot + window + 2 * k * sample) * devices / 60 \
+        if referenced else 0.0
     return Costs(b.unit, trial, check, ref, True)
 
 
@@ -100,6 +115,8 @@ class BudgetPlan:
     costs: Costs
     noise: float  # the boot-to-boot spread planned for
     noise_from: str  # where that spread came from
+    gain: float = 0.2  # the gain planned for (planned_gain)
+    gain_from: str = "certify.min_gain"
 
     def text(self) -> str:
         c = self.costs
@@ -108,7 +125,8 @@ class BudgetPlan:
                 f"({self.pairs} more boot{'s' if self.pairs > 1 else ''} of it and of the "
                 f"defaults at {c.check:.1f} each, the reference check {c.reference:.1f}; "
                 f"{est}), the rest explores (a trial {c.trial:.1f}); planned for a "
-                f"{self.noise:.0%} spread between boots ({self.noise_from})")
+                f"{self.gain:+.0%} gain ({self.gain_from}) at a {self.noise:.0%} spread between "
+                f"boots ({self.noise_from})")
 
 
 def fit_pairs(budget: float, costs: Costs, wanted: int, explore: float) -> int:
@@ -136,7 +154,8 @@ class TooFew:
 
 
 def too_few(pick: list[tuple[float, float]], base: list[tuple[float, float]], most: int,
-            left: float, cost: Costs, level: float = CERTIFY_LEVEL) -> TooFew | None:
+            left: float, cost: Costs, level: float = CERTIFY_LEVEL, floor: float = 0.0
+            ) -> TooFew | None:
     """Whether the pairs of certify boots that `left` device-minutes still pay (with the
     reference check), fewer than the `most` that certify.max_boots allows, can decide nothing:
     at the gain's estimate and spread so far over these boots (brackets), hoped one standard
@@ -149,11 +168,12 @@ def too_few(pick: list[tuple[float, float]], base: list[tuple[float, float]], mo
         paid += 1
     if paid >= most:  # certify.max_boots ends it, not the budget: boot on to the verdict
         return None
-    got = projected(pick, base, paid, level)
+    got = projected(pick, base, paid, level, floor)
     if got is None or got[0] > 0 or got[1] < 0:
         return None
     need = next((n for n in range(paid + 1, most + 1)
-                 if (p := projected(pick, base, n, level)) is not None and p[0] > 0), None)
+                 if (p := projected(pick, base, n, level, floor)) is not None and p[0] > 0),
+                None)
     pays = (f"the {left:.1f} {cost.unit} left pay {paid} more pair{'s' if paid != 1 else ''}, "
             "too few to clear 1.0x or to fall under it at this estimate")
     if need is None:
@@ -165,12 +185,16 @@ def too_few(pick: list[tuple[float, float]], base: list[tuple[float, float]], mo
 
 
 def plan(recs: list[TrialRecord], cfg: StudyConfig, b: Bill, budget: float,
-         machine: str | None = None) -> BudgetPlan:
-    """The split of `budget` (device-minutes): reserve the boots a gain of
-    `certify.min_gain` needs at the spread between boots (the defaults' own once they were
-    booted twice, else `certify.noise`), at most `certify.max_boots` a config, and fewer where
+         machine: str | None = None, on_boot: bool = False) -> BudgetPlan:
+    """The split of `budget` (device-minutes): reserve the certify boots a gain needs at the
+    spread between boots (the defaults' own once they were booted twice, else
+    `certify.noise`), at most `certify.max_boots` a config less its first pass, and fewer where
     the rest could not pay `certify.explore_trials` trials (the first as it cost, the others
-    as the next is expected to). `machine`: the spread of the defaults' boots there only."""
+    as the next is expected to). The gain planned for is `certify.min_gain`, or the larger gain
+    the study's pick so far read over the defaults, discounted for being picked
+    (planned_gain): a +45% first pass needs fewer boots than a +20% one. `machine`: the spread
+    of the defaults' boots there only; `on_boot`: the reference check runs on the pick's last
+    certify boot (reference_on_boot)."""
     base = baseline(recs)
     spread = boots_of(recs, base.number, cfg, machine) if base else []
     noise, src = cfg.certify.noise, "certify.noise"
@@ -179,13 +203,49 @@ def plan(recs: list[TrialRecord], cfg: StudyConfig, b: Bill, budget: float,
         if (seen := statistics.stdev(mids) / statistics.fmean(mids)) > noise:
             noise, src = seen, f"the defaults' {len(mids)} boots"
     tol = cfg.capacity.tolerance if cfg.capacity is not None else 0.0
-    n = min(boots_for(cfg.certify.min_gain, noise, tol), cfg.certify.max_boots)
-    costs = estimate_costs(recs, cfg, b)
+    gain, gain_src = planned_gain(recs, cfg, noise)
+    # neither first-pass boot counts toward the interval (certify_rule): certify boots only
+    n = min(boots_for(gain, noise, tol), max(cfg.certify.max_boots - 1, 1))
+    costs = estimate_costs(recs, cfg, b, on_boot)
     first = b.trials[0].minutes if b.trials else costs.trial
-    # n new boots of the pick: the boot that made it the pick was its luckiest (a selected
-    # maximum), so it does not count toward its interval (certify.same_config)
     pairs = fit_pairs(budget, costs, n, first + (cfg.certify.explore_trials - 1) * costs.trial)
-    return BudgetPlan(budget, pairs, costs.reserve(pairs), costs, noise, src)
+    return BudgetPlan(budget, pairs, costs.reserve(pairs), costs, noise, src, gain, gain_src)
+
+
+def planned_gain(recs: list[TrialRecord], cfg: StudyConfig, noise: float
+                 ) -> tuple[float, str]:
+    """The gain the reserve is sized for, and where it came from: `certify.min_gain`, or, where
+    the best first-pass boot of the K configs explored beyond the defaults read more over the
+    defaults' first boot, that gain discounted for being the best of K draws at this spread
+    (exp(-noise x (1 + sqrt(2 ln K))): the expected excess of the maximum of K, plus one
+    spread for the defaults' boot it beat)."""
+    floor = cfg.certify.min_gain
+    base = baseline(recs)
+    if base is None or not capacity_first(cfg):
+        return floor, "certify.min_gain"
+    metric = cfg.metric_names()[0]
+    first = [r for r in recs if r.measured and r.facts.repeat_of is None
+             and r.number != base.number and (r.values.get(metric) or 0) > 0]
+    at_base = base.values.get(metric) or 0.0
+    if not first or at_base <= 0:
+        return floor, "certify.min_gain"
+    best = max(r.values[metric] for r in first)
+    k = len(first)
+    seen = best / at_base * math.exp(-noise * (1 + math.sqrt(2 * math.log(k))))
+    if seen - 1 <= floor:
+        return floor, "certify.min_gain"
+    return seen - 1, f"the pick so far, {best / at_base:.2f}x over {k} config{'s' * (k > 1)}"
+
+
+def reference_on_boot(cfg: StudyConfig, lanes: int = 1) -> bool:
+    """Whether the certify phase's reference check runs on the pick's last certify boot rather
+    than a boot of its own: one boot at a time, a capacity judged, and the study's servers
+    launched as a stock `vllm serve` (server.preload off: a GPU's default), the launch the
+    reference judges; the round's pick then boots after the defaults (autotune.tuning.certify)."""
+    from autotune.server.machine import preloads
+
+    return lanes == 1 and capacity_first(cfg) and cfg.certify.reference and \
+        not preloads(cfg.server)
 
 
 def same_config(recs: list[TrialRecord], number: int, machine: str | None = None,
@@ -233,8 +293,28 @@ def boots_of(recs: list[TrialRecord], number: int, cfg: StudyConfig,
 
 
 
-def capacities_of(recs: list[TrialRecord], number: int, machine: str | None = None
-                  ) -> list[float]:
-    """The capacities (on the search's own axis, whole server) the config's boots found."""
-    return [found.capacity for r in same_config(recs, number, machine)
+def capacities_of(recs: list[TrialRecord], number: int, machine: str | None = None,
+                  selected: bool = False) -> list[float]:
+    """The capacities (on the search's own axis, whole server) the config's boots found
+    (`selected`: not trial `number`'s own, same_config)."""
+    return [found.capacity for r in same_config(recs, number, machine, selected)
             if (found := r.facts.searches().get(None)) is not None and found.capacity > 0]
+
+
+def warm_boot_s(recs: list[TrialRecord]) -> float | None:
+    """The seconds a warm boot takes (the process's start to /health), from the study's
+    measured boots: the median of its warm ones (tuning.spend.cold_boots) where there is one;
+    else the median of its cold ones less each one's one-time torch.compile and kernel warm-up
+    as its log timed them (tuning.spend.ONE_TIME; a boot whose log timed neither counts whole);
+    None before any boot. On the two H200s (docs/results/certified, h200x2-dense-run2) the
+    two cold first boots took 190 s each, 26.6 and 53.4 s of it compiling and 96 and 64 s of
+    kernel warm-up: 70.4 s priced warm, where the six warm boots then took 52-66 s (median
+    59.6); a cold boot itself prices it 3.2x."""
+    booted = [r for r in recs if r.measured and r.timings.get("boot_s", 0.0) > 0]
+    cold = cold_boots(booted)
+    warm = [r.timings["boot_s"] for r in booted if r.number not in cold]
+    if warm:
+        return statistics.median(warm)
+    less = [r.timings["boot_s"] - sum(v for k, v in boot_split(r).items() if k in ONE_TIME)
+            for r in booted]
+    return statistics.median(less) if less else None

@@ -9,9 +9,11 @@ failure is one ConfigError naming the field and the fix, and nothing is written.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune.config.hub import is_local, local_dir
 from autotune.config.paths import check_folder
 from autotune.config.study import (
     PARALLEL_FLAGS,
@@ -22,6 +24,8 @@ from autotune.config.study import (
 )
 from autotune.config.workload import ProfileConfig
 from autotune.errors import ConfigError
+from autotune.load.trace import Trace
+from autotune.load.trace_checks import check_replay_time
 from autotune.load.user_dataset import Dataset
 from autotune.server.vllm_help import VllmInfo, check_flags, get_vllm_info
 from autotune.tuning.search_space import (
@@ -103,7 +107,28 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
             problems.append(str(e))
     if problems:
         raise ConfigError("\n".join(problems))
+    for text in overruled(cfg, space):  # before the first boot; one place: said once a run
+        warnings.warn(text, stacklevel=1)
     return Preflight(space, info, dataset, sum(ds.dropped for _, ds in read), max_len, source)
+
+
+def overruled(cfg: StudyConfig, space: SearchSpace) -> list[str]:
+    """The study file's server.args values the space overrules, each in one line: a trial's
+    flags are the args with the space's fixed and searched values over them (serve_flags),
+    so a fixed value wins in every trial and a searched one in each trial that sets it."""
+    said, where = [], f"search space {space.name!r}"
+    for flag, given in cfg.server.args.items():
+        if flag in space.fixed and space.fixed[flag] != given:
+            said.append(f"server.args.{flag}: {given!r} is overruled in every trial, the "
+                        f"baseline too, by {where} (fixed: {flag}: {space.fixed[flag]!r}); "
+                        "drop it from one of them")
+        names = [n for n, p in space.parameters.items() if (p.into or n) == flag]
+        if names:
+            said.append(f"server.args.{flag}: {given!r} is searched by {where} "
+                        f"({', '.join('parameters.' + n for n in names)}); a trial that sets "
+                        "it overrules this value, which only the baseline and trials leaving it "
+                        "unset run with; drop it from server.args, or from the space")
+    return said
 
 
 def check_dataset(cfg: StudyConfig, max_len: int | None = None,
@@ -122,30 +147,47 @@ def files_note(cfg: StudyConfig, read: list[tuple[ProfileConfig, Dataset]],
 
 def trace_notes(cfg: StudyConfig, max_len: int | None, source: str | None) -> list[str]:
     """Each trace profile's file read in full (a bad line is an error naming it): what it
-    holds and what was dropped as longer than `max_len`."""
+    holds and what was dropped as longer than `max_len`; an error where its load points
+    would take hours (its time unit, most likely: trace_checks.check_replay_time)."""
+    said = source or ("the model's limit" if max_len is None else "max_model_len")
+    notes = []
+    for p in cfg.workloads():
+        if p.name == "trace":
+            trace = study_trace(cfg, p, (max_len, said))
+            check_replay_time(trace.rate, trace.path, trace.hint, p, cfg.capacity)
+            notes.append(trace.note())
+    return notes
+
+
+def study_limit(cfg: StudyConfig, space: SearchSpace | None = None) -> tuple[int | None, str]:
+    """`request_limit` of the study's space (`space`: the one stored in the study; default the
+    study file's). Every read of a study's dataset or trace applies it, and each trial's
+    objective hands it to run_boot: the preflight's note, the trials' requests and capacity
+    searches, export's files and --verify's windows hold the same requests."""
+    return request_limit(cfg, space or study_space(cfg.search_space, cfg.server.draft_models))
+
+
+def study_trace(cfg: StudyConfig, profile: ProfileConfig,
+                limit: tuple[int | None, str] | None = None) -> Trace:
+    """A trace profile's file as the study reads it: within `limit` (default `study_limit`)."""
     from autotune.load.datasets import load_tokenizer, load_trace
 
-    traces = [p for p in cfg.workloads() if p.name == "trace"]
-    if not traces:
-        return []
+    max_len, source = limit or study_limit(cfg)
     tok_dir = cfg.server.tokenizer_dir
-    limit = max_len or cfg.server.args.get("max_model_len")
-    return [load_trace(p, load_tokenizer(tok_dir), tok_dir, limit, source).note()
-            for p in traces]
+    return load_trace(profile, load_tokenizer(tok_dir), tok_dir, max_len, source)
 
 
 def read_datasets(cfg: StudyConfig, max_len: int | None = None, source: str | None = None
                   ) -> list[tuple[ProfileConfig, Dataset]]:
     """Each dataset profile with its file as the study reads it: the requests kept and the
-    count dropped as longer than `max_len` (None: the study's limit, `request_limit`)."""
+    count dropped as longer than `max_len` (None: the study's limit, `study_limit`)."""
     from autotune.load.datasets import load_dataset, load_tokenizer
 
     found = [p for p in cfg.workloads() if p.name == "dataset"]
     if not found:
         return []
     if max_len is None and source is None:
-        max_len, source = request_limit(cfg, study_space(cfg.search_space,
-                                                         cfg.server.draft_models))
+        max_len, source = study_limit(cfg)
     tok_dir = cfg.server.tokenizer_dir
     tok = load_tokenizer(tok_dir)
     return [(p, load_dataset(p, tok, tok_dir, max_len or cfg.server.args.get("max_model_len"),
@@ -232,15 +274,12 @@ def check_multicast(cfg: StudyConfig, space: SearchSpace,
             "VLLM_FLASHINFER_ALLREDUCE_BACKEND: trtllm (CUDA IPC; not measured here)")
 
 
-def _is_path(model: str) -> bool:
-    return model.startswith((".", "/", "~")) or os.path.exists(model)
-
-
 def check_model(model: str, tokenizer: str | None = None) -> None:
     """A local model must be a directory with config.json (or a .gguf file), and the load
-    generator needs a tokenizer.json (the model's, or `server.tokenizer`'s). A hub name such
-    as Qwen/Qwen3-8B is left to vLLM."""
-    if _is_path(model):
+    generator needs a tokenizer.json (the model's, or `server.tokenizer`'s). A hub id such as
+    Qwen/Qwen3-8B has its tokenizer and config found as vLLM finds them, in the hub cache or
+    downloaded there (config/hub.py): before the study exists, so a failure leaves none."""
+    if is_local(model):
         path = Path(model).expanduser()
         if not path.exists():
             raise ConfigError(f"server.model: {model!r} does not exist (a model directory "
@@ -253,12 +292,16 @@ def check_model(model: str, tokenizer: str | None = None) -> None:
             raise ConfigError(f"server.model: {model!r} is a file; vLLM loads a model directory "
                               "(or a .gguf file)")
     tok = tokenizer or model
-    if _is_path(tok) and Path(tok).expanduser().is_dir() and \
-            not (Path(tok).expanduser() / "tokenizer.json").is_file():
-        field = "server.tokenizer" if tokenizer else "server.model"
-        raise ConfigError(f"{field}: no tokenizer.json in {tok!r}; the load generator needs the "
-                          "model's fast tokenizer file (set server.tokenizer to a folder "
-                          "that has one)")
+    field = "server.tokenizer" if tokenizer else "server.model"
+    folder = Path(local_dir(tok, field)).expanduser()
+    if tokenizer and not folder.exists():
+        raise ConfigError(f"server.tokenizer: {tok!r} does not exist (a folder with the "
+                          "model's tokenizer.json, or a hub id)")
+    if folder.is_dir() and not (folder / "tokenizer.json").is_file():
+        where = "" if is_local(tok) else f" (the hub's files, {folder})"
+        raise ConfigError(f"{field}: no tokenizer.json in {tok!r}{where}; the load generator "
+                          "needs the model's fast tokenizer file (set server.tokenizer to a "
+                          "folder that has one)")
 
 
 def check_workdir(workdir: str) -> None:

@@ -40,6 +40,11 @@ class TrialFacts:
     metrics: dict[str, float] | None = None
     server_stats: dict[str, float] | None = None
     timings: dict[str, float] | None = None
+    # the boot's seconds by phase from vLLM's log (server.bootlog.PHASES: start, weights,
+    # compile, ...; they sum to timings' boot_s), and whether torch.compile compiled a graph in
+    # it rather than loading every one from its cache (None: the log says neither)
+    boot_phases: dict[str, float] | None = None
+    compiled: bool | None = None
     argv: list[str] | None = None
     log_path: str | None = None
     request_errors: dict[str, int] | None = None
@@ -63,6 +68,8 @@ class TrialFacts:
     process: str | None = None  # "host:pid" of the run that measured it (between runs: a pause)
     unmeasured: str | None = None  # why nothing was measured, not the config's doing
     machine: str | None = None  # the machine's key (tuning/machines.py): capacities compare within
+    warm_up: dict[str, Any] | None = None  # the warm-up size its boot ran, and why (tuning.warmup)
+    reference: dict[str, Any] | None = None  # the reference check run on its server (certify)
 
     @property
     def bound_only(self) -> bool:
@@ -120,6 +127,7 @@ class StudyFacts:
     starts_enqueued: int | None = None  # how many start configs were enqueued, and which
     starts_list: list[dict[str, Any]] | None = None  # (None: a study before 2026-11-29)
     warm_started: str | None = None  # the --warm-start source already enqueued
+    identity: dict[str, Any] | None = None  # what its numbers mean (tuning/identity.py)
 
     @classmethod
     def from_attrs(cls, attrs: dict[str, Any]) -> StudyFacts:
@@ -314,37 +322,3 @@ def curve_profiles(recs: list[TrialRecord]) -> list[str | None]:
     for r in recs:
         out += [p for p in r.curve_profiles() if p not in out]
     return out
-
-
-def front_numbers(study: optuna.Study) -> set[int]:
-    """The trials on the feasible Pareto front among the first-pass trials: a confirm phase's
-    repeats measure a config again, they are not configs of their own. Feasible as Optuna's
-    best_trials has it (every constraint <= 0: infeasible trials carry violated constraints);
-    on the front when no other feasible trial is at least as good in every objective and
-    better in one (equal trials are all on it).
-
-    A capacity search stopped early below the incumbent is left out: its capacity is a lower
-    bound under the incumbent's, and its other objectives were measured at its floor load, not
-    at its capacity, so a lower mean TPOT there is no trade-off (the H100 study put two such
-    trials on the front that way)."""
-    sign = [1.0 if d == optuna.study.StudyDirection.MAXIMIZE else -1.0
-            for d in study.directions]
-
-    def counts(t: FrozenTrial) -> bool:
-        facts = facts_of(t)
-        return facts.repeat_of is None and not facts.failure and not facts.bound_only
-
-    first = [(t.number, [s * v for s, v in zip(sign, t.values, strict=True)])
-             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-             if t.values is not None and all(c <= 0.0 for c in t.constraints.values())
-             and counts(t)]
-
-    def dominated(v: list[float]) -> bool:
-        return any(all(a >= b for a, b in zip(w, v, strict=True)) and w != v for _, w in first)
-
-    return {n for n, v in first if not dominated(v)}
-
-
-def front(study: optuna.Study) -> list[TrialRecord]:
-    nums = front_numbers(study)
-    return [r for r in records(study) if r.number in nums]

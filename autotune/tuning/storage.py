@@ -1,5 +1,7 @@
 """The study's Optuna storage: RDB storage (SQLite by default, PostgreSQL for several hosts)
-with heartbeats, and SQLite transactions that take the write lock when they begin."""
+with heartbeats, and SQLite transactions that take the write lock when they begin. A URL is
+written `sqlite:///PATH` or `postgresql://USER@HOST/DB`; the PostgreSQL driver is the one the
+package ships (psycopg2), whatever SQLAlchemy's default for the scheme."""
 
 from __future__ import annotations
 
@@ -11,6 +13,15 @@ import optuna
 from autotune.errors import ConfigError
 
 HEARTBEAT_S, GRACE_S = 10, 60
+FORMS = "sqlite:///PATH or postgresql://USER@HOST/DB"
+# SQLAlchemy 2.1 made psycopg (3) the driver of a bare postgresql://, which the package does not
+# ship: it failed with "Failed to import DB access module" while the messages recommended it
+POSTGRESQL, SHIPPED = "postgresql://", "postgresql+psycopg2://"
+
+
+def driver_url(url: str) -> str:
+    """`url` with the driver this install ships where it names none (postgresql://)."""
+    return SHIPPED + url.removeprefix(POSTGRESQL) if url.startswith(POSTGRESQL) else url
 
 
 def check_url(url: str) -> None:
@@ -20,14 +31,14 @@ def check_url(url: str) -> None:
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     try:
-        parsed = make_url(url)
-        parsed.get_dialect()
+        parsed = make_url(driver_url(url))
+        parsed.get_dialect().import_dbapi()
     except (ArgumentError, ValueError) as e:
-        raise ConfigError(f"storage: {url!r} is not a database URL ({e}); use "
-                          "sqlite:///PATH or postgresql://USER@HOST/DB") from None
+        raise ConfigError(f"storage: {url!r} is not a database URL ({e}); use {FORMS}"
+                          ) from None
     except (NoSuchModuleError, ImportError) as e:
         raise ConfigError(f"storage: {url!r}: no driver for it in this install ({e}); use "
-                          "sqlite:///PATH or postgresql://USER@HOST/DB") from None
+                          f"{FORMS}") from None
     if parsed.drivername.startswith("sqlite"):
         db = parsed.database
         if not db or db == ":memory:":
@@ -59,7 +70,7 @@ def make_storage(url: str, grace_s: float = GRACE_S) -> optuna.storages.BaseStor
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         kw["engine_kwargs"] = {"connect_args": {"timeout": 60}}
     try:
-        storage = optuna.storages.RDBStorage(url, **kw)
+        storage = optuna.storages.RDBStorage(driver_url(url), **kw)
     except (ValueError, ImportError) as e:
         raise ConfigError(f"storage: cannot use {url!r}: {e}") from None
     except SQLAlchemyError as e:  # cannot connect, no such database, refused
@@ -68,6 +79,19 @@ def make_storage(url: str, grace_s: float = GRACE_S) -> optuna.storages.BaseStor
     if url.startswith("sqlite:"):
         _immediate_transactions(storage.engine)
     return storage
+
+
+def rename_study(storage: optuna.storages.BaseStorage, name: str, new: str) -> None:
+    """Give the study `name` the name `new`, its trials and attributes untouched. Optuna has no
+    rename (copy_study gives the trials new ids and drops their heartbeats); its schema has
+    kept the name in studies.study_name since 1.0."""
+    from sqlalchemy import text
+
+    assert isinstance(storage, optuna.storages.RDBStorage)
+    study_id = storage.get_study_id_from_name(name)
+    with storage.engine.begin() as conn:
+        conn.execute(text("UPDATE studies SET study_name = :new WHERE study_id = :id"),
+                     {"new": new, "id": study_id})
 
 
 def _immediate_transactions(engine: Any) -> None:

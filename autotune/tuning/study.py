@@ -23,6 +23,8 @@ from autotune.load.datasets import study_requests
 from autotune.server.vllm_help import check_flags
 from autotune.tuning.bill import bill, over_budget
 from autotune.tuning.failures import MAX_UNMEASURED, keep, retry_unmeasured
+from autotune.tuning.front import front
+from autotune.tuning.identity import check_identity
 from autotune.tuning.machines import note_machine
 from autotune.tuning.objective import Objective, PhaseHook
 from autotune.tuning.preflight import Preflight, preflight
@@ -31,7 +33,6 @@ from autotune.tuning.record import (
     TrialFacts,
     enqueue,
     facts_of,
-    front,
     queued_params,
     study_facts,
     write_study_facts,
@@ -56,7 +57,8 @@ def requeue_interrupted(study: optuna.Study) -> list[int]:
     return [t.number for t in again]
 
 
-def open_study(cfg: StudyConfig, *, create: bool = True) -> optuna.Study:
+def open_study(cfg: StudyConfig, *, create: bool = True,
+               pre: Preflight | None = None) -> optuna.Study:
     storage = make_storage(cfg.storage_url(), cfg.heartbeat_grace_s)
     directions = [o.direction for o in cfg.objectives]
     if not create:
@@ -68,10 +70,11 @@ def open_study(cfg: StudyConfig, *, create: bool = True) -> optuna.Study:
                                 sampler=make_sampler(cfg), load_if_exists=True)
     if n := len(study.get_trials(deepcopy=False)):
         study.sampler = make_sampler(cfg, resumed_at=n)
+    check_identity(study, cfg, pre.space if pre else None)  # first: names every difference
     got = [d.name.lower() for d in study.directions]
     if got != directions:
         raise StudyError(f"study {cfg.name!r} exists with directions {got}, not {directions}; "
-                         "use another --study-name")
+                         "use another --study-name, or --force-new")
     return study
 
 
@@ -119,7 +122,7 @@ def prepare_study(cfg: StudyConfig, pre: Preflight) -> optuna.Study:
     """Create (or load) the study and everything a worker needs from it: the config and the
     search space as study attributes, the baseline enqueued, interrupted trials enqueued again.
     `autotune study` calls it; `autotune create-study` calls it once before remote workers."""
-    study = open_study(cfg)
+    study = open_study(cfg, pre=pre)
     study.set_metric_names(cfg.metric_names())
     write_study_facts(study, StudyFacts(config=stored_config(cfg),
                                         search_space=pre.space.model_dump(mode="json"),

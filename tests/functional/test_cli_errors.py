@@ -159,6 +159,19 @@ def test_model_without_tokenizer(tmp_path: Path, tiny_model: Path) -> None:
     check(study(tmp_path, base(tmp_path, model)), tmp_path, "no tokenizer.json")
 
 
+def test_hub_id_the_cache_lacks_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hub id is looked up before the study exists: one error naming the real key and the
+    fix, and no empty study left behind."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = base(tmp_path, Path("x"), profile={"name": "random", "input_len": 256,
+                                             "output_len": 64})  # fits cpu-demo's 512
+    cfg["server"]["model"] = "meta-llama/Llama-3.1-8B-Instruct"
+    check(study(tmp_path, cfg), tmp_path,
+          "server.model: 'meta-llama/Llama-3.1-8B-Instruct' is not a folder here",
+          "hf download meta-llama/Llama-3.1-8B-Instruct", "HF_TOKEN", "server.tokenizer")
+
+
 def test_chat_endpoint_with_token_id_prompts(tmp_path: Path, tiny_model: Path) -> None:
     cfg = base(tmp_path, tiny_model, profile={"name": "random", "endpoint": "chat"})
     check(study(tmp_path, cfg), tmp_path, "profile: Value error, endpoint: chat needs text "

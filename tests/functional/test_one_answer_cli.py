@@ -230,13 +230,15 @@ def test_trials_pareto_and_export_show_one_value_for_the_defaults(tmp_path: Path
                                                                   tiny_model: Path) -> None:
     """Issue 70, item 3: `trials` showed the defaults' first boot (4,025.10) where `pareto`
     and `export` showed their median over boots (4,081.05). `trials` now shows each boot of
-    the defaults with their median beside it, as it does for every other config."""
+    the defaults with the figure beside it that every gain divides by: their geometric mean
+    over boots (issue 84 item 7: a median there stood above a trial that read a gain)."""
     rows = [(0, {}, [4025.10, 2.0], None), (1, {"max_num_seqs": 8}, [3000.0, 1.5], None),
             (2, {}, [4081.05, 2.1], 0), (3, {}, [4300.0, 1.9], 0)]
     path = recorded_boots(tmp_path, tiny_model, rows, confirm=False)
     t = " ".join(cli("trials", "--config", str(path)).stdout.split())
-    assert "4,025.10; median 4,081.05 (3 boots)" in t
-    assert "4,300.00; median 4,081.05 (3 boots)" in t  # a repeat boot of theirs
+    assert "4,025.10; geo. mean 4,133.70 of 3 boots" in t
+    assert "4,300.00; geo. mean 4,133.70 of 3 boots" in t  # a repeat boot of theirs
+    assert "3,000.00 (-27.4%, one measurement)" in t  # 3,000 over 4,133.70
     p = cli("pareto", "--config", str(path)).stdout
     base_row = next(ln for ln in p.splitlines() if ln.startswith("│ 0"))
     assert "4,081.05" in base_row and "4,025.10" not in base_row

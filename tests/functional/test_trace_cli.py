@@ -33,6 +33,17 @@ def study(tmp_path: Path, model: Path, trace: Path, **profile: object
      "blocks of 128 tokens"),
     (['{"timestamp": 0, "input_length": 30, "output_length": 8}', '{"timestamp": 1,'],
      "profile.path: {path}, line 2: not JSON"),
+    # issue 84 item 11: a 0 placeholder among epoch seconds (the replay waited years)
+    ([f'{{"timestamp": {0 if i == 1 else 1_715_000_000 + i}, "input_length": 30, '
+      '"output_length": 8}' for i in range(30)],
+     "profile.path: {path}, line 2: timestamp 0 lies 1,715,000,000 s (54 years) before the "
+     "trace's other 29 requests"),
+    # issue 84 item 12: Mooncake's milliseconds read as seconds (a point of 55 hours)
+    ([f'{{"timestamp": {1000 * i}, "input_length": 300, "output_length": 8, "hash_ids": '
+      f'[0, 1, {i + 2}]}}' for i in range(30)],
+     "capacity.low: at 1x a load point replays 200 requests of {path} at 0.001 req/s, 55.3 "
+     "hours of arrivals; 0.001 req/s recorded is a request every 1,000 s: if its timestamps "
+     "are milliseconds (Mooncake's are), set profile.time_unit: ms (1 req/s)"),
 ])
 def test_a_malformed_trace_stops_the_study_before_any_boot(
         tmp_path: Path, tiny_model: Path, lines: list[str], expect: str) -> None:

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autotune.config.capacity import CapacityConfig
 from autotune.config.study import ServerConfig
-from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
+from autotune.config.workload import ProfileConfig, SLOConfig
 from autotune.measure.capacity import before_engine
 from autotune.measure.on_server import CLIENT_BUSY, capacity_on
 from autotune.server.lifecycle import ServerProcess

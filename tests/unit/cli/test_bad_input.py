@@ -60,7 +60,12 @@ GOOD = ("name: s\nserver: {model: /m, executable: [/bin/false]}\n"
     (GOOD + "slos: ['p99_ttft_ms<=2000']\n",
      ["slos.0:", "an SLO in a study file is a mapping: write {metric: p99_ttft_ms, max: 2000}"]),
     (GOOD + "slos: ['p90_tpot_ms >= 5']\n", ["write {metric: p90_tpot_ms, min: 5}"]),
-], ids=["duplicate-key", "empty-file", "top-level-list", "slo-as-string", "slo-min-as-string"])
+    (GOOD + "slos: [{metric: p99_ttft_msx, max: 2000}]\n",
+     ["slos.0.metric:", "unknown metric 'p99_ttft_msx' (did you mean 'p99_ttft_ms'?)"]),
+    (GOOD + "objectives: [{metric: total_token_througput, direction: maximize}]\n",
+     ["objectives.0.metric:", "(did you mean 'total_token_throughput'?)"]),
+], ids=["duplicate-key", "empty-file", "top-level-list", "slo-as-string", "slo-min-as-string",
+        "slo-metric-typo", "objective-metric-typo"])
 def test_study_file_mistakes(tmp_path: Path, text: str, expect: list[str]) -> None:
     refused(cli("study", "--config", str(write(tmp_path, text))), "study.yaml", *expect)
 
@@ -165,6 +170,8 @@ def test_report_and_replay_out_must_be_a_folder(recorded: Path, tmp_path: Path) 
 def test_replay_unknown_metric_names_the_option(recorded: Path) -> None:
     refused(cli("replay", "--config", str(recorded), "--metric", "nope"),
             "--metric nope:", "(its objectives: total_token_throughput, mean_tpot_ms)")
+    refused(cli("replay", "--config", str(recorded), "--metric", "mean_tpot_msx"),
+            "--metric mean_tpot_msx:", "to replay (did you mean 'mean_tpot_ms'?)")
 
 
 @pytest.mark.parametrize(("uri", "expect"), [
@@ -379,11 +386,14 @@ def test_bench_url_capacity_stops_when_the_server_stops_serving(tmp_path: Path,
                                    "e.g. --slo 'p99_ttft_ms<=2000'"]),
     (["--capacity-axis", "concurrency", "--slo", "p99_ttft_ms<=2000", "--low", "64", "--high",
       "8"], ["--capacity-axis: Value error, low (64) must be <= high (8)"]),
+    (["--capacity-axis", "concurrency", "--slo", "p99_ttft_msx<=2000"],
+     ["--slo: metric: Value error, unknown metric 'p99_ttft_msx' (did you mean "
+      "'p99_ttft_ms'?)"]),
     (["--workdir", "{file}"], ["--workdir: '{file}' is a file, not a folder"]),
     (["--output", "{dir}"], ["--output: '{dir}' is a folder; give a file name in it"]),
     (["--output", "/proc/1/r.json"], ["--output: cannot write under '/proc/1'"]),
-], ids=["slo-without-capacity", "capacity-without-slo", "low-above-high", "workdir-file",
-        "output-folder", "output-unwritable"])
+], ids=["slo-without-capacity", "capacity-without-slo", "low-above-high", "slo-metric-typo",
+        "workdir-file", "output-folder", "output-unwritable"])
 def test_bench_option_mistakes(tmp_path: Path, tiny_model: Path, args: list[str],
                                expect: list[str]) -> None:
     """Refused before any request is sent (the URL has nothing listening)."""

@@ -225,7 +225,8 @@ def test_a_jsonl_over_the_spaces_fixed_max_model_len_is_dropped_and_counted(
      "capacity.axis: speedup sets it per point; remove profile.speedup"),
 ])
 def test_the_speedup_axis_goes_with_a_trace(axis: str, profile: dict, expect: str) -> None:
-    from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
+    from autotune.config.capacity import CapacityConfig
+    from autotune.config.workload import ProfileConfig, SLOConfig
 
     cap = CapacityConfig(axis=axis)  # type: ignore[arg-type]
     slo = SLOConfig(metric="p99_ttft_ms", max=1000)

@@ -237,7 +237,7 @@ def test_a_point_the_client_could_not_offer_ends_the_search() -> None:
 
 def test_capacity_defaults_measure_a_sustained_rate() -> None:
     """One set of defaults (bench and study): 20 s of arrivals per rate point."""
-    from autotune.config.workload import CapacityConfig
+    from autotune.config.capacity import CapacityConfig
 
     cap = CapacityConfig(axis="rate", low=4, high=512)
     assert cap.min_duration_s == 20.0 and cap.requests_at(176.0) == 3520

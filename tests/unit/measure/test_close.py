@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
+from autotune.config.capacity import CapacityConfig
+from autotune.config.workload import ProfileConfig, SLOConfig
 from autotune.load import LoadSettings
 from autotune.load.record import Request, RequestRecord
 from autotune.measure import capacity, draw, on_server
@@ -41,7 +42,7 @@ def _search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: list[Point],
     monkeypatch.setattr(on_server, "measure", fake_measure)
     monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
     monkeypatch.setattr(draw, "sample_requests",
-                        lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
+                        lambda prof, tok, n, seed, d, *_: [Request([1], 1, 4)] * n)
     c = CapacityConfig(axis="concurrency", low=4, high=4, settle=False, warm_windows=0, **cap)
     res = capacity_on("http://x", "m", "tok", ProfileConfig(name="random", input_len=1,
                                                              output_len=4), c,

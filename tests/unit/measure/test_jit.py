@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
+from autotune.config.capacity import CapacityConfig
+from autotune.config.workload import ProfileConfig, SLOConfig
 from autotune.load import LoadSettings
 from autotune.load.record import Request, RequestRecord
 from autotune.measure import draw, on_server
@@ -112,7 +113,7 @@ def test_a_point_that_overlapped_a_compile_is_measured_again(
     monkeypatch.setattr(on_server, "measure", fake_measure)
     monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
     monkeypatch.setattr(draw, "sample_requests",
-                        lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
+                        lambda prof, tok, n, seed, d, *_: [Request([1], 1, 4)] * n)
     cap = CapacityConfig(axis="concurrency", low=4, high=4, settle=False)
     res = capacity_on("http://x", "m", "tok", ProfileConfig(name="random", input_len=1,
                                                              output_len=4), cap,
@@ -145,7 +146,7 @@ def test_the_first_point_waits_for_a_warm_server(tmp_path: Path,
     monkeypatch.setattr(on_server, "measure", fake_measure)
     monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
     monkeypatch.setattr(draw, "sample_requests",
-                        lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
+                        lambda prof, tok, n, seed, d, *_: [Request([1], 1, 4)] * n)
     cap = CapacityConfig(axis="concurrency", low=4, high=8, start=4, settle=False,
                          warm_windows=4, tolerance=0.9)
     res = capacity_on("http://x", "m", "tok", ProfileConfig(name="random", input_len=1,
@@ -177,7 +178,7 @@ def test_a_server_without_its_log_is_not_watched(tmp_path: Path,
     monkeypatch.setattr(on_server, "measure", fake_measure)
     monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
     monkeypatch.setattr(draw, "sample_requests",
-                        lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
+                        lambda prof, tok, n, seed, d, *_: [Request([1], 1, 4)] * n)
     cap = CapacityConfig(axis="concurrency", low=4, high=4, start=4, settle=False,
                          warm_windows=2)
     res = capacity_on("http://x", "m", "tok", ProfileConfig(name="random", input_len=1,
@@ -197,7 +198,7 @@ def test_no_warm_up_windows_where_they_are_off(tmp_path: Path,
                         lambda *a, **kw: calls.append(1) or _point(0.01))
     monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
     monkeypatch.setattr(draw, "sample_requests",
-                        lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
+                        lambda prof, tok, n, seed, d, *_: [Request([1], 1, 4)] * n)
     monkeypatch.setattr(on_server, "has_gpu", lambda: False)
     cap = CapacityConfig(axis="concurrency", low=4, high=4, settle=False)  # auto, no GPU: off
     res = capacity_on("http://x", "m", "tok", ProfileConfig(name="random", input_len=1,
@@ -231,7 +232,7 @@ def test_a_point_read_late_is_measured_again_with_more_client_processes(
     monkeypatch.setattr(on_server, "measure", fake_measure)
     monkeypatch.setattr(on_server, "load_tokenizer", lambda d: None)
     monkeypatch.setattr(draw, "sample_requests",
-                        lambda prof, tok, n, seed, d: [Request([1], 1, 4)] * n)
+                        lambda prof, tok, n, seed, d, *_: [Request([1], 1, 4)] * n)
     monkeypatch.setattr("autotune.load._run.os.sched_getaffinity", lambda pid: set(range(16)))
     cap = CapacityConfig(axis="concurrency", low=4, high=8, start=4, settle=False,
                          warm_windows=0, tolerance=0.9)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.config.workload import CapacityConfig, SLOConfig
+from autotune.config.capacity import CapacityConfig
+from autotune.config.workload import SLOConfig
 from autotune.load import LoadSettings
 from autotune.load.record import Request, RequestRecord
 from autotune.measure.capacity import LATE_READS, point_seed
@@ -133,8 +134,53 @@ def test_without_warm_windows_nothing_runs_before_the_point() -> None:
 def test_several_samples_judge_the_point_on_their_medians() -> None:
     """Three fresh samples (a GPU's rule): two fast, one slow; the median is fast and meets."""
     run = Script(run_of(), run_of(slow=50), run_of())
-    p = policy(run, samples=3)
+    p = policy(run, samples=3, cap={"sample_early": 0})  # 10 ms alone is far: decides alone
     got = p.sampled(4.0)
     flat, _bounds, misses, _missed = p.judged(got, ["p99_tpot_ms"])
     assert len(got) == 3 and misses == [] and flat["p99_tpot_ms"] < 60
     assert len({c[1] for c in run.calls}) == 3  # each sample its own requests
+
+
+def test_a_first_sample_far_from_the_line_decides_alone_and_is_marked() -> None:
+    """capacity.sample_early 2 (the default): 10 ms against 60 is a clear meet; 150 ms a
+    clear miss; 40 ms is near the line and two samples that agree run, as before."""
+    for tpot, n, met in ((0.01, 1, True), (0.15, 1, False), (0.04, 2, True)):
+        run = Script(run_of(tpot=tpot))
+        p = policy(run, samples=3)
+        got = p.sampled(4.0)
+        assert len(got) == n and len(run.calls) == n
+        assert p.far_alone(got) == (n == 1)
+        assert (got[-1].runs[-1].server_stats.get("sample_far") == 1.0) == (n == 1)
+        assert (p.judged(got, ["p99_tpot_ms"])[2] == []) == met
+    run = Script(run_of(tpot=0.01))
+    assert len(policy(run, samples=3, cap={"sample_early": 0}).sampled(4.0)) == 2  # off
+
+
+def test_a_warm_up_stops_at_enough_windows_unless_the_last_compiled() -> None:
+    p = policy(Script(run_of()), windows=4, enough=2)
+    assert p.more_windows(0, False, False) and p.more_windows(1, False, True)
+    assert not p.more_windows(2, False, False)  # two windows, the last clean: enough
+    assert p.more_windows(2, False, True)  # a kernel compiled in the second: more
+    assert not p.more_windows(4, False, True)  # never past `windows`
+    assert not p.more_windows(1, True, False)
+    full = policy(Script(run_of()), windows=4)
+    assert full.more_windows(2, False, False) and not full.more_windows(4, False, False)
+
+
+def test_a_short_warm_up_runs_two_windows_or_more_while_kernels_compile() -> None:
+    # the first window compiled (warm caches still log it: docs/results/warm-server-h100) and
+    # read slow; the second is clean: two windows, not yet agreeing, are enough
+    run = Script(run_of(tpot=0.02, jit_events=2.0), run_of(tpot=0.01), run_of(tpot=0.0101))
+    carry = policy(run, windows=4, enough=2).warm_once(4.0)
+    assert len(run.calls) == 2 and carry["warm_windows"] == 2.0
+    assert carry["warm_stable"] == 0.0 and carry["warm_enough"] == 2.0
+    assert carry["warm_jit_events"] == 2.0 and carry["warm_jit_late"] == 0.0
+    # a kernel compiled in the second window: a third, then two agree
+    run = Script(run_of(tpot=0.02), run_of(tpot=0.01, jit_events=1.0), run_of(tpot=0.0101))
+    carry = policy(run, windows=4, enough=2).warm_once(4.0)
+    assert len(run.calls) == 3 and carry["warm_stable"] == 1.0
+    assert carry["warm_jit_late"] == 1.0
+    # the full warm-up: unchanged, up to `windows` until two agree
+    run = Script(run_of(tpot=0.02), run_of(tpot=0.01), run_of(tpot=0.015), run_of(tpot=0.03))
+    carry = policy(run, windows=4).warm_once(4.0)
+    assert len(run.calls) == 4 and "warm_enough" not in carry and carry["warm_stable"] == 0.0

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from autotune.config.workload import CapacityConfig, ProfileConfig, SLOConfig
+from autotune.config.capacity import CapacityConfig
+from autotune.config.workload import ProfileConfig, SLOConfig
 from autotune.load import LoadSettings
 from autotune.load.record import Request, RequestRecord
 from autotune.load.trace import Trace, TraceEntry
@@ -64,7 +65,7 @@ def search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **cap: Any
 
     monkeypatch.setattr(on_server, "measure", fake_measure)
     monkeypatch.setattr(on_server, "load_tokenizer", lambda d: Vocab())
-    monkeypatch.setattr(on_server, "load_trace", lambda p, tok, d: TRACE)
+    monkeypatch.setattr(on_server, "load_trace", lambda p, tok, d, *_: TRACE)
     c = CapacityConfig(axis="speedup", low=1, high=64, tolerance=0.1, settle=False,
                        warm_windows=0, requests_per_point=100, min_duration_s=15.0,
                        warmup=2, **cap)

@@ -2,7 +2,7 @@
 
 import optuna
 
-from autotune.tuning.record import front
+from autotune.tuning.front import front
 from autotune.tuning.summary import knee
 
 

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from autotune.outputs.console import WIDTH
@@ -18,7 +19,7 @@ CAUSE = ("RuntimeError: _C::static_scaled_fp8_quant() expected at most 0 argumen
 
 def demo_records() -> list[TrialRecord]:
     """The CPU demo's shape: a baseline, a config booted three times (so its cells carry a
-    median and an interval), an infeasible config with vLLM's cause, one measured once."""
+    geometric mean and an interval), an infeasible config with vLLM's cause, one measured once."""
     def one(n: int, tok: float, tpot: float, key: str, flags: dict, *, base: bool = False,
             repeat_of: int | None = None) -> TrialRecord:
         facts = TrialFacts(flags_key=key, flags=flags, baseline=base or None,
@@ -64,7 +65,7 @@ def test_the_trials_table_fits_100_columns_without_breaking_a_value(tmp_path: Pa
     # a wide terminal gets wide cells: the pooled change on one line
     wide = Console(width=200, record=True)
     wide.print(trials_table(summary, cfg, width=200))
-    assert any("3,981.41; median 4,590.66 (no significant change" in ln
+    assert any("3,981.41; geo. mean 4,487.35 (no significant change" in ln
                for ln in wide.export_text().splitlines())
     # the infeasible trial's cause is there, folded in its cell, not cut
     assert "static_scaled_fp8_quant" in text and "infeasible" in text
@@ -110,3 +111,55 @@ def test_a_settled_miss_shows_its_target_not_the_finished_requests_p99() -> None
     assert "> 2,000" in text and "1,651.5" not in text  # the TTFT cell: what was settled
     assert "40.9" in text and "missed at 17 s" in text  # TPOT, not settled, as measured
     assert "p99 ttft" in text  # the missed column names the settled metric
+
+
+def test_a_gain_stands_beside_the_baseline_figure_it_divides_by(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 84 item 7: trial 1 read "14,892.71 (+1.9%, one measurement)" beside a defaults
+    row whose median, 15,100, is higher: the gain is of the geometric mean of the defaults'
+    boots (14,610.58), which no row showed. The baseline row now shows that figure, labelled,
+    and the gain divides by it; the live line prints each trial's cells as the table does, and
+    the report and MLflow's gain column show the same figure."""
+    from types import SimpleNamespace
+
+    from autotune.outputs import tables
+    from autotune.outputs.mlflow_view import gain_tag
+    from autotune.outputs.report import trials_markdown
+    from autotune.outputs.tables import StudyView
+
+    tok = "total_token_throughput"
+
+    def one(n: int, v: float, key: str, repeat_of: int | None = None) -> TrialRecord:
+        base = key == "base"
+        facts = TrialFacts(flags_key=key, flags={} if base else {"max_num_seqs": 8},
+                           baseline=(base and repeat_of is None) or None, repeat_of=repeat_of,
+                           metrics={tok: v, "mean_tpot_ms": 5.0})
+        return TrialRecord(n, Status.OK, facts, {} if base else {"max_num_seqs": 8},
+                           {tok: v, "mean_tpot_ms": 5.0})
+
+    recs = [one(0, 15300.0, "base"), one(1, 14892.71, "a"), one(2, 13500.0, "base", 0),
+            one(3, 15100.0, "base", 0)]
+    summary = summary_of(recs, tmp_path)
+    cfg = study_cfg(tmp_path)
+    shown_base = "geo. mean 14,610.58 of 3 boots"  # not the median, 15,100.00
+    g = summary.gains[1][tok]
+    assert f"{g.gain * 100:+.1f}%" == f"{(14892.71 / 14610.58 - 1) * 100:+.1f}%" == "+1.9%"
+    table = trials_table(summary, cfg, width=300)
+    cells = {int(n.rstrip("★[/bold]")): c for n, c in zip(table.columns[0].cells,
+                                                           table.columns[2].cells, strict=True)}
+    assert cells[0] == f"15,300.00; {shown_base}" and cells[3] == f"15,100.00; {shown_base}"
+    assert cells[1] == "14,892.71 (+1.9%, one measurement)"
+    # the live line of each trial says what its row says
+    live = Console(width=300, record=True)
+    monkeypatch.setattr(tables, "console", live)
+    view = StudyView(4, 0, summary.metrics)
+    for r in recs:
+        view.on_trial(summary, SimpleNamespace(number=r.number, params=r.params))  # type: ignore[arg-type]
+    lines = live.export_text().splitlines()
+    for r in recs:
+        assert f"{tok} {cells[r.number]}," in lines[r.number], (lines[r.number], cells)
+    # the report's row of the defaults and MLflow's gain column show the figure too
+    md = "\n".join(trials_markdown(recs, summary))
+    assert shown_base in md and "+1.9%, one measurement" in md
+    assert gain_tag(recs[0], summary) == f"vLLM's defaults; {shown_base}"
+    assert gain_tag(recs[1], summary) == "+1.9%, one measurement"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
+import pytest
 
 from autotune.config.study import StudyConfig
 from autotune.outputs.mlflow_view import (
@@ -162,3 +163,33 @@ def test_the_pareto_plot_draws_the_front_of_pooled_values(tmp_path: Path) -> Non
     # the storage's cached objects, and a plot that wrote into them once fed the pooled
     # medians to a study's confirm phase in the same process
     assert [t.values for t in st.get_trials()] == stored
+
+
+def test_a_trial_run_logs_the_gain_its_gain_tag_says(tmp_path: Path) -> None:
+    """Issue 84 item 7 on MLflow: a trial's `delta_<objective>` was this boot against the
+    defaults' first boot (-2.7%) beside a gain tag of +1.9% (against the geometric mean of the
+    defaults' three boots); both now say the summary's gain, and the defaults' run names the
+    figure it divides by."""
+    from autotune.outputs.tracking import Tracker
+
+    st = optuna.create_study(directions=["maximize", "minimize"])
+    st.set_metric_names(["total_token_throughput", "mean_tpot_ms"])
+    for flags, tok, base, rep in [({}, 15300.0, True, None), ({"max_num_seqs": 8}, 14892.71,
+                                                              False, None),
+                                  ({}, 13500.0, False, 0), ({}, 15100.0, False, 0)]:
+        facts = TrialFacts(flags=flags, flags_key=str(sorted(flags.items())),
+                           baseline=base or None, repeat_of=rep,
+                           metrics={"total_token_throughput": tok, "mean_tpot_ms": 5.0})
+        st.add_trial(optuna.trial.create_trial(values=[tok, 5.0], user_attrs=facts.to_attrs()))
+    cfg = _cfg(tmp_path)
+    summary = summarize(st, cfg)
+    tracker = Tracker(cfg, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker.open_run(st, {})
+    for t in st.get_trials()[:2]:
+        tracker.log_trial(summary, t)
+    assert tracker.failures == 0
+    runs = {r.data.tags["autotune.trial_number"]: r.data for r in tracker.client.search_runs(
+        [tracker.experiment_id], "tags.`autotune.kind` = 'trial'")}
+    assert runs["1"].tags["autotune.gain"] == "+1.9%, one measurement"
+    assert runs["1"].metrics["delta_total_token_throughput"] == pytest.approx(0.0193, abs=1e-4)
+    assert runs["0"].tags["autotune.gain"] == "vLLM's defaults; geo. mean 14,610.58 of 3 boots"

@@ -1,9 +1,11 @@
 """The budget plan and the certify phase (tuning/plan.py, tuning/certify.py) on a synthetic
 capacity study whose boots spread: the split of a budget, the certify loop's endings
-(certified, not certified, budget spent, the defaults), and what every surface reads."""
+(certified, not certified, budget spent, the defaults, a budget too small to explore), and what
+every surface reads."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from autotune.tuning.certify import (
     CERTIFIED,
     DEFAULTS,
     NOT_CERTIFIED,
+    TOO_SMALL,
     read_certification,
     run_certify,
 )
@@ -35,8 +38,10 @@ def test_a_large_gain_is_certified_in_few_boots_and_every_surface_says_so(
     c = run(syn, pick, monkeypatch, 45.0, lambda rec, load: ref | {"load": load})
     assert c.status == CERTIFIED and c.exit_code == 0
     assert c.gain is not None and c.gain["low"] > 1.0 and c.gain["coverage"] == 0.9
-    # the pick's first-pass boot, chosen for reading high, does not count: 2 new boots of it
-    assert 2 <= c.gain["boots_pick"] <= 3 and c.gain["boots_defaults"] == c.gain["boots_pick"] + 1
+    # neither first-pass boot counts (the pick's chosen for reading high, the defaults' for
+    # being beaten): 2 certify boots of each, in pairs
+    assert 2 <= c.gain["boots_pick"] <= 3 and c.gain["boots_defaults"] == c.gain["boots_pick"]
+    assert c.gain["low"] < c.gain["adjusted"] <= c.gain["ratio"]
     assert c.minutes["reference"] == 5.0
     text = c.sentence()
     assert text.startswith(f"certified: trial {pick} is ") and "(90%, " in text
@@ -59,7 +64,7 @@ def test_no_gain_is_not_certified_and_recommends_the_defaults(
     c = run(syn, pick, monkeypatch, 1000.0)
     assert c.status == NOT_CERTIFIED and c.exit_code == 3
     assert c.gain is not None and c.gain["low"] <= 1.0
-    assert c.gain["boots_pick"] == 3  # every boot the plan allows, then the verdict
+    assert c.gain["boots_pick"] == 2  # max_boots 3, the first pass's included, then the verdict
     s = summarize(syn.study, syn.cfg)
     assert s.recommendation.number == 0 and s.recommendation.rule == "certify"
     assert s.headline().startswith(f"not certified: trial {pick}'s capacity is ")
@@ -99,13 +104,70 @@ def test_a_pick_that_is_the_defaults_needs_no_certifying(
     assert len(syn.study.trials) == 3  # no boot
 
 
+def test_a_budget_too_small_to_explore_ends_on_its_own_exit_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 84 item 5: `--budget-gpu-minutes 1` ran vLLM's defaults alone, then ended "no
+    config explored beat them", exit 0, though nothing was explored. It now ends "budget too
+    small to explore" (exit 5) with what the plan needs to explore one trial and certify:
+    a budget of that much explores one trial (over_budget lets it start)."""
+    syn = Synthetic(cfg_of(tmp_path), 0.03)
+    syn.true = {"defaults": 70.0}
+    syn.boot("defaults", 9.0, base=True)
+    c = run(syn, 0, monkeypatch, 1.0)
+    assert c.status == TOO_SMALL and c.exit_code == 5
+    assert len(syn.study.trials) == 1  # no boot
+    recs = records(syn.study)
+    b = bill(recs, syn.cfg)
+    costs = plan(recs, syn.cfg, b, 1.0).costs
+    need = b.total + costs.trial + costs.reserve(2)
+    assert c.sentence().startswith(
+        f"budget too small to explore: only vLLM's defaults (trial 0) ran; the plan needs "
+        f"about {need:.1f} {b.unit} to explore one trial and certify (")
+    assert "a larger budget resumes the study" in c.sentence()
+    assert over_budget(b, need, plan(recs, syn.cfg, b, need).reserve) is None
+    assert over_budget(b, need - 0.5, plan(recs, syn.cfg, b, need - 0.5).reserve) is not None
+    s = summarize(syn.study, syn.cfg)
+    assert s.recommendation.number == 0 and s.headline() == c.sentence()
+
+
+def test_explored_with_nothing_better_or_asked_for_the_defaults_alone_is_exit_0(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What is not "budget too small to explore": configs tried that failed to boot are
+    explored (nothing beat the defaults: deploy them), and so is a study whose n_trials asked
+    for the defaults alone; a trial the machine spoiled (unmeasured) explored nothing."""
+    from autotune.tuning.record import Status
+
+    syn = Synthetic(cfg_of(tmp_path / "a"), 0.03)
+    syn.true = {"defaults": 70.0}
+    syn.boot("defaults", 9.0, base=True)
+    syn.study.add_trial(optuna.trial.create_trial(
+        state=optuna.trial.TrialState.FAIL, user_attrs=TrialFacts(
+            flags={"k": "oom"}, flags_key="oom",
+            unmeasured="boot timeout while other work starved the machine").to_attrs()))
+    assert records(syn.study)[1].status == Status.UNMEASURED
+    assert run(syn, 0, monkeypatch, 1.0).status == TOO_SMALL
+    syn.study.add_trial(optuna.trial.create_trial(  # as a boot failure is recorded
+        values=[0.0], constraints={"capacity_ok": 1.0}, user_attrs=TrialFacts(
+            flags={"k": "oom"}, flags_key="oom", failure="ServerBootError",
+            cause="CUDA out of memory").to_attrs()))
+    assert records(syn.study)[2].status == Status.INFEASIBLE
+    c = run(syn, 0, monkeypatch, 1.0)
+    assert c.status == DEFAULTS and c.exit_code == 0
+    assert c.sentence() == ("vLLM's defaults (trial 0): no config explored beat them; there "
+                            "is no gain to certify")
+    one = Synthetic(cfg_of(tmp_path / "b").model_copy(update={"n_trials": 1}), 0.03)
+    one.true = {"defaults": 70.0}
+    one.boot("defaults", 9.0, base=True)
+    assert run(one, 0, monkeypatch, 1.0).status == DEFAULTS
+
+
 def test_the_plan_reserves_more_where_boots_spread_more(tmp_path: Path) -> None:
     """The split: the reserve is the certify boots a gain of certify.min_gain needs at the
     spread between the defaults' boots, plus the reference check; a wider spread keeps more,
     and exploration stops once the next trial would eat into it."""
     out = {}
     for spread in (0.01, 0.15):
-        syn = Synthetic(cfg_of(tmp_path / str(spread)), spread, seed=1)
+        syn = Synthetic(cfg_of(tmp_path / str(spread), max_boots=8), spread, seed=1)
         syn.true = {"defaults": 70.0, "pick": 90.0}
         syn.boot("defaults", 9.0, base=True)
         syn.boot("defaults", 5.5, repeat_of=0)
@@ -262,16 +324,16 @@ def test_a_minimized_metric_s_gain_reads_as_better_not_as_a_multiple() -> None:
     gain = {"ratio": 21.6, "low": 6.7, "high": 69.6, "coverage": 0.9, "boots_pick": 2,
             "boots_defaults": 3}
     c = certify_mod.Certification(CERTIFIED, 1, 0, "mean_ttft_ms", gain, lower_is_better=True)
-    assert c.sentence() == ("certified: trial 1 is 21.60x [6.70, 69.60] (90%, 2 boots of it, 3 "
-                            "of the defaults) better than the defaults on mean_ttft_ms (theirs "
+    assert c.sentence() == ("certified: trial 1 is 21.60x [6.70, 69.60] (90%, 2 certify boots of "
+                            "it, 3 of the defaults) better than the defaults on mean_ttft_ms (theirs "
                             "over its: lower is better)")
     spent = certify_mod.Certification(BUDGET_SPENT, 1, 0, "mean_ttft_ms", gain,
                                       remaining="x", lower_is_better=True)
     assert spent.sentence().startswith("budget spent before certification: trial 1 is 21.60x")
     assert "the defaults' mean_ttft_ms" not in spent.sentence()
     up = certify_mod.Certification(CERTIFIED, 1, 0, "capacity", gain)
-    assert up.sentence().startswith("certified: trial 1 is 21.60x [6.70, 69.60] (90%, 2 boots of "
-                                    "it, 3 of the defaults) the defaults' capacity")
+    assert up.sentence().startswith("certified: trial 1 is 21.60x [6.70, 69.60] (90%, 2 certify "
+                                    "boots of it, 3 of the defaults) the defaults' capacity")
 
 
 def test_only_a_capacity_first_objective_is_judged_by_its_brackets(tmp_path: Path) -> None:
@@ -296,26 +358,27 @@ def test_pairs_the_budget_pays_that_can_decide_nothing_are_not_booted(
     third round of a 1.03x [0.72, 1.49] pick cost 8.3 of 45 GPU-min and ended at 1.01x
     [0.82, 1.26]). Where more boots might certify, budget spent, resumable; where not even
     max_boots would, a verdict: not certified, keep the defaults."""
-    syn, pick = explored(tmp_path, 0.0, 0.05, seed=7)  # no gain: 1.01x after two pairs
+    syn, pick = explored(tmp_path, 0.0, 0.05, seed=7, max_boots=8)  # no gain
     spent = bill(syn.study, syn.cfg).total
-    c = run(syn, pick, monkeypatch, spent + 30.0)
+    c = run(syn, pick, monkeypatch, spent + 24.0)  # two pairs (14.3), then one more is paid
     assert bill(syn.study, syn.cfg).total - spent == pytest.approx(14.3, abs=0.1)  # 2 pairs
     assert c.status == NOT_CERTIFIED and c.exit_code == 3
     assert c.gain is not None and c.gain["boots_pick"] == 2
-    assert "not even the 3 more boots each that certify.max_boots allows would clear 1.0x" \
+    assert "not even the 5 more boots each that certify.max_boots allows would clear 1.0x" \
         in c.sentence() and "unspent" in c.sentence()
     assert summarize(syn.study, syn.cfg).recommendation.number == 0
     # a gain that more boots might certify: budget spent, what a larger budget needs
     syn2, pick2 = explored(tmp_path / "b", 0.2, 0.05, seed=1, max_boots=8)
     spent2 = bill(syn2.study, syn2.cfg).total
-    c2 = run(syn2, pick2, monkeypatch, spent2 + 30.0)
+    c2 = run(syn2, pick2, monkeypatch, spent2 + 24.0)
     assert c2.status == BUDGET_SPENT and c2.exit_code == 4, c2.sentence()
     assert c2.sentence().startswith(f"budget too small to certify: trial {pick2}'s ")
     assert "more would pay the" in c2.sentence()
     # a budget that pays every boot max_boots allows boots on to the verdict
     syn3, pick3 = explored(tmp_path / "c", 0.0, 0.05, seed=7)
     c3 = run(syn3, pick3, monkeypatch, bill(syn3.study, syn3.cfg).total + 1000.0)
-    assert c3.status == NOT_CERTIFIED and c3.gain is not None and c3.gain["boots_pick"] == 5
+    # max_boots 5 counts the first pass: 4 certify boots each
+    assert c3.status == NOT_CERTIFIED and c3.gain is not None and c3.gain["boots_pick"] == 4
 
 
 def test_the_projected_interval_narrows_with_boots_and_hopes_and_fears_a_standard_error(
@@ -334,3 +397,38 @@ def test_the_projected_interval_narrows_with_boots_and_hopes_and_fears_a_standar
     assert projected(pick[:1], base, 3) is None  # no spread yet
     worse = [(60.0, 66.0), (64.0, 70.4)]  # a pick one more pair may show worse: go on
     assert (projected(worse, base, 1) or (0.0, 0.0))[1] < 0
+
+
+def test_the_reference_runs_on_the_picks_last_certify_boot_where_the_launch_is_stock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 85's cut: where the study's boots are stock `vllm serve` launches one at a time,
+    each round boots the defaults, then the pick, and the reference check runs on the pick's
+    server once its boot makes the round certify: no boot of its own (its minutes are the
+    boot's), and only on the boot that certifies."""
+    monkeypatch.setattr(certify_mod, "reference_on_boot", lambda cfg, lanes=1: True)
+    syn, pick = explored(tmp_path, 0.44, 0.03)
+    monkeypatch.setattr(certify_mod, "run_repeats", syn.repeats())
+    booted_for: list[float] = []
+    checked: list[float] = []
+
+    def boot_ref(rec: Any, load: float) -> dict[str, Any]:
+        booted_for.append(load)
+        return {"load": load, "samples": 3, "met": True, "p99_ttft_ms": 1.0,
+                "p99_tpot_ms": 1.0, "minutes": 5.0}
+
+    def up_ref(url: str, log: Path, load: float) -> dict[str, Any]:
+        checked.append(load)
+        return {"load": load, "samples": 3, "met": True, "p99_ttft_ms": 900.0,
+                "p99_tpot_ms": 40.0, "minutes": 1.0}
+
+    c = run_certify(syn.study, syn.cfg, None, [], pick,  # type: ignore[arg-type]
+                    lambda: 45.0 - bill(syn.study, syn.cfg).total,
+                    lambda: plan(records(syn.study), syn.cfg, bill(syn.study, syn.cfg),
+                                 45.0).costs, reference=boot_ref, reference_up=up_ref)
+    assert c.status == CERTIFIED and booted_for == [] and len(checked) == 1
+    assert c.reference is not None and c.reference["on_boot"] and c.minutes["reference"] == 0
+    new = records(syn.study)[3:]
+    assert [r.facts.repeat_of for r in new] == [0, pick] * (len(new) // 2)  # defaults first
+    assert [r.number for r in new if r.facts.reference] == [new[-1].number]
+    assert checked[0] == pytest.approx(statistics.median(
+        r.facts.capacity["capacity"] for r in new if r.facts.repeat_of == pick))

@@ -65,8 +65,9 @@ def test_four_lanes_boot_two_pairs_at_once_shuffled_across_the_lanes(tmp_path: P
 def test_lanes_the_budget_cannot_fill_boot_fewer_pairs_then_end_spent(tmp_path: Path) -> None:
     syn, pick = explored(tmp_path, 0.44, 0.03, max_boots=6)
     spent = bill(syn.study, syn.cfg).total
-    # room for one pair and the reference check, not two: one pair, then budget spent
-    c, rounds = lanes_run(syn, pick, spent + 7.0 + 6.0 + 4.0, 4)
+    # room for one pair and the reference check, not two (a certify boot priced 2.5 from the
+    # trials' phases, the reference 2.5): one pair, then budget spent
+    c, rounds = lanes_run(syn, pick, spent + 5.0 + 2.5 + 3.0, 4)
     assert [len(r) for r in rounds] == [2]
     assert c.status == BUDGET_SPENT and "more boot" in c.remaining
 

@@ -288,9 +288,10 @@ def test_an_early_stopped_capacity_reads_as_a_lower_bound_in_the_tables(tmp_path
     assert "| ≥40.0 | stopped early |" in md and "-20.0%" not in md
 
 
-def test_a_pooled_change_is_shown_beside_the_median_it_is_of() -> None:
+def test_a_pooled_change_is_shown_beside_the_geometric_mean_it_is_of() -> None:
     """The CPU demo's table showed a repeat's own 9,242.72, above the baseline's median, beside
-    the config's pooled -45.1%: the config's median now stands beside the change."""
+    the config's pooled -45.1%: the config's geometric mean over its boots, which the change
+    is of (stats.gain_ci), now stands beside the change."""
     from autotune.measure.stats import gain_ci
     from autotune.outputs.tables import value_text
     from autotune.tuning.record import Status, TrialFacts, TrialRecord
@@ -299,7 +300,9 @@ def test_a_pooled_change_is_shown_beside_the_median_it_is_of() -> None:
                     values={"total_token_throughput": 9242.72})
     g = gain_ci([9242.72, 4000.0, 4540.0], [8268.23, 7000.0, 13517.94])
     text = value_text(r, "total_token_throughput", 9242.72, g)
-    assert text.startswith("9,242.72; median 4,540.00 (") and text.endswith(", 3 boots)")
+    assert text.startswith("9,242.72; geo. mean 5,516.18 (") and text.endswith(", 3 boots)")
+    assert g.value is not None and g.base_value is not None
+    assert 1 + g.gain == pytest.approx(g.value / g.base_value)
     one = gain_ci([9242.72], [8268.23])
     assert value_text(r, "total_token_throughput", 9242.72, one) == \
         "9,242.72 (+11.8%, one measurement)"

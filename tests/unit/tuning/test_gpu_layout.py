@@ -11,7 +11,8 @@ from autotune.config.metric_names import base_metric, objective_metric, per_gpu
 from autotune.config.study import StudyConfig, gpus_per_replica, layout_text
 from autotune.errors import ConfigError
 from autotune.tuning import objective as objective_mod
-from autotune.tuning.objective import BOOT_OK, Objective, incumbent
+from autotune.tuning.earlier import incumbent
+from autotune.tuning.objective import BOOT_OK, Objective
 from autotune.tuning.preflight import check_layout
 from autotune.tuning.record import Status, records
 from autotune.tuning.search_space import SearchSpace, load_search_space

@@ -11,8 +11,9 @@ import pytest
 from autotune.config.study import StudyConfig
 from autotune.outputs.export import bench_command, config_yaml, serve_command
 from autotune.tuning import objective as objective_mod
+from autotune.tuning.front import front
 from autotune.tuning.objective import BOOT_OK, Objective
-from autotune.tuning.record import Status, baseline, deltas, front, records
+from autotune.tuning.record import Status, baseline, deltas, records
 from autotune.tuning.search_space import SearchSpace
 from autotune.tuning.summary import choose, summarize
 from tests.fakes import fake_bench

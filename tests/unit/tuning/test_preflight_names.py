@@ -4,6 +4,7 @@ which has no such flag), and a bad storage URL after --warm-start NAME@ as --war
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,30 @@ def test_warm_start_storage_error_names_the_option(tmp_path: Path, tiny_model: P
         warm_start(st, cfg(tmp_path, tiny_model, {}), None, "old@notaurl")  # type: ignore[arg-type]
     assert str(ei.value).startswith("--warm-start old@notaurl: storage: 'notaurl' is not a "
                                     "database URL")
+
+
+def test_a_server_arg_the_space_overrules_is_said_once(tmp_path: Path,
+                                                        tiny_model: Path) -> None:
+    """Issue 84, item 8: server.args.max_model_len lost to the space's fixed value without a
+    word. A fixed value, or a searched flag, over a study file's arg is one warning each."""
+    c = cfg(tmp_path, tiny_model, {"max_model_len": 4096, "max_num_seqs": 8,
+                                   "load_format": "dummy"})
+    with pytest.warns(UserWarning) as got:
+        pf.preflight(c)
+    said = [str(w.message) for w in got]
+    assert said == [
+        "server.args.max_model_len: 4096 is overruled in every trial, the baseline too, by "
+        "search space 'cpu-demo' (fixed: max_model_len: 512); drop it from one of them",
+        "server.args.max_num_seqs: 8 is searched by search space 'cpu-demo' "
+        "(parameters.max_num_seqs); a trial that sets it overrules this value, which only the "
+        "baseline and trials leaving it unset run with; drop it from server.args, or from the "
+        "space"]
+    with warnings.catch_warnings(record=True) as again:  # as the CLI runs: said once a run
+        warnings.simplefilter("default")
+        pf.preflight(c)
+        pf.preflight(c)
+    assert [str(w.message) for w in again] == said
+    # the same value as the space's changes nothing; an arg the space leaves alone neither
+    assert pf.overruled(cfg(tmp_path, tiny_model, {"max_model_len": 512,
+                                                   "load_format": "dummy"}),
+                        pf.study_space("cpu-demo", [])) == []

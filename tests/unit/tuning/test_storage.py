@@ -56,3 +56,30 @@ def test_each_enqueued_trial_runs_once(tmp_path: Path) -> None:
     assert [err for _, err in results if err] == []
     popped = [n for got, _ in results for n in got]
     assert sorted(popped) == list(range(N_TRIALS))  # each once: none twice, none lost
+
+
+def test_a_postgresql_url_uses_the_driver_the_package_ships() -> None:
+    """Issue 84, item 6: `postgresql://`, the form every message recommends, failed with
+    "Failed to import DB access module": SQLAlchemy 2.1 gives the bare scheme psycopg (3),
+    and the package ships psycopg2. No server needed: port 1 refuses the connection."""
+    import importlib.util
+
+    import pytest
+    from sqlalchemy.engine import make_url
+
+    from autotune.errors import ConfigError
+    from autotune.tuning.storage import check_url, driver_url
+
+    url = "postgresql://autotune:pw@127.0.0.1:1/autotune"
+    check_url(url)
+    assert make_url(driver_url(url)).get_dialect().driver == "psycopg2"
+    for kept in ("postgresql+psycopg2://u@h/d", "sqlite:///x.db"):
+        assert driver_url(kept) == kept
+    with pytest.raises(ConfigError) as e:
+        make_storage(url)
+    assert "cannot open 'postgresql://autotune:pw@127.0.0.1:1/autotune': OperationalError" in \
+        str(e.value)
+    if importlib.util.find_spec("psycopg") is None:  # a driver named but not installed
+        with pytest.raises(ConfigError, match="no driver for it in this install .* use "
+                                              "sqlite:///PATH or postgresql://USER@HOST/DB"):
+            check_url("postgresql+psycopg://u@127.0.0.1/d")

@@ -72,7 +72,7 @@ def test_a_capacity_search_stopped_early_is_not_on_the_front() -> None:
     floor load: lower than the incumbent's at capacity, but no trade-off (trials 9 and 17 of
     the H100 study sat on the front that way)."""
     from autotune.measure.capacity import EARLY_STOP
-    from autotune.tuning.record import front_numbers
+    from autotune.tuning.front import front_numbers
 
     st = optuna.create_study(directions=["maximize", "minimize"])
     for capacity, tpot, stopped in ((94.9, 32.8, None), (47.5, 12.6, f"{EARLY_STOP}'s 94.9"),
@@ -93,7 +93,7 @@ def test_a_capacity_search_stopped_early_is_not_on_the_front() -> None:
 def test_the_front_is_optunas_best_trials_less_the_repeats() -> None:
     import random
 
-    from autotune.tuning.record import front_numbers
+    from autotune.tuning.front import front_numbers
 
     rng = random.Random(0)
     for _ in range(30):
