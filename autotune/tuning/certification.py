@@ -67,7 +67,8 @@ class Certification:
             return f"not measured yet ({n} certify boots of it, {nb} of the defaults)"
         if n > 1 and nb > 1:
             adj = (f"; {g['adjusted']:.2f}x adjusted for stopping once it cleared"
-                   if g.get("adjusted") is not None else "")
+                   if g.get("adjusted") is not None
+                   and f"{g['adjusted']:.2f}" != f"{g['ratio']:.2f}" else "")
             return (f"{g['ratio']:.2f}x [{g['low']:.2f}, {g['high']:.2f}] ({g['coverage']:.0%}, "
                     f"{n} certify boots of it, {nb} of the defaults{adj})")
         return (f"{g['ratio']:.2f}x ({n} certify boot{'s' if n > 1 else ''} of it, {nb} of the "

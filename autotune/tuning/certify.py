@@ -198,10 +198,12 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
             order.shuffle(pair)
         at = {n: check_load(recs, n, cfg) for n in pair}
         so_far = Certification(NOT_CERTIFIED, pick, base.number, metric,
-                               gain_doc(g, cfg.certify.coverage)).ratio_text()
+                               gain_doc(g, cfg.certify.coverage)).ratio_text() \
+            if g.n and g.n_base else ""
         say(f"certify: boot{'s' if k > 1 else ''} {boot_range(g.n, k)} of trial {pick} and "
             f"{boot_range(g.n_base, k)} of the defaults" + (
-                " at once" if k > 1 or lanes > 1 else "") + f" (so far {so_far})")
+                " at once" if k > 1 or lanes > 1 else "")
+            + (f" (so far {so_far})" if so_far else ""))
         n_before = len(study.get_trials(deepcopy=False))
         if boots is not None:
             boots(pair, at)

@@ -72,6 +72,23 @@ class Outcome:
         return g.low <= self.true - 1 <= g.high
 
 
+def sitting(rng: np.random.Generator, ratios: Sequence[float], spread: float, rule: Rule,
+            budget: float, cold: float, cost: Costs, tol: float = 0.1) -> Outcome:
+    """One study within `budget` device-minutes, the plan's way (tuning.plan, bill.over_budget):
+    the defaults' trial (`cold`, its first boot compiling), then each config in `ratios` order
+    while what is spent, the next trial (`cost.trial`) and the fewest certify pairs with the
+    reference check (plan.MIN_PAIRS) fit the budget; then the certify phase with the rest.
+    Outcome.minutes: the whole study's."""
+    from autotune.tuning.plan import MIN_PAIRS
+
+    spent, explored = cold, 1
+    while explored < len(ratios) and \
+            spent + cost.trial + cost.reserve(MIN_PAIRS) <= budget:
+        spent, explored = spent + cost.trial, explored + 1
+    out = study(rng, ratios[:explored], spread, rule, tol, budget - spent, cost)
+    return Outcome(out.status, out.true, out.gain, out.adjusted, out.boots, spent + out.minutes)
+
+
 def study(rng: np.random.Generator, ratios: Sequence[float], spread: float, rule: Rule,
           tol: float = 0.1, budget: float = math.inf, cost: Costs = UNBOUNDED,
           adjust: bool = False) -> Outcome:
