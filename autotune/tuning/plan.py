@@ -24,6 +24,10 @@ from autotune.tuning.spend import ONE_TIME, boot_split, cold_boots
 # and above, 25-40 s each): about 1.0 (docs/results/warm-server-h100).
 CHECK_SHARE = 0.6
 REFERENCE_SHARE = 1.0
+# What one `vllm bench serve` run costs beyond its traffic: the CLI's start (Python imports, the
+# tokenizer, the dataset) and its own warm-up. On the H100 (dense long-prompt shape, 2026-12-07)
+# three reference runs of 14.4-14.7 s of traffic took 129.5 s in all: 28.5 s a run more.
+REFERENCE_RUN_S = 28.5
 
 
 @dataclass(frozen=True)
@@ -50,10 +54,10 @@ def estimate_costs(recs: list[TrialRecord], cfg: StudyConfig, b: Bill,
     (warm_boot_s: a cold boot's compile and kernel warm-up left out), a short warm-up
     (tuning.warmup.QUICK windows at the median seconds a window took: a config that warmed
     before is warm again) and two points (met at C, missed a step above) at the median seconds
-    a point took, and its stop; the reference check as the samples `vllm bench serve` runs at
-    C, each a sample of a point, and, unless it runs on the pick's last certify boot
-    (`on_boot`: that server is up and warm), a warm boot, its warm-up run and the same
-    samples a step above. Before any measured trial, shares of a trial (CHECK_SHARE,
+    a point took, and its stop; the reference check as the runs `vllm bench serve` makes at C,
+    each a sample of a point and the CLI's start (REFERENCE_RUN_S), and, unless it runs on the
+    pick's last certify boot (`on_boot`: that server is up and warm), a warm boot, its warm-up
+    run and the same runs a step above. Before any measured trial, shares of a trial (CHECK_SHARE,
     REFERENCE_SHARE). Where the first objective is no capacity, a certify boot is a trial."""
     from autotune.measure.on_server import samples_of
     from autotune.tuning.warmup import QUICK
@@ -76,8 +80,8 @@ def estimate_costs(recs: list[TrialRecord], cfg: StudyConfig, b: Bill,
     stop = statistics.median(r.timings.get("stop_s", 0.0) for r in measured)
     check = (boot + QUICK * window + 2 * point + stop) * devices / 60
     k = samples_of(cfg.capacity)
-    sample = point / runs
-    ref = (k * sample if on_boot else boot + window + 2 * k * sample) * devices / 60 \
+    run = point / runs + REFERENCE_RUN_S  # a reference run: a point's sample and the CLI's start
+    ref = (k * run if on_boot else boot + window + (2 * k + 1) * run) * devices / 60 \
         if referenced else 0.0
     return Costs(b.unit, trial, check, ref, True)
 

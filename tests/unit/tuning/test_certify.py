@@ -360,7 +360,7 @@ def test_pairs_the_budget_pays_that_can_decide_nothing_are_not_booted(
     max_boots would, a verdict: not certified, keep the defaults."""
     syn, pick = explored(tmp_path, 0.0, 0.05, seed=7, max_boots=8)  # no gain
     spent = bill(syn.study, syn.cfg).total
-    c = run(syn, pick, monkeypatch, spent + 24.0)  # two pairs (14.3), then one more is paid
+    c = run(syn, pick, monkeypatch, spent + 26.0)  # two pairs (14.3), then one more is paid
     assert bill(syn.study, syn.cfg).total - spent == pytest.approx(14.3, abs=0.1)  # 2 pairs
     assert c.status == NOT_CERTIFIED and c.exit_code == 3
     assert c.gain is not None and c.gain["boots_pick"] == 2
@@ -370,7 +370,7 @@ def test_pairs_the_budget_pays_that_can_decide_nothing_are_not_booted(
     # a gain that more boots might certify: budget spent, what a larger budget needs
     syn2, pick2 = explored(tmp_path / "b", 0.2, 0.05, seed=1, max_boots=8)
     spent2 = bill(syn2.study, syn2.cfg).total
-    c2 = run(syn2, pick2, monkeypatch, spent2 + 24.0)
+    c2 = run(syn2, pick2, monkeypatch, spent2 + 26.0)
     assert c2.status == BUDGET_SPENT and c2.exit_code == 4, c2.sentence()
     assert c2.sentence().startswith(f"budget too small to certify: trial {pick2}'s ")
     assert "more would pay the" in c2.sentence()

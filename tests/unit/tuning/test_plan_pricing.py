@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune.tuning.bill import bill
-from autotune.tuning.plan import boots_for, estimate_costs, plan, planned_gain
+from autotune.tuning.plan import REFERENCE_RUN_S, boots_for, estimate_costs, plan, planned_gain
 from autotune.tuning.record import records
 from tests.certify_fakes import Synthetic, cfg_of
 
@@ -25,15 +25,17 @@ def study(tmp_path: Path, pick: float) -> Synthetic:
 def test_a_certify_boot_is_priced_from_the_measured_phases(tmp_path: Path) -> None:
     """Synthetic trials: a 60 s boot, points of 60 s (met) and 30 s (missed), no warm-up: a
     certify boot is a boot and two median points (2.5 min), not a share of a trial (3.3); the
-    reference check on the pick's own server is its samples at C (1 on a CPU, 0.75 min), on a
-    boot of its own also a boot and the samples a step above (2.5)."""
+    reference check on the pick's own server is its runs at C (1 on a CPU: a point's sample and
+    the reference CLI's start, 1.2 min), on a boot of its own also a boot, its warm-up run and
+    the runs a step above (4.7)."""
     syn = study(tmp_path, 1.5)
     recs = records(syn.study)
     b = bill(recs, syn.cfg)
     own, on_boot = estimate_costs(recs, syn.cfg, b), estimate_costs(recs, syn.cfg, b, True)
     assert own.measured and own.check == pytest.approx((60 + 2 * 45) / 60)
-    assert own.reference == pytest.approx((60 + 2 * 45) / 60)
-    assert on_boot.check == own.check and on_boot.reference == pytest.approx(45 / 60)
+    run = 45 + REFERENCE_RUN_S
+    assert own.reference == pytest.approx((60 + 3 * run) / 60)
+    assert on_boot.check == own.check and on_boot.reference == pytest.approx(run / 60)
 
 
 def test_the_reserve_is_sized_by_the_gain_the_pick_read(tmp_path: Path) -> None:
