@@ -7,8 +7,9 @@ one was scored against a baseline measured on the old workload (issue 84: -53.7%
 
 Left out, since a resume may change them without changing what a number means: the budget,
 n_trials, the timeout, the sampler, the confirm, certify and quality settings, workdir, the
-storage, the server's environment and boot settings, and how the load generator runs (its
-processes, CPUs, timeouts). Models are dumped without their defaults, so a field a later
+storage, the server's environment and boot settings, how the load generator runs (its
+processes, CPUs, timeouts) and how many requests a measurement sends (`num_prompts`: the same
+load sampled longer or shorter). Models are dumped without their defaults, so a field a later
 autotune adds (at its default) does not make every stored study differ.
 
 `--force-new` sets the study of a name aside (`set_aside`) so that a fresh one starts under it:
@@ -33,6 +34,9 @@ from autotune.tuning.storage import make_storage, rename_study
 # fix, "give the client more: profile.client_processes", must resume the study)
 RUN_ONLY = {"client_processes", "client_cpus", "client_realtime", "request_timeout_s",
             "metrics_interval_s"}
+# and the one that sets a measurement's precision, not what it measures: the same load, sampled
+# longer or shorter (a resume may cut it to finish sooner, or raise it for tighter tails)
+PRECISION = {"num_prompts"}
 # the capacity search's fields that say what a capacity is; the rest set its precision
 CAPACITY_MEANS = {"axis", "low", "high"}
 SHOWN = 8  # differences listed in the error, at most
@@ -41,7 +45,7 @@ SHOWN = 8  # differences listed in the error, at most
 def identity(cfg: StudyConfig, space: SearchSpace) -> dict[str, Any]:
     """The identity of a study run with `cfg` over `space` (the space as the study searches
     it: its draft models added), as flat `dotted.name: value` pairs, JSON values."""
-    workloads = [p.model_dump(mode="json", exclude=RUN_ONLY, exclude_defaults=True)
+    workloads = [p.model_dump(mode="json", exclude=RUN_ONLY | PRECISION, exclude_defaults=True)
                  for p in cfg.workloads()]
     data: dict[str, Any] = {
         "server": cfg.server.model_dump(mode="json", include={"model", "args", "extra_args"},
@@ -59,6 +63,12 @@ def identity(cfg: StudyConfig, space: SearchSpace) -> dict[str, Any]:
     }
     flat = dict(_flatten("", data))
     return dict(json.loads(json.dumps(flat)))  # as the storage gives it back
+
+
+def _left_out(key: str) -> bool:
+    """Whether a recorded key is one of a profile's fields left out of the identity."""
+    parts = key.split(".")
+    return parts[0] in ("profile", "profiles") and parts[-1] in RUN_ONLY | PRECISION
 
 
 def _flatten(prefix: str, value: Any) -> list[tuple[str, Any]]:
@@ -88,8 +98,8 @@ def stored_identity(study: optuna.Study) -> dict[str, Any] | None:
     """The identity the study recorded; for a study from before identities were recorded, the
     one of its stored config and space (None when it has none, or they no longer parse)."""
     facts = study_facts(study)
-    if facts.identity is not None:
-        return facts.identity
+    if facts.identity is not None:  # recorded by an autotune that counted more fields in
+        return {k: v for k, v in facts.identity.items() if not _left_out(k)}
     if facts.config is None or facts.search_space is None:
         return None
     try:

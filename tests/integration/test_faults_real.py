@@ -58,7 +58,8 @@ FAULT_PROMPTS = 192
 
 def shorten(cfg: Path, prompts: int = 8) -> None:
     """Cut the profile's request count before a resume: the resumed trial only has to complete
-    (resume reads the file again and checks nothing of the profile against the first run)."""
+    (resume reads the file again; num_prompts, the same load sampled shorter, is not part of the
+    study's identity, tuning/identity.py)."""
     doc = yaml.safe_load(cfg.read_text())
     doc["profile"]["num_prompts"] = prompts
     cfg.write_text(yaml.safe_dump(doc))

@@ -43,8 +43,8 @@ def study_file(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     cfg = {
         "name": "two-workers",
         "server": {"model": str(tiny_model), "args": dict(CPU_BASE), "boot_timeout_s": 300},
-        "profile": {"name": "random", "input_len": 32, "output_len": 8, "num_prompts": 16,
-                    "max_concurrency": 8},
+        "profile": {"name": "random", "input_len": 16, "output_len": 4, "num_prompts": 16,
+                    "request_rate": 4},
         "search_space": str(d / "space.yaml"),
         "sampler": {"name": "tpe", "seed": 1, "n_startup_trials": 2},
         "n_trials": 2,  # one trial a worker: both servers at once is what is tested
@@ -83,9 +83,11 @@ def check_mlflow(study_file: Path, st: optuna.Study) -> None:
     assert nums == sorted(t.number for t in st.get_trials() if t.state.is_finished())
 
 
-# paced: 40 requests at 2/s, so that a trial cannot end before the other worker, slowed by the
-# first server's boot on 2 cores, has started its own (the SIGTERM lands while both run)
-PACED = {"name": "random", "input_len": 16, "output_len": 4, "num_prompts": 40, "request_rate": 2}
+# the study's load sampled longer: 120 requests at 4/s, so that a trial cannot end before the
+# other worker, slowed by the first server's boot on 2 cores, has started its own (the SIGTERM
+# lands while both run); the resume samples 16 (num_prompts is not part of a study's identity)
+PACED = {"name": "random", "input_len": 16, "output_len": 4, "num_prompts": 120,
+         "request_rate": 4}
 
 
 @dataclass

@@ -166,3 +166,18 @@ def test_force_new_keeps_the_old_study_under_a_new_name(tmp_path: Path) -> None:
     assert fresh.get_trials() == [] and study_facts(fresh).identity == ident(other)
     # twice in one second: a name of its own each time
     assert set_aside(other) not in (None, new)
+
+
+def test_a_resume_may_sample_the_same_load_longer_or_shorter(tmp_path: Path) -> None:
+    """num_prompts sets how long a measurement samples, not what it measures: a resume cut to
+    8 requests is the same study, and so is one whose identity was recorded when it counted."""
+    cfg = cfg_of(tmp_path)
+    a = ident(cfg)
+    shorter = cfg_of(tmp_path, profile__num_prompts=8)
+    assert differences(a, ident(shorter)) == []
+    study = optuna.create_study()
+    write_study_facts(study, StudyFacts(identity={**a, "profile.num_prompts": 50}))
+    check_identity(study, shorter, space_of(shorter))  # not refused
+    other = cfg_of(tmp_path, profile__num_prompts=8, profile__input_len=128)
+    with pytest.raises(StudyError, match="profile.input_len: 1024 -> 128"):
+        check_identity(study, other, space_of(other))
