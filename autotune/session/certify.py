@@ -22,12 +22,10 @@ from autotune.tuning.bill import Bill, bill
 from autotune.tuning.certify import (
     Boots,
     Certification,
-    machine_of,
     read_certification,
     run_certify,
 )
 from autotune.tuning.confirm import TrialHook
-from autotune.tuning.machines import here
 from autotune.tuning.objective import PhaseHook
 from autotune.tuning.plan import BudgetPlan, Costs, plan, reference_on_boot
 from autotune.tuning.preflight import Preflight
@@ -90,7 +88,7 @@ class Budget:
         total = self.total()
         recs = records(self.study) if self.study is not None else []
         return plan(recs, self.cfg, self.bill(), total if math.isfinite(total) else 0.0,
-                    machine_of(recs, here()), reference_on_boot(self.cfg, self.workers))
+                    None, reference_on_boot(self.cfg, self.workers))
 
     def reserve(self) -> float:
         """The exploration's reserve (printed when it changes by a tenth of a minute)."""

@@ -46,6 +46,7 @@ class Certification:
     why: str = ""
     explored: int = 0
     lower_is_better: bool = False  # a minimized metric: the gain is the defaults' over the pick's
+    basis: str = ""  # what the interval rests on: one machine, or several (certify_rule.basis)
 
     @property
     def exit_code(self) -> int:
@@ -69,8 +70,9 @@ class Certification:
             adj = (f"; {g['adjusted']:.2f}x adjusted for stopping once it cleared"
                    if g.get("adjusted") is not None
                    and f"{g['adjusted']:.2f}" != f"{g['ratio']:.2f}" else "")
+            where = f"; {self.basis}" if self.basis and self.basis != "one machine" else ""
             return (f"{g['ratio']:.2f}x [{g['low']:.2f}, {g['high']:.2f}] ({g['coverage']:.0%}, "
-                    f"{n} certify boots of it, {nb} of the defaults{adj})")
+                    f"{n} certify boots of it, {nb} of the defaults{where}{adj})")
         return (f"{g['ratio']:.2f}x ({n} certify boot{'s' if n > 1 else ''} of it, {nb} of the "
                 "defaults: no interval yet)")
 

@@ -6,7 +6,7 @@ With `--budget-gpu-minutes` or `--timeout` a study is a plan, not only a stop. F
 keeps a reserve for certifying (`plan`: certify boots of the pick and of vLLM's defaults, and the
 reference check of the pick) and explores with the rest. Then the certify phase boots the
 first-pass pick and the defaults again, interleaved, a pair at a time, until the pick's gain has
-an interval over boots whose lower bound clears 0 (`stats.censored_gain`, 90%), the pick is
+an interval over boots whose lower bound clears 0 (`censored.censored_gain`, 90%), the pick is
 shown no better, `certify.max_boots` is reached or the budget is spent. A certify boot of a
 capacity study measures at the capacity already found and one step above (the "step" bracket:
 two points when the boot agrees), not a whole search. Then `vllm bench serve` checks the pick
@@ -50,8 +50,10 @@ from autotune.tuning.certify_rule import (
     CERTIFIED,
     DEFAULTS,
     NOT_CERTIFIED,
+    Labels,
     Rule,
     adjusted,
+    basis,
     gain,
     next_step,
     round_pairs,
@@ -63,7 +65,7 @@ from autotune.tuning.objective import PhaseHook
 from autotune.tuning.plan import (
     MIN_PAIRS,
     Costs,
-    boots_of,
+    boots_where,
     capacities_of,
     capacity_first,
     reference_on_boot,
@@ -76,13 +78,10 @@ __all__ = ["BUDGET_SPENT", "CERTIFIED", "DEFAULTS", "DECIDED", "EXIT_CODES", "NO
            "reference_text", "round_pairs", "run_certify", "write_certification"]
 
 
-def machine_of(recs: list[TrialRecord], here: str) -> str | None:
-    """The machine whose boots a certification counts: where the study's measured trials ran
-    on another machine than this one, or on several (trials from before machines were recorded
-    count as another), this one only (capacities compare within one machine: one config
-    served 2.3-2.8x apart on two H100s of one kind); else every boot (None)."""
-    seen = {r.facts.machine for r in recs if r.measured}
-    return None if seen <= {here} or seen <= {None} else here
+def machines_of(recs: list[TrialRecord]) -> int:
+    """The machines the study's measured trials ran on (trials from before machines were
+    recorded count as one)."""
+    return len({r.facts.machine for r in recs if r.measured})
 
 
 def rule_of(cfg: StudyConfig) -> Rule:
@@ -91,25 +90,26 @@ def rule_of(cfg: StudyConfig) -> Rule:
     return Rule(level=c.coverage, max_boots=c.max_boots, noise=c.noise)
 
 
-def pick_gain(recs: list[TrialRecord], pick: int, base: int, cfg: StudyConfig,
-              machine: str | None = None) -> Gain:
-    """The pick's gain over the defaults (certify_rule.gain) over the certify boots of each on
-    `machine` (if given); a minimized first objective is turned around (a gain is always
-    "better by")."""
-    return gain(*pick_boots(recs, pick, base, cfg, machine), rule_of(cfg))
+def pick_gain(recs: list[TrialRecord], pick: int, base: int, cfg: StudyConfig) -> Gain:
+    """The pick's gain over the defaults (certify_rule.gain) over the certify boots of each,
+    blocked by machine where they ran on several; a minimized first objective is turned around
+    (a gain is always "better by")."""
+    a, b, where = pick_boots(recs, pick, base, cfg)
+    return gain(a, b, rule_of(cfg), where)
 
 
-def pick_boots(recs: list[TrialRecord], pick: int, base: int, cfg: StudyConfig,
-               machine: str | None = None
-               ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+def pick_boots(recs: list[TrialRecord], pick: int, base: int, cfg: StudyConfig
+               ) -> tuple[list[tuple[float, float]], list[tuple[float, float]], Labels]:
     """The brackets the rule judges: the certify boots of the pick and of the defaults, each
     config's first-pass boot left out (both were selected: the pick's for reading high, the
-    defaults' for being beaten; certify_rule)."""
-    a = boots_of(recs, pick, cfg, machine, selected=True)
-    b = boots_of(recs, base, cfg, machine, selected=True)
+    defaults' for being beaten; certify_rule), and the machine of each (certify_rule.Labels:
+    each machine's boots are compared with its own)."""
+    pa = boots_where(recs, pick, cfg, selected=True)
+    pb = boots_where(recs, base, cfg, selected=True)
+    a, b = [x for x, _ in pa], [x for x, _ in pb]
     if cfg.objectives[0].direction == "minimize":
         a, b = [(1 / hi, 1 / lo) for lo, hi in a], [(1 / hi, 1 / lo) for lo, hi in b]
-    return a, b
+    return a, b, ([m for _, m in pa], [m for _, m in pb])
 
 
 Reference = Callable[[TrialRecord, float], dict[str, Any]]
@@ -174,10 +174,10 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
                         "certify")
         return done(TOO_SMALL, why=explore_need(bill(recs, cfg).total, costs(), final()))
     order = random.Random(f"{cfg.name}:{pick}")
-    where = machine_of(recs, here())
-    if where is not None:
-        say("certify: the study's boots ran on another machine too; its interval counts the "
-            "boots of this one only")
+    where = None  # every machine's boots count, each compared with its own (certify_rule)
+    if machines_of(recs) > 1:
+        say(f"certify: the study's boots ran on {machines_of(recs)} machines; each machine's "
+            "boots of the pick are compared with its own boots of the defaults, pooled")
     rule = rule_of(cfg)
     on_boot = reference_up is not None and boots is None and reference is not None and \
         capacity_first(cfg) and cfg.certify.reference and reference_on_boot(cfg, lanes)
@@ -185,9 +185,9 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
     starved = 0
     while True:
         recs = records(study)
-        a, b = pick_boots(recs, pick, base.number, cfg, where)
-        g = gain(a, b, rule)
-        step = next_step(a, b, rule, left(), costs(), lanes, final(), pick)
+        a, b, labels = pick_boots(recs, pick, base.number, cfg)
+        g, rests = basis(a, b, rule, labels)
+        step = next_step(a, b, rule, left(), costs(), lanes, final(), pick, labels)
         if step.status == CERTIFIED:
             break
         if step.status:
@@ -242,7 +242,7 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
         ref = reference(next(r for r in records(study) if r.number == pick), load)
         spent["reference"] += float(ref.get("minutes", 0.0))
     if ref is None or ref.get("skipped") or ref.get("met"):
-        return done(CERTIFIED, g, adjusted(a, b, rule), reference=ref)
+        return done(CERTIFIED, g, adjusted(a, b, rule), reference=ref, basis=rests)
     return done(NOT_CERTIFIED, g, reference=ref, why=(
         "the reference check did not run" if ref.get("error") else
         "`vllm bench serve` misses the SLOs at its capacity on a stock server"))
@@ -299,10 +299,11 @@ def check_on_boot(study: optuna.Study, cfg: StudyConfig, pick: int, base: int,
         if res.capacity <= 0 or cfg.capacity is None:
             return None
         recs = records(study)
-        a, b = pick_boots(recs, pick, base, cfg, where)
+        a, b, labels = pick_boots(recs, pick, base, cfg)
         hi = res.fail if res.fail is not None else res.capacity * (1 + cfg.capacity.tolerance)
         a = [*a, (res.capacity, max(hi, res.capacity))]
-        if next_step(a, b, rule, math.inf, costs()).status != CERTIFIED:
+        mine = (list(labels[0]) + [here()], labels[1]) if labels is not None else None
+        if next_step(a, b, rule, math.inf, costs(), machines=mine).status != CERTIFIED:
             return None
         load = statistics.median([*capacities_of(recs, pick, where, selected=True),
                                   res.capacity])

@@ -1,7 +1,7 @@
 """The certify rule, pure (docs/certify.md): from the brackets of the pick's and the defaults'
 certify boots, the pick's gain with its interval, and what the certify phase does next (boot
 another round of pairs, or end). The product's loop (autotune.tuning.certify.run_certify) and
-every simulation of it (autotune.tuning.certify_sim: the unit tests, bench/certify_split.py and
+every simulation of it (autotune.tuning.certify_sim: the unit tests, lab/certify_split.py and
 the bias-adjusted figure below) call these same functions, so the rule validated is the rule run.
 
 What keeps it honest with few boots (issue 85's audit of the rule as it stood):
@@ -11,9 +11,9 @@ What keeps it honest with few boots (issue 85's audit of the rule as it stood):
   defaults' first boot, which so reads 3-17% low). Only certify boots, booted in pairs in a
   random order, enter the interval (`plan.same_config(selected=True)` on both sides).
 - **A spread floor.** Each side's spread between boots is taken as at least `certify.noise`
-  (stats.censored_gain `floor`): two boots that share a bracket read a spread of 0.
+  (censored.censored_gain `floor`): two boots that share a bracket read a spread of 0.
 - **One pooled spread, floored.** The spread between boots is pooled over the pick's and the
-  defaults' certify boots and taken as at least `certify.noise` (stats.censored_bounds): two
+  defaults' certify boots and taken as at least `certify.noise` (censored.censored_bounds): two
   boots that share a bracket read a spread of 0.
 - **A validated spread, and the looks.** A look after every pair, stopping once the bound
   clears, inflates the error of a single look, most where boots spread widely. Simulated as
@@ -37,7 +37,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.measure.stats import CERTIFY_LEVEL, Gain, censored_bounds, censored_gain
+from autotune.measure.censored import (
+    CERTIFY_LEVEL,
+    blocked_gain,
+    censored_bounds,
+    censored_gain,
+)
+from autotune.measure.stats import Gain
 from autotune.tuning.plan import Costs, too_few
 
 CERTIFIED = "certified"
@@ -52,6 +58,10 @@ DEFAULTS = "defaults"  # nothing beat vLLM's defaults: there is no gain to certi
 VALIDATED_SPREAD = 0.25
 
 Brackets = Sequence[tuple[float, float]]
+# each bracket's machine, the pick's and the defaults' (TrialFacts.machine); None: one machine
+Labels = tuple[Sequence[str | None], Sequence[str | None]] | None
+# a config-by-machine interaction this unlikely under none: the machine becomes the unit
+INTERACTION_P = 0.05
 
 
 @dataclass(frozen=True)
@@ -70,19 +80,78 @@ class Rule:
         return max(self.max_boots - 1, 1)
 
 
-def gain(pick: Brackets, base: Brackets, rule: Rule) -> Gain:
-    """The pick's gain over the defaults from their certify boots (censored_gain, floored)."""
-    return censored_gain(pick, base, rule.level, rule.noise)
+def gain(pick: Brackets, base: Brackets, rule: Rule, machines: Labels = None) -> Gain:
+    """The pick's gain over the defaults from their certify boots (censored_gain, floored);
+    with `machines` (each boot's machine) on more than one, blocked by machine (basis)."""
+    return basis(pick, base, rule, machines)[0]
 
 
-def pooled_spread(pick: Brackets, base: Brackets) -> float | None:
+def basis(pick: Brackets, base: Brackets, rule: Rule, machines: Labels = None
+          ) -> tuple[Gain, str]:
+    """The gain and what it rests on. On one machine, censored_gain over the boots. On several
+    (a study resumed elsewhere, workers on several hosts), each machine's boots of the pick
+    against its boots of the defaults (censored.blocked_gain: a machine's pace cancels within it),
+    pooled over the machines, which assumes a config's gain does not depend on the machine;
+    where the machines' gains differ beyond the boots' spread (an F test, p < INTERACTION_P),
+    the machine is the unit instead (a t-interval over the machines' gains, machines - 1
+    degrees of freedom)."""
+    names = sorted({m for side in machines for m in side if m is not None}) \
+        if machines is not None else []
+    if len(names) < 2:
+        return censored_gain(pick, base, rule.level, rule.noise), "one machine"
+    assert machines is not None
+    blocks = {m: ([v for v, w in zip(pick, machines[0], strict=True) if w == m],
+                  [v for v, w in zip(base, machines[1], strict=True) if w == m])
+              for m in names}
+    blocks = {m: ab for m, ab in blocks.items() if ab[0] and ab[1]}
+    med = float(np.exp(np.median([np.log(math.sqrt(lo * hi)) for lo, hi in pick]))) \
+        if pick else None
+    b = blocked_gain(list(blocks.values()), rule.level, rule.noise)
+    if b is None:
+        g = censored_gain(pick, base, rule.level, rule.noise)
+        return Gain(g.gain, g.gain, g.gain, 1, 1, 0.0, med), \
+            f"{len(names)} machines, none with two boots of one config and one of the other"
+    if b.interaction_p is None or b.interaction_p >= INTERACTION_P or len(blocks) < 2:
+        return Gain(math.expm1(b.d), math.expm1(b.low), math.expm1(b.high), len(pick),
+                    len(base), 0.0, med), \
+            f"pooled over {b.machines} machines, each machine's boots against its own"
+    per = [blocked_gain([ab], rule.level, rule.noise) for ab in blocks.values()]
+    ds = np.array([x.d for x in per if x is not None])
+    lows = [math.log(lo_a / hi_b) for ab in blocks.values()
+            for lo_a, hi_b in [(float(np.exp(np.mean(np.log([v[0] for v in ab[0]])))),
+                                float(np.exp(np.mean(np.log([v[1] for v in ab[1]])))))]]
+    highs = [math.log(hi_a / lo_b) for ab in blocks.values()
+             for hi_a, lo_b in [(float(np.exp(np.mean(np.log([v[1] for v in ab[0]])))),
+                                 float(np.exp(np.mean(np.log([v[0] for v in ab[1]])))))]]
+    m = len(ds)
+    if m < 2:
+        g = censored_gain(pick, base, rule.level, rule.noise)
+        return Gain(g.gain, g.gain, g.gain, 1, 1, 0.0, med), "the machine as the unit: one"
+    from scipy.special import stdtrit
+
+    sd = max(float(ds.std(ddof=1)), rule.noise * math.sqrt(2))
+    half = float(stdtrit(m - 1, 0.5 + rule.level / 2)) * sd / math.sqrt(m)
+    return Gain(math.expm1(float(ds.mean())), math.expm1(float(np.mean(lows)) - half),
+                math.expm1(float(np.mean(highs)) + half), len(pick), len(base), 0.0, med), \
+        (f"the machine as the unit ({m} machines): the pick's gain differs between them "
+         f"beyond the boots' spread (interaction p = {b.interaction_p:.3f})")
+
+
+def pooled_spread(pick: Brackets, base: Brackets, machines: Labels = None) -> float | None:
     """The boots' spread as read (not floored): the pooled sd of the logs of the brackets'
-    midpoints, each config about its own mean; None with fewer than 2 boots a side."""
+    midpoints, each config on each machine about its own mean; None with fewer than 2 boots a
+    side."""
     if len(pick) < 2 or len(base) < 2 or min(v[0] for v in [*pick, *base]) <= 0:
         return None
-    mids = [np.log([math.sqrt(lo * hi) for lo, hi in side]) for side in (pick, base)]
-    ss = sum(float(m.var(ddof=1)) * (len(m) - 1) for m in mids)
-    return math.sqrt(ss / (len(pick) + len(base) - 2))
+    where = machines if machines is not None else ([None] * len(pick), [None] * len(base))
+    ss, n, cells = 0.0, 0, 0
+    for side, ms in ((pick, where[0]), (base, where[1])):
+        for m in set(ms):
+            mids = np.log([math.sqrt(lo * hi) for (lo, hi), w in zip(side, ms, strict=True)
+                           if w == m])
+            ss += float(((mids - mids.mean()) ** 2).sum())
+            n, cells = n + len(mids), cells + 1
+    return math.sqrt(ss / (n - cells)) if n > cells else None
 
 
 @dataclass(frozen=True)
@@ -109,17 +178,18 @@ def round_pairs(lanes: int, most: int, left: float, cost: Costs) -> int:
 
 
 def next_step(pick: Brackets, base: Brackets, rule: Rule, left: float, cost: Costs,
-              lanes: int = 1, final: bool = True, pick_no: int | None = None) -> Step:
+              lanes: int = 1, final: bool = True, pick_no: int | None = None,
+              machines: Labels = None) -> Step:
     """The certify phase's decision after its last round (the module's rule): certified where
     the lower bound clears 1.0x at a spread the rule was validated for; not certified where
     the upper bound is under 1.0x, the spread is past VALIDATED_SPREAD, max_boots is reached,
     or the pairs `left` still pays could not clear 1.0x even at max_boots (plan.too_few, where
     `final`: the budget, not a run's timeout, is the limit); budget spent where `left` cannot
     pay a pair and the reference check, or the pairs it pays could decide nothing; else boot
-    the next round."""
-    g = gain(pick, base, rule)
-    both = g.n > 1 and g.n_base > 1
-    spread = pooled_spread(pick, base) or 0.0
+    the next round. `machines`: each boot's machine (basis: pooled over machines, blocked)."""
+    g, why = basis(pick, base, rule, machines)
+    both = g.n > 1 and g.n_base > 1 and g.low < g.high
+    spread = pooled_spread(pick, base, machines) or 0.0
     if both and spread > rule.max_spread:  # at any look: more looks there lose coverage
         return Step(status=NOT_CERTIFIED, why=(
             f"its boots spread {spread:.0%} between boots (pooled sd), beyond the "

@@ -7,7 +7,7 @@ autotune.tuning.certify does. Each boot's capacity is drawn around its config's 
 with a relative spread between boots (log-normal) and found to a bracket [C, C x (1 + tol)).
 
 The unit tests hold the rule to its stated coverage and false-certification rate on it
-(tests/unit/tuning/test_certify_rule.py), and bench/certify_split.py prices budgets with it.
+(tests/unit/tuning/test_certify_rule.py), and lab/certify_split.py prices budgets with it.
 """
 
 from __future__ import annotations
@@ -149,3 +149,41 @@ def cell(seed: int, n: int, ratios: Sequence[float], spread: float, rule: Rule,
                 statistics.fmean(1 + r.gain.gain for r in cert if r.gain) if cert else None,
                 statistics.fmean(adj) if adj else None,
                 statistics.fmean(r.boots for r in runs))
+
+
+def across(rng: np.random.Generator, true: float, spread: float, rule: Rule, sittings: int,
+           pairs: int = 2, machine_sd: float = 0.06, interaction_sd: float = 0.0,
+           tol: float = 0.1) -> Outcome:
+    """A certification pooled over sittings on different machines (issue 80): the study's
+    first pass on the first machine picked the config of true gain `true` (its and the
+    defaults' first boots, left out as the rule leaves them), then each sitting a new machine
+    with its own pace (log-normal, `machine_sd`, both configs alike) and, for the pick, its own
+    gain (`interaction_sd`: a config-by-machine interaction) boots up to `pairs` pairs, the
+    defaults then the pick, each certify boot stepping from its config's median so far, the
+    rule (next_step, blocked by machine) judging after every pair; stops at a verdict."""
+    caps = {0: [BASE], 1: [BASE * true]}
+    a: list[tuple[float, float]] = []
+    b: list[tuple[float, float]] = []
+    where: tuple[list[str | None], list[str | None]] = ([], [])
+    status = ""
+    for s in range(sittings):
+        pace = math.exp(rng.normal(0.0, machine_sd))
+        mine = true * math.exp(rng.normal(0.0, interaction_sd))
+        name = f"machine:{s}"
+        for _ in range(pairs):
+            step = next_step(a, b, rule, math.inf, UNBOUNDED, machines=where)
+            if step.status:
+                status = step.status
+                break
+            for n, side, ratio in ((0, b, 1.0), (1, a, mine)):
+                side.append(found(rng, BASE * pace * ratio, spread,
+                                  statistics.median(caps[n]), tol))
+                caps[n].append(side[-1][0])
+                where[1 if n == 0 else 0].append(name)
+        if status:
+            break
+    if not status:
+        status = next_step(a, b, rule, math.inf, UNBOUNDED, machines=where).status or \
+            BUDGET_SPENT
+    g = gain(a, b, rule, where)
+    return Outcome(status, true, g, None, len(a), 0.0)

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -29,13 +30,34 @@ PREFIX = "machine:"
 # without an id (no GPU, no /etc/machine-id), what tells machines apart; not the host name,
 # which a container gets new on every start
 ALIKE = ("gpu", "gpu_count", "driver", "cpu", "cpus")
+SETUP = ("cpu_quota", "vllm")  # what else sets a machine's pace, where recorded
 
 
 def identity() -> dict[str, str]:
-    """This machine as a study records it: its id, host name, GPU, driver, CPU model and
-    count."""
+    """This machine as a study records it: its id, host name, GPU, driver, CPU model, the
+    cores this process may run on and its cgroup's CPU quota (two core sets or quotas of one
+    host serve apart: each is a machine of its own), and the vLLM it runs."""
     return {"id": machine_id(), "host": socket.gethostname(), **hardware(),
-            "cpus": str(os.cpu_count() or 0)}
+            "cpus": str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                        else os.cpu_count() or 0),
+            "cpu_quota": cpu_quota(), "vllm": vllm_version()}
+
+
+def cpu_quota() -> str:
+    """The cgroup's CPU quota ("max" or "QUOTA PERIOD", cgroup v2's cpu.max), "" unknown."""
+    try:
+        return Path("/sys/fs/cgroup/cpu.max").read_text().strip()
+    except OSError:
+        return ""
+
+
+def vllm_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vllm")
+    except PackageNotFoundError:
+        return ""
 
 
 @functools.cache
@@ -45,8 +67,12 @@ def here() -> str:
 
 
 def key(m: dict[str, Any]) -> str:
-    """The machine's attribute key: its id, or without one its hardware (host left out)."""
+    """The machine's attribute key: its id, or without one its hardware (host left out); with
+    the cores, CPU quota and vLLM it ran with where they were recorded."""
     what = str(m.get("id") or "") or "|".join(str(m.get(k)) for k in ALIKE)
+    if m.get("id"):
+        what += "|" + str(m.get("cpus", ""))
+    what += "".join(f"|{k}={m[k]}" for k in SETUP if m.get(k))
     return PREFIX + hashlib.sha256(what.encode()).hexdigest()[:16]
 
 

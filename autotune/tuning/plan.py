@@ -2,7 +2,7 @@
 device-minutes (an exploration trial, a certify boot, the reference check), how many certify
 boots a gain needs at the spread between boots, and the reserve the exploration keeps for them
 (autotune.tuning.certify runs the certify phase). The split was chosen on a simulated study
-(bench/certify_split.py, docs/results/certified): see `certify.min_gain`."""
+(lab/certify_split.py, docs/results/certified): see `certify.min_gain`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import statistics
 from dataclasses import dataclass
 
 from autotune.config.study import StudyConfig
-from autotune.measure.stats import CERTIFY_LEVEL, boots_for_width, projected
+from autotune.measure.censored import CERTIFY_LEVEL, projected
+from autotune.measure.stats import boots_for_width
 from autotune.tuning.bill import Bill
 from autotune.tuning.record import TrialRecord, baseline
 from autotune.tuning.spend import ONE_TIME, boot_split, cold_boots
@@ -100,7 +101,7 @@ def boots_for(gain: float, noise: float, tolerance: float, level: float = CERTIF
               most: int = 10) -> int:
     """Boots of each config for a gain of `gain` to be certified about half the time when boots
     spread by `noise` (relative sd): the smallest n whose expected lower bound
-    (stats.censored_gain: the bracket's width and a t-interval of the spread) clears 0, i.e.
+    (censored.censored_gain: the bracket's width and a t-interval of the spread) clears 0, i.e.
     whose interval's half-width fits in the room the bracket leaves; `most` when none up to it
     does. (A true +20% at that n certifies in 44-52% of simulated studies; the certify phase
     adds boots while the budget allows.)"""
@@ -136,7 +137,7 @@ class BudgetPlan:
 def fit_pairs(budget: float, costs: Costs, wanted: int, explore: float) -> int:
     """The certify pairs to reserve: `wanted`, less while the rest of the budget cannot pay
     `explore` device-minutes of exploring (MIN_PAIRS at least). On the simulated H100 study
-    (bench/certify_split.py) a reserve that leaves no room to explore certifies nothing: the
+    (lab/certify_split.py) a reserve that leaves no room to explore certifies nothing: the
     pick is the defaults."""
     pairs = wanted
     while pairs > MIN_PAIRS and budget - costs.reserve(pairs) < explore:
@@ -164,7 +165,7 @@ def too_few(pick: list[tuple[float, float]], base: list[tuple[float, float]], mo
     reference check), fewer than the `most` that certify.max_boots allows, can decide nothing:
     at the gain's estimate and spread so far over these boots (brackets), hoped one standard
     error higher the lower bound would stay at or under no gain, and feared one lower the
-    upper bound would stay at or over it (stats.projected). None: they might decide, the
+    upper bound would stay at or over it (censored.projected). None: they might decide, the
     budget pays every boot max_boots allows (the phase boots on to its verdict), or there is
     no spread yet (fewer than 2 boots each)."""
     paid = 0
@@ -278,7 +279,14 @@ def boots_of(recs: list[TrialRecord], number: int, cfg: StudyConfig,
     search's [capacity met, lowest load missed above it) (no failing load: one tolerance
     above) where the first objective is the capacity; else that objective's value,
     [value, value]."""
-    out = []
+    return [b for b, _ in boots_where(recs, number, cfg, machine, selected)]
+
+
+def boots_where(recs: list[TrialRecord], number: int, cfg: StudyConfig,
+                machine: str | None = None, selected: bool = False
+                ) -> list[tuple[tuple[float, float], str | None]]:
+    """boots_of's brackets, each with the machine it was booted on (TrialFacts.machine)."""
+    out: list[tuple[tuple[float, float], str | None]] = []
     metric = cfg.metric_names()[0]
     for r in same_config(recs, number, machine, selected):
         found = r.facts.searches().get(None)
@@ -289,12 +297,11 @@ def boots_of(recs: list[TrialRecord], number: int, cfg: StudyConfig,
             if found.capacity > 0:
                 hi = found.fail if found.fail is not None else \
                     found.capacity * (1 + cfg.capacity.tolerance)
-                out.append((found.capacity / per, max(hi, found.capacity) / per))
+                out.append(((found.capacity / per, max(hi, found.capacity) / per),
+                            r.facts.machine))
         elif (v := r.values.get(metric)) is not None and v > 0:
-            out.append((v, v))
+            out.append(((v, v), r.facts.machine))
     return out
-
-
 
 
 def capacities_of(recs: list[TrialRecord], number: int, machine: str | None = None,

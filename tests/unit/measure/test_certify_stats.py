@@ -1,4 +1,4 @@
-"""The certify interval (stats.censored_gain): boots known to a bracket [low, high), as a
+"""The certify interval (measure.censored.censored_gain): boots known to a bracket [low, high), as a
 capacity search finds them, with a known boot-to-boot spread; at a fixed number of boots the
 stated coverage must hold. The rule built on it, with its selection, floor and sequential
 looks, is held to its coverage as the product runs it in tests/unit/tuning/test_certify_rule.py."""
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from autotune.measure.stats import CERTIFY_LEVEL, censored_gain
+from autotune.measure.censored import CERTIFY_LEVEL, censored_gain
 
 TOL = 0.10
 STEP = math.log1p(TOL)

@@ -200,10 +200,11 @@ def test_a_boot_reads_as_its_bracket(tmp_path: Path) -> None:
     assert boots_of(records(syn.study), 0, syn.cfg) == [(64.0, 70.4)]
 
 
-def test_a_study_resumed_on_another_machine_certifies_on_this_one_only(
+def test_a_study_explored_on_another_machine_certifies_on_its_certify_boots(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Explored on machine A, certified here: capacities compare within one machine, so the
-    interval counts this machine's boots alone (two of each at least), not A's."""
+    """Explored on machine A, certified here: A's first-pass boots were selected and do not
+    count, so the interval rests on this machine's certify boots (two of each at least), each
+    compared with this machine's (tests/unit/tuning/test_certify_machines.py pools several)."""
     from autotune.tuning.machines import here
 
     syn = Synthetic(cfg_of(tmp_path), 0.03)
@@ -383,7 +384,7 @@ def test_pairs_the_budget_pays_that_can_decide_nothing_are_not_booted(
 
 def test_the_projected_interval_narrows_with_boots_and_hopes_and_fears_a_standard_error(
         ) -> None:
-    from autotune.measure.stats import censored_gain, projected
+    from autotune.measure.censored import censored_gain, projected
 
     pick = [(72.7, 79.9), (83.9, 92.2)]  # the H200 x2 run's brackets after two rounds
     base = [(74.6, 79.9), (82.0, 90.2), (71.2, 78.3)]

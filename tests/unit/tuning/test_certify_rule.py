@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from autotune.measure.stats import censored_gain
+from autotune.measure.censored import censored_gain
 from autotune.tuning.certify_rule import (
     BUDGET_SPENT,
     CERTIFIED,

@@ -113,3 +113,12 @@ def test_a_broken_nvidia_smi_is_no_gpu(monkeypatch: pytest.MonkeyPatch, how: str
     assert machine.hardware()["gpu"] == "none"
     etc = Path("/etc/machine-id")
     assert mod.machine_id() == (etc.read_text().strip() if etc.exists() else "")
+
+
+def test_a_core_set_a_cpu_quota_or_a_vllm_is_a_machine_of_its_own() -> None:
+    """One host's two core sets (taskset) or CPU quotas serve apart, and so do two vLLMs: each
+    is a machine the certify rule compares within (issue 80)."""
+    assert key(A) != key({**A, "cpus": "8"})
+    assert key(A) != key({**A, "cpu_quota": "100000 100000"})
+    assert key({**A, "vllm": "0.26.0"}) != key({**A, "vllm": "0.32.0"})
+    assert key(A) == key({**A, "host": "elsewhere"})

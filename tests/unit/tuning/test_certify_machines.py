@@ -1,0 +1,114 @@
+"""Certifying across machines (issue 80): the pick's certify boots on each machine are compared
+with the defaults' on the same machine, pooled over machines (certify_rule.basis,
+measure.censored.blocked_gain), so a study resumed on another machine, or workers on several hosts, add to
+one certification; where the pick's gain differs between machines beyond the boots' spread,
+the machine becomes the unit."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune.measure.censored import blocked_gain, censored_gain
+from autotune.tuning.bill import bill
+from autotune.tuning.certify import BUDGET_SPENT, CERTIFIED
+from autotune.tuning.certify_rule import Rule, basis
+from autotune.tuning.certify_sim import across
+from autotune.tuning.record import records
+from tests.certify_fakes import Synthetic, cfg_of, run
+
+RULE = Rule(max_boots=20)
+
+
+def test_one_machine_is_the_one_machine_rule() -> None:
+    a, b = [(79.9, 87.8), (87.8, 96.5)], [(64.0, 69.3), (64.0, 70.4), (64.0, 70.4)]
+    one = blocked_gain([(a, b)], floor=0.06)
+    g = censored_gain(a, b, floor=0.06)
+    assert one is not None and math.expm1(one.low) == pytest.approx(g.low)
+    assert math.expm1(one.high) == pytest.approx(g.high)
+
+
+def test_a_machines_pace_cancels_within_it() -> None:
+    """The same pairs on a machine 40% slower: pooled, the estimate is the machines' common
+    gain, not dragged by the slow machine's capacities."""
+    a, b = [(100.0, 110.0), (110.0, 121.0)], [(70.0, 77.0), (77.0, 84.7)]
+    slow = [(x * 0.6, y * 0.6) for x, y in a], [(x * 0.6, y * 0.6) for x, y in b]
+    labels = (["m:a", "m:a", "m:b", "m:b"], ["m:a", "m:a", "m:b", "m:b"])
+    g, why = basis([*a, *slow[0]], [*b, *slow[1]], RULE, labels)
+    assert "pooled over 2 machines" in why
+    assert g.gain == pytest.approx(math.expm1(math.log(100 / 70)), rel=1e-6)
+    ignored = censored_gain([*a, *slow[0]], [*b, *slow[1]], floor=0.06)
+    assert g.high - g.low < ignored.high - ignored.low  # the machines' paces left out
+
+
+def test_gains_that_differ_between_machines_make_the_machine_the_unit() -> None:
+    """The pick 1.2x the defaults on one machine and 2x on the other, boots tight on each: the
+    machines disagree beyond the boots' spread (interaction), so the interval is over the two
+    machines' gains (1 degree of freedom), not over the boots."""
+    a1, b1 = [(84.0, 92.4), (84.0, 92.4), (84.0, 92.4)], [(70.0, 77.0)] * 3
+    a2, b2 = [(140.0, 154.0)] * 3, [(70.0, 77.0)] * 3
+    labels = (["m:a"] * 3 + ["m:b"] * 3, ["m:a"] * 3 + ["m:b"] * 3)
+    g, why = basis([*a1, *a2], [*b1, *b2], Rule(noise=0.02), labels)
+    assert why.startswith("the machine as the unit (2 machines)")
+    assert g.low < 0.2 and g.high > 1.0
+
+
+@pytest.mark.parametrize("interaction", [0.0, 0.03])
+@pytest.mark.parametrize("spread", [0.04, 0.08, 0.12])
+def test_pooled_over_sittings_the_interval_holds_its_coverage(spread: float,
+                                                              interaction: float) -> None:
+    """Four sittings on machines 6% apart in pace, two pairs each, stopping at a verdict: the
+    interval covers a true 1.25x at least 90% of the time, and a pick no better than the
+    defaults is certified at most 5% of the time."""
+    rng = np.random.default_rng(int(spread * 100 + interaction * 1000))
+    runs = [across(rng, 1.25, spread, RULE, 4, interaction_sd=interaction) for _ in range(300)]
+    cov = [c for r in runs if (c := r.covered) is not None]
+    assert sum(cov) / len(cov) >= 0.9
+    assert sum(r.certified for r in runs) / len(runs) >= 0.5  # four sittings certify most
+    rng = np.random.default_rng(7)
+    none = [across(rng, 1.0, spread, RULE, 4, interaction_sd=interaction) for _ in range(400)]
+    assert sum(r.certified for r in none) / len(none) <= 0.05
+
+
+def resumed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Synthetic, int]:
+    """Explored and certified one pair on machine A with a budget that then ran out."""
+    syn = Synthetic(cfg_of(tmp_path, max_boots=8), 0.03)
+    syn.true = {"defaults": 70.0, "pick": 100.0}
+    syn.boot("defaults", 9.0, base=True, machine="machine:a")
+    pick = syn.boot("pick", 5.5, machine="machine:a")
+    spent = bill(syn.study, syn.cfg).total
+    # a pair (5.0 priced) and the reference (4.7) paid, not a second pair
+    c = run(syn, pick, monkeypatch, spent + 11.0, machine="machine:a")
+    assert c.status == BUDGET_SPENT and c.gain is not None and c.gain["boots_pick"] == 1
+    return syn, pick
+
+
+def test_a_study_resumed_on_another_machine_keeps_its_pairs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resumed on a machine 40% slower (its storage carried), the certification keeps machine
+    A's pair and adds this machine's: the ending says it rests on both."""
+    syn, pick = resumed(tmp_path, monkeypatch)
+    syn.true = {"defaults": 42.0, "pick": 60.0}
+    c = run(syn, pick, monkeypatch, 1000.0, machine="machine:b")
+    assert c.status == CERTIFIED and c.gain is not None
+    assert "pooled over 2 machines" in c.basis and "pooled over 2 machines" in c.sentence()
+    on = [r.facts.machine for r in records(syn.study) if r.facts.repeat_of is not None]
+    assert on.count("machine:a") == 2 and on.count("machine:b") >= 2
+    assert c.gain["boots_pick"] == on.count("machine:a") // 2 + on.count("machine:b") // 2
+    assert c.gain["low"] <= 100 / 70 <= c.gain["high"]
+
+
+def test_two_hosts_add_to_one_certification(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers on two hosts share one storage: each runs pairs on its own machine; whoever
+    runs the last pair reads every host's (the certify phase on host B certifies on A's pair
+    and its own, without booting A's again)."""
+    syn, pick = resumed(tmp_path, monkeypatch)
+    before = len(syn.study.trials)
+    c = run(syn, pick, monkeypatch, 1000.0, machine="machine:b")
+    new_on_b = [r for r in records(syn.study)[before:] if r.facts.machine == "machine:b"]
+    assert c.status == CERTIFIED and len(new_on_b) == len(records(syn.study)[before:])
+    assert c.gain is not None and c.gain["boots_pick"] == 1 + len(new_on_b) // 2
