@@ -1,4 +1,6 @@
-"""The `autotune` command: each subcommand parses, calls one library function, presents.
+"""The `autotune` command: each subcommand parses its options into the study file's models
+(autotune.config) and calls one function of the public API (autotune.api), which runs it and
+presents it; nothing else of the package is imported here (pyproject.toml's import contract).
 
     bench     one server, one benchmark                      (cli/bench.py)
     study     study, create-study, worker, confirm           (cli/study.py)
@@ -17,8 +19,7 @@ import click
 from rich.markup import escape
 
 from autotune import __version__
-from autotune.errors import AutotuneError, NotCertified
-from autotune.outputs.console import console
+from autotune.api import AutotuneError, NotCertified, console
 
 DEBUG = {"on": False}
 

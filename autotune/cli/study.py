@@ -1,21 +1,19 @@
-"""`autotune study`, `create-study`, `worker`, `confirm`: parse, call the library, print.
+"""`autotune study`, `create-study`, `worker`, `confirm`: parse, call the public API.
 
-`study` calls session.study.run_session; the others open a study with session.open. The library
-is imported inside each command, so `autotune --help` loads neither Optuna nor MLflow.
+`study` calls run_session, `create-study` create_study, `worker` join_study and `confirm`
+confirm_study (autotune.api, which loads each on first use: `autotune --help` loads neither
+Optuna nor MLflow).
 """
 
 from __future__ import annotations
 
-import os
-import socket
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 
+from autotune import api
 from autotune.cli._options import load_cfg, sampler_option, study_options
-from autotune.outputs.console import console, out
 
 FORCE_NEW_HELP = ("Start the study afresh under its name: a study of that name (created for "
                   "another model or workload) is kept, renamed NAME.old-TIME with its folder "
@@ -57,7 +55,7 @@ FORCE_NEW_HELP = ("Start the study afresh under its name: a study of that name (
 @click.option("--certify/--no-certify", "certify_flag", default=None,
               help="With a budget or a timeout, keep a reserve to certify the pick and end "
                    "with the certify phase (docs/certify.md), or explore all of it (a run on a "
-                   "machine lent for less than the budget; the next run certifies); default: "
+                   "machine held for less than the budget; the next run certifies); default: "
                    "certify.when in the config (auto: with a budget or a timeout).")
 @click.option("--force-new", is_flag=True, help=FORCE_NEW_HELP)
 def study(config_path: Path, study_name: str | None, storage: str | None, n_trials: int | None,
@@ -67,19 +65,14 @@ def study(config_path: Path, study_name: str | None, storage: str | None, n_tria
           warm_from: str | None, confirm_flag: bool | None, certify_flag: bool | None,
           force_new: bool) -> None:
     """Run (or resume) a multi-objective study over vLLM's flags."""
-    from autotune.session.study import SessionOptions, run_session
-
     began = time.monotonic()
     when = None if certify_flag is None else "always" if certify_flag else "never"
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials, timeout_s=timeout_s,
                    budget_gpu_minutes=budget_gpu_minutes, search_space=search_space,
                    **{"sampler.name": sampler, "sampler.seed": seed, "certify.when": when})
-    if tracking_uri and not no_mlflow:  # before the study's storage is made, not after
-        from autotune.outputs.mlflow_view import open_client
-
-        open_client(tracking_uri)
-    run_session(cfg, SessionOptions(config_path, tracking_uri, no_mlflow, front_every, workers,
-                                     gpus_per_trial, warm_from, confirm_flag, force_new), began)
+    api.run_session(cfg, api.SessionOptions(config_path, tracking_uri, no_mlflow, front_every,
+                                            workers, gpus_per_trial, warm_from, confirm_flag,
+                                            force_new), began)
 
 
 @click.command("create-study")
@@ -96,20 +89,8 @@ def create_study(config_path: Path, study_name: str | None, storage: str | None,
     """Create a study and its tables once, before workers join it (`autotune worker`).
 
     On an existing study it updates the stored config (a larger --n-trials resumes it)."""
-    from autotune.outputs.console import command_hint
-    from autotune.session.open import open_session
-    from autotune.tuning.record import StudyFacts, write_study_facts
-
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials)
-    opened = open_session(cfg, tracking_uri=tracking_uri, no_mlflow=no_mlflow, create=True,
-                          force_new=force_new)
-    if opened.tracker is not None:
-        write_study_facts(opened.study, StudyFacts(tracking_uri=opened.tracker.uri))
-    console.print(f"study {cfg.name!r} ready in {cfg.storage_url()} ({cfg.n_trials} trials); "
-                  "on each host, start workers with:", highlight=False)
-    out.print(command_hint(f"worker --storage '{cfg.storage_url()}' --study-name "
-                           f"'{cfg.name}'"),
-              highlight=False, soft_wrap=True, markup=False)
+    api.create_study(cfg, tracking_uri=tracking_uri, no_mlflow=no_mlflow, force_new=force_new)
 
 
 @click.command()
@@ -136,67 +117,9 @@ def worker(storage: str, study_name: str, worker_id: str | None, gpus_per_trial:
            check_at: float | None, barrier: Path | None, round_size: int) -> None:
     """Join a study and run its trials until it holds its trial count (a study with a budget
     keeps its certify reserve)."""
-    import optuna
-    from optuna.trial import FrozenTrial
-
-    from autotune.config.base import parse_model
-    from autotune.outputs.tables import StudyView
-    from autotune.session.open import open_session
-    from autotune.tuning.record import study_facts
-    from autotune.tuning.search_space import SearchSpace
-    from autotune.tuning.study import completed, run_trials
-    from autotune.tuning.summary import summarize
-    from autotune.tuning.workers import load_worker_study, worker_config, worker_identity
-
-    st, cfg, space_data = load_worker_study(storage, study_name)
-    space = parse_model(SearchSpace, space_data, f"study {study_name!r}: search_space")
-    cfg = worker_config(cfg, gpus_per_trial, space.flag_names())
-    ident = worker_identity(worker_id or f"{socket.gethostname()}-{os.getpid()}")
-    uri = tracking_uri or study_facts(st).tracking_uri
-    opened = open_session(cfg, tracking_uri=uri, no_mlflow=no_mlflow or uri is None, study=st,
-                          space=space)
-    pre, requests, tracker = opened.pre, opened.requests, opened.tracker
-    console.print(f"worker {ident['id']} on {ident['host']} (devices {ident['devices'] or '-'}) "
-                  f"joined study {cfg.name!r}", highlight=False)
-
-    with StudyView(cfg.n_trials, len(completed(st)), cfg.metric_names()) as view:
-
-        def on_trial(s: optuna.Study, trial: FrozenTrial) -> None:
-            summary = summarize(s, cfg)  # once per trial event
-            view.on_trial(summary, trial)
-            if tracker is not None:
-                tracker.log_trial(summary, trial)
-
-        if repeat is not None:
-            from autotune.tuning.confirm import run_repeats
-            from autotune.tuning.objective import PhaseHook
-            from autotune.tuning.workers import barrier as round_barrier
-
-            on_phase: PhaseHook = view.on_phase
-            done: Callable[[], None] = lambda: None  # noqa: E731
-            if barrier is not None:
-                on_phase, done = round_barrier(view.on_phase, barrier, str(ident["id"]),
-                                               round_size, cfg.server.boot_timeout_s)
-            try:
-                run_repeats(st, cfg, pre, requests, [repeat], on_phase=on_phase,
-                            on_trial=on_trial, start_at={repeat: check_at}, worker=ident)
-            finally:
-                done()
-            console.print(f"worker {ident['id']}: a certify boot of trial {repeat}",
-                          highlight=False)
-            return
-        budget = None
-        if cfg.planned():
-            from autotune.session.certify import Budget
-
-            budget = Budget(cfg, time.monotonic(), workers=pool)
-            budget.open(st)
-        ran = run_trials(st, cfg, pre, requests, on_phase=view.on_phase, on_trial=on_trial,
-                         worker=ident, reserve=budget.reserve if budget else None,
-                         reference=(lambda: budget.reference_spent) if budget else None,
-                         lanes=pool)
-    console.print(f"worker {ident['id']}: ran {ran} trials; the study holds "
-                  f"{len(completed(st))} of {cfg.n_trials}", highlight=False)
+    api.join_study(storage, study_name, api.WorkerOptions(
+        worker_id, gpus_per_trial, tracking_uri, no_mlflow, pool, repeat, check_at, barrier,
+        round_size))
 
 
 @click.command()
@@ -216,28 +139,9 @@ def confirm(config_path: Path, study_name: str | None, storage: str | None, top:
     """The confirm phase: boot the front's top configs and the baseline again, interleaved, on
     the same requests; report each gain with its bootstrap interval and the noise floor, and
     recommend on the lower confidence bound (resumable: the same command goes on)."""
-    from autotune.outputs.ending import print_confirm
-    from autotune.outputs.live import tracked
-    from autotune.session.open import open_session
-    from autotune.session.study import confirm_phase
-    from autotune.tuning.confirm import finalists
-    from autotune.tuning.study import completed, open_study
-
-    deadline = time.monotonic() + timeout_s if timeout_s else None
     cfg = load_cfg(config_path, study_name, storage)
-    st = open_study(cfg, create=False)
-    finalists(st, cfg, 1)  # one clear error before any boot: no baseline, nothing to confirm
-    opened = open_session(cfg, tracking_uri=tracking_uri, no_mlflow=no_mlflow, study=st)
-    pre, requests, tracker = opened.pre, opened.requests, opened.tracker
-    done = len(completed(st))
-    with tracked(cfg, tracker, done, done) as (view, on_trial):
-        res = confirm_phase(st, cfg, pre, requests, top or cfg.confirm.top,
-                            repeats or cfg.confirm.repeats, on_trial, view, tracker, deadline)
-    print_confirm(res, cfg)
-    from autotune.tuning.summary import summarize
-
-    out.print(f"recommended: {summarize(st, cfg, res).headline()}", highlight=False,
-              soft_wrap=True)
+    api.confirm_study(cfg, top=top, repeats=repeats, timeout_s=timeout_s,
+                      tracking_uri=tracking_uri, no_mlflow=no_mlflow)
 
 
 COMMANDS = [confirm, study, create_study, worker]

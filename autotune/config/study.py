@@ -13,16 +13,12 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from autotune.config import flags, hub
+from autotune.config import flags, hub, weights
 from autotune.config.base import StrictModel, parse_model, read_yaml
 from autotune.config.capacity import CapacityConfig
 from autotune.config.metric_names import CAPACITY_METRICS, base_metric, objective_metric
 from autotune.config.quality import QualityConfig
-from autotune.config.workload import (
-    ProfileConfig,
-    SLOConfig,
-    builtin_suite,
-)
+from autotune.config.workload import ProfileConfig, SLOConfig, builtin_suite
 from autotune.errors import ConfigError
 
 
@@ -79,6 +75,7 @@ class ServerConfig(StrictModel):
         description="Fixed `vllm serve` flags for every trial, snake_case names "
         "(e.g. {load_format: dummy, enforce_eager: true}).")
     extra_args: list[str] = Field(default_factory=list, description="Raw argv appended as is.")
+    shape_only: bool = Field(False, description=weights.FIELD_HELP)
     draft_models: list[str] = Field(
         default_factory=list, description="Draft models for speculative decoding (paths or "
         "names; each must share the model's tokenizer): a space with `speculative_method` then "
@@ -103,6 +100,8 @@ class ServerConfig(StrictModel):
         "preloaded on a machine without a GPU, where the two served alike; a stock `vllm serve` "
         "on a GPU, where the preloaded one served faster than stock at high load "
         "(docs/results/warm-server-h100).")
+
+    _shape_only = model_validator(mode="before")(weights.resolve)
 
     @field_validator("executable", mode="before")
     @classmethod
@@ -198,7 +197,7 @@ class CertifyConfig(StrictModel):
     explore_trials: int = Field(
         3, ge=1, description="Trials the plan leaves room for before its reserve (vLLM's "
         "defaults, the space's start and one sampled config): a reserve that leaves none "
-        "certifies nothing, since the pick is then the defaults (bench/certify_split.py).")
+        "certifies nothing, since the pick is then the defaults (lab/certify_split.py).")
     reference: bool = Field(True, description="Check the certified pick with `vllm bench "
                             "serve` on a stock server at its capacity (capacity studies).")
 

@@ -10,8 +10,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from autotune.config.base import StrictModel
+from autotune.config.base import StrictModel, parse_model
 from autotune.config.metric_names import known_metric
+from autotune.errors import ConfigError
 
 ProfileName = Literal["sharegpt", "random", "throughput", "long-context", "generation-heavy",
                       "dataset", "trace"]
@@ -207,6 +208,19 @@ class SLOConfig(StrictModel):
         return f"{self.metric} {'<=' if self.max is not None else '>='} " \
                f"{self.max if self.max is not None else self.min:g}"
 
+
+
+_SLO = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([0-9.eE+-]+)\s*$")
+
+
+def parse_slo(text: str) -> SLOConfig:
+    """`p99_ttft_ms<=2000` (the `--slo` form) -> SLOConfig."""
+    m = _SLO.match(text)
+    if not m:
+        raise ConfigError(f"--slo: {text!r} is not METRIC<=VALUE or METRIC>=VALUE "
+                          "(e.g. p99_ttft_ms<=2000)")
+    bound = "max" if m.group(2) == "<=" else "min"
+    return parse_model(SLOConfig, {"metric": m.group(1), bound: float(m.group(3))}, "--slo")
 
 # Built-in suites (`profiles: field`), request counts multiplied by the study's suite_scale:
 # field: the four profiles a published H100 tuning lab measured every config on; cpu-small: two

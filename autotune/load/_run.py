@@ -20,7 +20,7 @@ import numpy as np
 
 from autotune.load._processes import run_processes
 from autotune.load._request import Endpoint, OnFirst, RequestOptions
-from autotune.load._slots import WATCH_S, LocalControl, ShardPlan, run_shard
+from autotune.load._slots import WATCH_S, Abort, LocalControl, ShardPlan, run_shard
 from autotune.load.placement import pinned
 from autotune.load.record import Request, RequestRecord
 from autotune.server.scrape import ServerStats, poll, scrape_once
@@ -38,7 +38,7 @@ class LoadSettings:
     processes: int = 1  # client processes sharing the concurrency slots
     burstiness: float = 1.0  # the arrivals' gamma shape, as vllm bench serve's --burstiness
     # open loop: reuse kept-alive connections (False opens one per request, as autotune did
-    # before 2026-11-24: bench/fidelity.py measures what that costs)
+    # before 2026-11-24: lab/fidelity.py measures what that costs)
     reuse_connections: bool = True
     # the CPUs the client runs on (None: anywhere); autotune.load.placement.client_cpus picks
     # those no server thread is bound to
@@ -177,92 +177,134 @@ async def run_load_async(
     (not with a `transport`, which cannot leave this process).
     """
     offsets = schedule(requests, settings)
-    open_loop = offsets is not None
-    cap = min(settings.max_concurrency or 0, len(requests))
-    conc = min(settings.max_concurrency or len(requests), len(requests)) or 1
+    capped = min(settings.max_concurrency or 0, len(requests))  # a cap holds requests back
+    if on_schedule is not None and offsets is not None and not capped:
+        on_schedule(list(offsets))
     warm: list[Request] = []
     if settings.warmup and requests:
         pool = warmup_requests or requests
         warm = [pool[i % len(pool)] for i in range(settings.warmup)]
-    offsets = offsets or [0.0] * len(requests)
-    if on_schedule is not None and open_loop and not cap:
-        on_schedule(list(offsets))
     began = time.perf_counter()
-    stats = ServerStats()
     # its own client: a scrape must not wait for one of the benchmark's connections
-    scraper = httpx.AsyncClient(base_url=base_url) if scrape_metrics else None
-    poller: asyncio.Task[None] | None = None
-    zero: list[float] = []  # the clock's zero, once started
-    last_check = [0.0]
+    clock = _Clock(httpx.AsyncClient(base_url=base_url) if scrape_metrics else None,
+                   metrics_interval_s, stop)
+    try:
+        sent = await _send(base_url, model, requests, warm, settings, offsets, clock,
+                           transport, on_done, alive, on_first)
+        await clock.end()
+    finally:  # also when interrupted: no helper task is left with an unread exception
+        await clock.close()
+    duration = sent.duration_s
+    # the load generator's own CPU use (its busiest process): near 1.0 it is the bottleneck and
+    # its latencies lag
+    load_stats = {"client_cpu_fraction": sent.cpu_s / duration if duration > 0 else 0.0,
+                  # ...and the share of the run it waited for a CPU (a busy machine)
+                  "client_run_delay_share": sent.delay_s / duration if duration > 0 else 0.0,
+                  "client_cpus": float(len(settings.cpus or ())),
+                  "client_realtime": float(sent.realtime),
+                  "client_processes": float(max(sent.processes, 1)),
+                  # the start-up and warm-up before the clock's zero (processes, connections)
+                  "client_warmup_s": (clock.zero or time.perf_counter()) - began}
+    return LoadResult(records=_records(requests, sent.records,
+                                       sent.why.reason(settings.request_timeout_s)),
+                      duration_s=duration, server_stats=clock.stats.summary() | load_stats)
 
-    def settled() -> bool:
+
+@dataclass
+class _Clock:
+    """The run's clock and the server's counters: scraped once the warm-up is done (then the
+    clock's zero) and at the end, sampled during the run when asked (`interval_s`); `stop`
+    asked at most every WATCH_S once the clock runs."""
+
+    scraper: httpx.AsyncClient | None
+    interval_s: float | None
+    stop: Callable[[float], bool] | None
+    stats: ServerStats = field(default_factory=ServerStats)
+    poller: asyncio.Task[None] | None = None
+    zero: float | None = None
+    last_check: float = 0.0
+
+    def settled(self) -> bool:
         """`stop`, asked at most every WATCH_S once the clock runs."""
         now = time.perf_counter()
-        if stop is None or not zero or now - last_check[0] < WATCH_S:
+        if self.stop is None or self.zero is None or now - self.last_check < WATCH_S:
             return False
-        last_check[0] = now
-        return stop(now - zero[0])
+        self.last_check = now
+        return self.stop(now - self.zero)
 
-    async def start() -> float:
+    async def start(self) -> float:
         """After the warm-up: the counters at the start, then the clock's zero."""
-        nonlocal poller
-        if scraper is not None:
-            await scrape_once(scraper, stats)
+        if self.scraper is not None:
+            await scrape_once(self.scraper, self.stats)
             # Sampling gauges during the run is opt-in: each scrape is parsed in this event
             # loop, which may also read streams.
-            if metrics_interval_s:
-                poller = asyncio.create_task(poll(scraper, stats, metrics_interval_s))
-        zero.append(time.perf_counter())
-        return zero[0]
+            if self.interval_s:
+                self.poller = asyncio.create_task(poll(self.scraper, self.stats,
+                                                       self.interval_s))
+        self.zero = time.perf_counter()
+        return self.zero
 
+    async def end(self) -> None:
+        """The counters at the end."""
+        if self.scraper is not None:
+            await scrape_once(self.scraper, self.stats)
+
+    async def close(self) -> None:
+        if self.poller is not None:
+            self.poller.cancel()
+            await asyncio.gather(self.poller, return_exceptions=True)
+        if self.scraper is not None:
+            await self.scraper.aclose()
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """What the shards sent, and how (`run_processes`' Outcome, and the local shard's)."""
+
+    records: dict[int, RequestRecord]
+    why: Abort
+    duration_s: float  # from the clock's zero to the last record
+    cpu_s: float  # of the busiest process
+    delay_s: float  # its wait for a CPU
+    realtime: bool  # every reading thread ran as SCHED_FIFO
+    processes: int
+
+
+async def _send(base_url: str, model: str, requests: Sequence[Request], warm: list[Request],
+                settings: LoadSettings, offsets: list[float] | None, clock: _Clock,
+                transport: httpx.AsyncBaseTransport | None,
+                on_done: Callable[[RequestRecord], None] | None,
+                alive: Callable[[], bool] | None, on_first: OnFirst | None) -> _Sent:
+    """The `warm` requests, then every request at its offset (an open loop) or through the
+    concurrency slots, spread over `settings.processes` processes where more than one (not
+    with a `transport`, which cannot leave this process)."""
+    open_loop = offsets is not None
+    cap = min(settings.max_concurrency or 0, len(requests))
+    conc = min(settings.max_concurrency or len(requests), len(requests)) or 1
+    offsets = offsets or [0.0] * len(requests)
     processes = min(settings.processes, conc)
     opts = settings.options()
+    settled = clock.settled if clock.stop else None
 
     def share(k: int, of: int) -> int:
         """Shard k's share of `of` slots (0 of 0: no cap)."""
         return of // processes + (k < of % processes)
 
-    try:
-        if processes > 1 and transport is None:
-            plans = [ShardPlan(base_url, model, requests, offsets, opts,
-                               share(k, cap) if open_loop else share(k, conc),
-                               warm[k::processes], open_loop, settings.reuse_connections,
-                               settings.cpus, settings.realtime)
-                     for k in range(processes)]
-            outcome = await run_processes(plans, start, on_done, alive, on_first,
-                                          settled if stop else None)
-            got, why, duration, cpu, delay = outcome.records, outcome.why, \
-                outcome.duration_s, outcome.cpu_s, outcome.delay_s
-            rt = outcome.realtime
-        else:
-            ctl = LocalControl(len(requests), on_done, alive, on_first,
-                               settled if stop else None)
-            plan = ShardPlan(base_url, model, requests, offsets, opts,
-                             cap if open_loop else conc, warm, open_loop,
-                             settings.reuse_connections)
-            with pinned(settings.cpus, settings.realtime) as rt, frozen_heap():
-                duration, cpu, delay = await run_shard(plan, ctl, start, transport)
-            got, why = ctl.records, ctl.why
-        if scraper is not None:  # the counters at the end
-            await scrape_once(scraper, stats)
-    finally:  # also when interrupted: no helper task is left with an unread exception
-        if poller is not None:
-            poller.cancel()
-            await asyncio.gather(poller, return_exceptions=True)
-        if scraper is not None:
-            await scraper.aclose()
-    # the load generator's own CPU use (its busiest process): near 1.0 it is the bottleneck and
-    # its latencies lag
-    load_stats = {"client_cpu_fraction": cpu / duration if duration > 0 else 0.0,
-                  # ...and the share of the run it waited for a CPU (a busy machine)
-                  "client_run_delay_share": delay / duration if duration > 0 else 0.0,
-                  "client_cpus": float(len(settings.cpus or ())),
-                  "client_realtime": float(rt),
-                  "client_processes": float(max(processes, 1)),
-                  # the start-up and warm-up before the clock's zero (processes, connections)
-                  "client_warmup_s": (zero[0] if zero else time.perf_counter()) - began}
-    return LoadResult(records=_records(requests, got, why.reason(settings.request_timeout_s)),
-                      duration_s=duration, server_stats=stats.summary() | load_stats)
+    if processes > 1 and transport is None:
+        plans = [ShardPlan(base_url, model, requests, offsets, opts,
+                           share(k, cap) if open_loop else share(k, conc),
+                           warm[k::processes], open_loop, settings.reuse_connections,
+                           settings.cpus, settings.realtime)
+                 for k in range(processes)]
+        out = await run_processes(plans, clock.start, on_done, alive, on_first, settled)
+        return _Sent(out.records, out.why, out.duration_s, out.cpu_s, out.delay_s,
+                     out.realtime, processes)
+    ctl = LocalControl(len(requests), on_done, alive, on_first, settled)
+    plan = ShardPlan(base_url, model, requests, offsets, opts, cap if open_loop else conc, warm,
+                     open_loop, settings.reuse_connections)
+    with pinned(settings.cpus, settings.realtime) as rt, frozen_heap():
+        duration, cpu, delay = await run_shard(plan, ctl, clock.start, transport)
+    return _Sent(ctl.records, ctl.why, duration, cpu, delay, rt, processes)
 
 
 def run_load(

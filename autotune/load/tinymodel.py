@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from autotune.load.datasets import iter_sharegpt
 
@@ -42,12 +43,34 @@ def make_tiny_model(
 
     Idempotent: an existing complete directory is left as it is.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     out_dir = Path(out_dir)
     if (out_dir / "config.json").exists() and (out_dir / "tokenizer.json").exists():
         return out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
+    tok = _train_tokenizer(vocab_size, n_conversations)
+    tok.save(str(out_dir / "tokenizer.json"))
+    ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
+    padded_vocab = -(-tok.get_vocab_size() // 64) * 64
+    config = _qwen3_config(ids, padded_vocab, hidden_size, num_layers, max_position_embeddings)
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (out_dir / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|endoftext|>",
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "model_max_length": max_position_embeddings,
+        "chat_template": CHAT_TEMPLATE,
+    }, indent=2) + "\n")
+    (out_dir / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]})
+        + "\n"
+    )
+    return out_dir
+
+
+def _train_tokenizer(vocab_size: int, n_conversations: int) -> Any:
+    """A byte-level BPE tokenizer trained on ShareGPT's first conversations."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -59,12 +82,14 @@ def make_tiny_model(
         show_progress=False,
     )
     tok.train_from_iterator(_training_text(n_conversations), trainer=trainer)
-    tok.save(str(out_dir / "tokenizer.json"))
+    return tok
 
-    ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
-    padded_vocab = -(-tok.get_vocab_size() // 64) * 64
+
+def _qwen3_config(ids: dict[str, int], vocab: int, hidden_size: int, num_layers: int,
+                  max_position_embeddings: int) -> dict[str, Any]:
+    """A Qwen3 config.json of this size, its special tokens' ids as the tokenizer gave them."""
     heads, head_dim = 4, 32
-    config = {
+    return {
         "architectures": ["Qwen3ForCausalLM"],
         "model_type": "qwen3",
         "attention_bias": False,
@@ -89,25 +114,5 @@ def make_tiny_model(
         "torch_dtype": "bfloat16",
         "use_cache": True,
         "use_sliding_window": False,
-        "vocab_size": padded_vocab,
+        "vocab_size": vocab,
     }
-    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (out_dir / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "bos_token": "<|endoftext|>",
-                "eos_token": "<|im_end|>",
-                "pad_token": "<|endoftext|>",
-                "model_max_length": max_position_embeddings,
-                "chat_template": CHAT_TEMPLATE,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    (out_dir / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]})
-        + "\n"
-    )
-    return out_dir

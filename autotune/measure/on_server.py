@@ -11,7 +11,7 @@ import json
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from autotune.measure.capacity import (
 )
 from autotune.measure.draw import draw
 from autotune.measure.metrics import compute_metrics, too_short
-from autotune.measure.point import Point, PointPolicy
+from autotune.measure.point import Judged, Point, PointPolicy, PointRules, Sampled
 from autotune.measure.search import search
 from autotune.measure.settle import Settle
 from autotune.server.jit import LogSpan
@@ -176,62 +176,26 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
     phase = on_phase or (lambda _p: None)
     tok = load_tokenizer(tokenizer_dir)
     trace = load_trace(profile, tok, tokenizer_dir, max_len) if cap.axis == "speedup" else None
-    at_point = profile.model_copy(update={"warmup": cap.warmup})
     (workdir / "points").mkdir(parents=True, exist_ok=True)
-    told: list[str] = []
     span = LogSpan(log_path)
-    raised: list[int] = []  # client processes raised for late reads (more_processes)
-
-    def run_at(load: float, seed: int, n: int | None = None,
-               settling: bool = True) -> tuple[Point, Settle | None]:
-        t0 = time.monotonic()
-        span.mark()
-        got = draw(profile, cap, tok, tokenizer_dir, trace, load, seed, n, max_len)
-        reqs, sampled_s = got.requests, time.monotonic() - t0
-        conc = int(load) if cap.axis == "concurrency" else profile.max_concurrency
-        rate = load if cap.axis == "rate" else profile.request_rate
-        # the load generator hands settle its arrival schedule when it sends on it
-        settle = Settle(slos, reqs) if cap.settle and settling else None
-        update: dict[str, Any] = {"seed": seed}
-        if raised:  # once a point was read late, later points start raised (or above)
-            update["client_processes"] = max(raised[-1], resolve_processes(
-                profile.client_processes, conc or len(reqs)))
-        pt = measure(base_url, model, at_point.model_copy(update=update), reqs,
-                     max_concurrency=conc, request_rate=rate, alive=alive, warm=got.warm,
-                     check_length=False, settle=settle)
-        pt.server_stats["point_sample_s"] = sampled_s
-        pt.server_stats.update(got.stats())
-        pt.server_stats.update(span.counted())  # none without a log: unwatched is not 0
-        check()  # the server died: its cause, not a failing verdict
-        return pt, settle if settle is not None and settle.reason is not None else None
-
-    def limit(pt: Point, load: float) -> str | None:  # a trace window's: its own span
-        return client_limit(pt.metrics.flat(), int(pt.server_stats.get(
-            "window_requests", cap.requests_at(load))), load, cap.axis,
-            pt.server_stats.get("arrivals_s"))
-
+    runs = ServerRuns(base_url, model, tokenizer_dir, profile, cap, slos, tok, trace, span,
+                      max_len, alive, check)
     windows = cap.warm_windows if cap.warm_windows != "auto" else \
         (GPU_WARM_WINDOWS if has_gpu() else 2 if cap.bracket == "step" else 0)
-    policy = PointPolicy(run_at, limit, slos, cap, profile.seed, windows, samples_of(cap),
-                         more_processes, span.counted, phase, raised, enough=warm_enough)
+    rules = PointRules(slos, cap, profile.seed, windows, samples_of(cap), enough=warm_enough)
+    policy = PointPolicy(rules, runs, runs.limit, more_processes, span.counted, phase)
+    told: list[str] = []
 
     def measure_at(load: float) -> LoadPoint:
         carry = policy.warm_once(load)
         phase(f"load {load:g}")
         t0 = time.monotonic()
         got = policy.sampled(load)
-        runs = [pt for g in got for pt in g.runs]
-        flat, bounds, misses, missed = policy.judged(got, CURVE_METRICS)
-        stats = [pt.server_stats for pt in runs]  # the last run's (split: last held), spec summed
-        server = dict(stats[-1]) | carry | spec_counts(stats) | last_split(stats)
-        server["samples"] = float(len(got))
-        settled = next((g.settled for g in got if g.settled is not None), None)
-        point = LoadPoint(load, not misses, tuple(misses),
-                          {k: flat[k] for k in CURVE_METRICS}, time.monotonic() - t0, server,
-                          {k: list(v) for k, v in bounds.items()}, len(runs), got[-1].flag,
-                          settled.at_s if settled is not None else None, tuple(missed))
-        write_records([r for pt in runs for r in pt.records], points_file(workdir, load))
-        note = before_engine(load, flat, point.server, CLIENT_BUSY)
+        judged = policy.judged(got, CURVE_METRICS)
+        point = load_point(load, got, judged, carry, time.monotonic() - t0)
+        write_records([r for g in got for pt in g.runs for r in pt.records],
+                      points_file(workdir, load))
+        note = before_engine(load, judged.flat, point.server, CLIENT_BUSY)
         if note is not None and not told:  # once a search: the cause is the server's
             told.append(note)
             warnings.warn(note, MeasurementWarning, stacklevel=2)
@@ -244,3 +208,69 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                     bracket=cap.bracket)
     (workdir / "capacity.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
     return result
+
+
+@dataclass
+class ServerRuns:
+    """How a capacity point's run is made on a running server (`point.Run`): the load's
+    requests drawn with the seed, sent by the load generator, the kernel log counted over
+    the run; and the client's limit on a run (`limit`)."""
+
+    base_url: str
+    model: str
+    tokenizer_dir: str
+    profile: ProfileConfig
+    cap: CapacityConfig
+    slos: list[SLOConfig]
+    tok: Any
+    trace: Any
+    span: LogSpan
+    max_len: int | None
+    alive: Callable[[], bool] | None
+    check: Callable[[], None]  # raises the server's cause where it died
+
+    def __call__(self, load: float, seed: int, n: int | None = None, settling: bool = True,
+                 processes: int | None = None) -> tuple[Point, Settle | None]:
+        profile, cap = self.profile, self.cap
+        t0 = time.monotonic()
+        self.span.mark()
+        got = draw(profile, cap, self.tok, self.tokenizer_dir, self.trace, load, seed, n,
+                   self.max_len)
+        reqs, sampled_s = got.requests, time.monotonic() - t0
+        conc = int(load) if cap.axis == "concurrency" else profile.max_concurrency
+        rate = load if cap.axis == "rate" else profile.request_rate
+        # the load generator hands settle its arrival schedule when it sends on it
+        settle = Settle(self.slos, reqs) if cap.settle and settling else None
+        update: dict[str, Any] = {"seed": seed, "warmup": cap.warmup}
+        if processes:  # once a point was read late, later points start raised (or above)
+            update["client_processes"] = max(processes, resolve_processes(
+                profile.client_processes, conc or len(reqs)))
+        pt = measure(self.base_url, self.model, profile.model_copy(update=update), reqs,
+                     max_concurrency=conc, request_rate=rate, alive=self.alive, warm=got.warm,
+                     check_length=False, settle=settle)
+        pt.server_stats["point_sample_s"] = sampled_s
+        pt.server_stats.update(got.stats())
+        pt.server_stats.update(self.span.counted())  # none without a log: unwatched is not 0
+        self.check()  # the server died: its cause, not a failing verdict
+        return pt, settle if settle is not None and settle.reason is not None else None
+
+    def limit(self, pt: Point, load: float) -> str | None:
+        """The client's limit on a run (a trace window's: its own span), or None."""
+        return client_limit(pt.metrics.flat(), int(pt.server_stats.get(
+            "window_requests", self.cap.requests_at(load))), load, self.cap.axis,
+            pt.server_stats.get("arrivals_s"))
+
+
+def load_point(load: float, got: list[Sampled], judged: Judged, carry: dict[str, float],
+               seconds: float) -> LoadPoint:
+    """A capacity point from its samples and their judgement: the last run's server figures
+    (with the warm-up it carries, speculation summed over the runs, the last split held)."""
+    runs = [pt for g in got for pt in g.runs]
+    stats = [pt.server_stats for pt in runs]
+    server = dict(stats[-1]) | carry | spec_counts(stats) | last_split(stats)
+    server["samples"] = float(len(got))
+    settled = next((g.settled for g in got if g.settled is not None), None)
+    return LoadPoint(load, not judged.misses, tuple(judged.misses),
+                     {k: judged.flat[k] for k in CURVE_METRICS}, seconds, server,
+                     {k: list(v) for k, v in judged.bounds.items()}, len(runs), got[-1].flag,
+                     settled.at_s if settled is not None else None, tuple(judged.missed))

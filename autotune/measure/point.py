@@ -1,9 +1,11 @@
 """What one capacity load point does, as one object whose steps are named: the point policy.
 
-`on_server.capacity_on` builds a `PointPolicy` around how a run is made on its server (`run`:
-a load, a seed, how many requests -> the run and the miss it settled, if any) and the client's
-limit on a run (`limit`); the policy owns every rule between them, each a method tested alone
-(tests/unit/measure/test_point.py):
+`on_server.capacity_on` builds a `PointPolicy` from the point's rules (`PointRules`: the SLOs,
+the capacity settings, the seed, the warm-up and sample counts) around how a run is made on its
+server (`run`: a load, a seed, how many requests -> the run and the miss it settled, if any) and
+the client's limit on a run (`limit`); the policy owns every rule between them, each a method
+tested alone and answering with a named result (`Kept`, `Sampled`, `Judged`;
+tests/unit/measure/test_point.py):
 
 - `warm_up`: the boot's first point runs its load in windows until two in a row agree and the
   later one overlapped no kernel compiling (at most `windows`; `more_windows`: at most `enough`
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from autotune.config.capacity import CapacityConfig
@@ -78,43 +80,81 @@ class Sampled:
 
 class Run(Protocol):
     """One run at `load` with the seed's requests (`n` of them, else the point's), settling a
-    miss early where `settling` and the config allow: the run, and the settle that stopped it."""
+    miss early where `settling` and the config allow, its client starting at `processes`
+    processes where a late read raised them (None: the profile's): the run, and the settle
+    that stopped it."""
 
-    def __call__(self, load: float, seed: int, n: int | None = None,
-                 settling: bool = True) -> tuple[Point, Settle | None]: ...
+    def __call__(self, load: float, seed: int, n: int | None = None, settling: bool = True,
+                 processes: int | None = None) -> tuple[Point, Settle | None]: ...
 
 
 def samples(records: list[RequestRecord]) -> Samples:
     return {k: [v * 1000 for v in vals] for k, vals in per_request(records).items()}  # ms
 
 
-@dataclass
-class PointPolicy:
-    """The rules of one capacity point (the module docstring), around a server's `run`."""
+@dataclass(frozen=True)
+class PointRules:
+    """The numbers a capacity point's rules read, from the study's capacity settings."""
 
-    run: Run
-    limit: Callable[[Point, float], str | None]  # the client's limit on a run (or None)
     slos: list[SLOConfig]
     cap: CapacityConfig
     seed: int  # the profile's seed
     windows: int  # warm-up windows at most on a boot's first point (0: none)
     samples: int  # fresh samples a point is judged on
-    more_processes: Callable[[int], int]  # client processes after a late read
-    counted: Callable[[str, float], dict[str, float]]  # a kernel-log count, named, or nothing
-    phase: Phase = lambda _p: None
-    raised: list[int] = field(default_factory=list)  # client processes raised for late reads
-    warmed: list[dict[str, float]] = field(default_factory=list)  # each point's warm-up
     # a boot of a config that ran warm before on these caches (tuning.warmup): its warm-up
     # stops after this many windows unless the last logged a kernel compiling (0: no such stop)
     enough: int = 0
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The run a rule keeps (the first, or the one it ran again), the settle that stopped it,
+    and the client's limit on it (`again_if_late` asks; None otherwise)."""
+
+    point: Point
+    settled: Settle | None
+    flag: str | None = None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A point's figures, each percentile SLO's interval, its misses and the missed metrics."""
+
+    flat: dict[str, float]
+    bounds: dict[str, tuple[float, float]]
+    misses: list[str]
+    missed: list[str]
+
+
+@dataclass
+class PointPolicy:
+    """The rules of one capacity point (the module docstring), around a server's `run`: the
+    client's limit on a run (`limit`), the client processes after a late read
+    (`more_processes`) and a kernel-log count, named, or nothing (`counted`)."""
+
+    rules: PointRules
+    run: Run
+    limit: Callable[[Point, float], str | None]
+    more_processes: Callable[[int], int]
+    counted: Callable[[str, float], dict[str, float]]
+    phase: Phase = lambda _p: None
+    # client processes raised for a late read: every later run of the boot starts there
+    processes: int | None = None
+    warmed: bool = False  # the boot's first point warmed up (later points do not)
+
+    def again(self, load: float, seed: int, n: int | None = None, settling: bool = True
+              ) -> tuple[Point, Settle | None]:
+        """A run, its client at the processes a late read raised them to."""
+        return self.run(load, seed, n, settling, self.processes)
 
     def more_windows(self, done: int, stable: bool, compiled: bool) -> bool:
         """Whether the warm-up runs another window after `done`: not once two agreed
         (`stable`) or `windows` ran, nor past `enough` unless the last one logged a kernel
         compiling (vLLM's JIT monitor: the server is not warm yet)."""
-        if stable or done >= self.windows:
+        if stable or done >= self.rules.windows:
             return False
-        return not (self.enough and done >= self.enough and not compiled)
+        enough = self.rules.enough
+        return not (enough and done >= enough and not compiled)
 
     def warm_up(self, load: float) -> dict[str, float]:
         """Run the first point's load in windows until two in a row agree and the later one
@@ -123,12 +163,12 @@ class PointPolicy:
         (`warm_jit_late`: a later boot of the config reads them, tuning.warmup)."""
         t0, seen, late, last, stable, done = time.monotonic(), 0.0, 0.0, None, False, 0
         jit = 0.0
+        cap, enough = self.rules.cap, self.rules.enough
         while self.more_windows(done, stable, jit > 0):
             done += 1
             self.phase(f"load {load:g} (warming, window {done})")
-            pt, _ = self.run(load, point_seed(self.seed + done, load),
-                             max(self.cap.warmup, self.cap.requests_at(load) // 4),
-                             settling=False)
+            pt, _ = self.again(load, point_seed(self.rules.seed + done, load),
+                               max(cap.warmup, cap.requests_at(load) // 4), settling=False)
             m, jit = pt.metrics, pt.server_stats.get("jit_events", 0.0)
             seen += jit
             late += jit if done > 1 else 0.0
@@ -138,63 +178,60 @@ class PointPolicy:
             last = now
         return {"warm_windows": float(done), "warm_s": time.monotonic() - t0,
                 "warm_stable": float(stable),
-                **({"warm_enough": float(self.enough)} if self.enough else {}),
+                **({"warm_enough": float(enough)} if enough else {}),
                 **self.counted("warm_jit_events", seen), **self.counted("warm_jit_late", late)}
 
     def warm_once(self, load: float) -> dict[str, float]:
         """The warm-up a point carries: the boot's first point's, later points none."""
-        carry = self.warm_up(load) if self.windows and not self.warmed else {}
-        self.warmed.append(carry)
+        carry = self.warm_up(load) if self.rules.windows and not self.warmed else {}
+        self.warmed = True
         return carry
 
-    def again_if_compiled(self, load: float, seed: int, first: Point, settled: Settle | None
-                          ) -> tuple[Point, Settle | None]:
+    def again_if_compiled(self, load: float, seed: int, first: Kept) -> Kept:
         """A run inside which a kernel compiled, once more with fresh requests (marked)."""
-        seen = first.server_stats.get("jit_events")
+        seen = first.point.server_stats.get("jit_events")
         if not seen:
-            return first, settled
+            return first
         self.phase(f"load {load:g} (a kernel compiled during it: again)")
-        again, settled = self.run(load, point_seed(seed + 1, load))
+        again, settled = self.again(load, point_seed(seed + 1, load))
         again.server_stats["jit_remeasured"] = 1.0
         again.server_stats["jit_events_discarded"] = seen
-        return again, settled
+        return Kept(again, settled)
 
-    def again_if_late(self, load: float, seed: int, first: Point, settled: Settle | None
-                      ) -> tuple[Point, Settle | None, str | None]:
-        """A run the client read late, once more (more client processes where it helps); the
-        run kept, its settle and the client's limit on it."""
-        flag = self.limit(first, load)
+    def again_if_late(self, load: float, seed: int, first: Kept) -> Kept:
+        """A run the client read late, once more (more client processes where it helps, and
+        for every later run of the boot): the run kept, its settle and the client's limit."""
+        flag = self.limit(first.point, load)
         if flag is None or not flag.startswith(LATE_READS):
-            return first, settled, flag
-        self.raised.append(self.more_processes(first.settings.processes))
+            return Kept(first.point, first.settled, flag)
+        had = first.point.settings.processes
+        self.processes = self.more_processes(had)
         self.phase(f"load {load:g} (read late: again" + (
-            f", {self.raised[-1]} client processes)"
-            if self.raised[-1] > first.settings.processes else ")"))
-        again, settled = self.run(load, point_seed(point_seed(seed, load), load))
+            f", {self.processes} client processes)" if self.processes > had else ")"))
+        again, settled = self.again(load, point_seed(point_seed(seed, load), load))
         again.server_stats["late_reads_remeasured"] = 1.0
-        return again, settled, self.limit(again, load)
+        return Kept(again, settled, self.limit(again, load))
 
-    def pool_close(self, load: float, seed: int, runs: list[Point], flag: str | None
-                   ) -> tuple[dict[str, float], dict[str, tuple[float, float]], list[str],
-                              list[str], str | None]:
-        """Fresh runs of a close point, pooled (appended to `runs`), until the pooled interval
-        clears the SLOs or close_runs; still close, the pooled value decides. The pooled
-        figures, intervals, misses, missed metrics and the client's limit on the last run."""
+    def pool_close(self, load: float, seed: int, first: Kept) -> Sampled:
+        """Fresh runs of a close point, pooled, until the pooled interval clears the SLOs or
+        close_runs; still close, the pooled value decides. The runs pooled, their figures,
+        intervals, misses and missed metrics, and the client's limit on the last run."""
+        slos, runs, flag = self.rules.slos, [first.point], first.flag
         flat, bounds = self.pooled(runs)
-        state, misses, _close, missed = judge(flat, self.slos, bounds)
-        while state == "close" and flag is None and len(runs) < self.cap.close_runs:
+        state, misses, _close, missed = judge(flat, slos, bounds)
+        while state == "close" and flag is None and len(runs) < self.rules.cap.close_runs:
             self.phase(f"load {load:g} (close: run {len(runs) + 1})")
             k = len(runs) - 1  # the second run's seed as before; later ones apart from it
             # judged pooled: one run settling a miss alone would decide for all of them
-            again, _ = self.run(load, (point_seed(seed, load) + CLOSE_SEED_STEP * k) % 2**32,
-                                settling=False)
+            again, _ = self.again(load, (point_seed(seed, load) + CLOSE_SEED_STEP * k) % 2**32,
+                                  settling=False)
             runs.append(again)
             flat, bounds = self.pooled(runs)
-            state, misses, _close, missed = judge(flat, self.slos, bounds)
+            state, misses, _close, missed = judge(flat, slos, bounds)
             flag = self.limit(runs[-1], load)
         if state == "close":
-            _state, misses, _close, missed = judge(flat, self.slos, {})
-        return flat, bounds, misses, missed, flag
+            _state, misses, _close, missed = judge(flat, slos, {})
+        return Sampled(runs, flat, bounds, misses, missed, flag, None)
 
     def pooled(self, runs: list[Point]) -> tuple[dict[str, float],
                                                   dict[str, tuple[float, float]]]:
@@ -202,36 +239,35 @@ class PointPolicy:
         records = [r for pt in runs for r in pt.records]
         flat = compute_metrics(records, sum(pt.metrics.duration_s for pt in runs)).flat() \
             if len(runs) > 1 else runs[0].metrics.flat()
-        return flat, intervals(self.slos, samples(records))
+        return flat, intervals(self.rules.slos, samples(records))
 
     def one_sample(self, load: float, seed: int, pool: bool) -> Sampled:
         """A run with the seed's requests, again where a kernel compiled or the client read
         late; with `pool`, a close point pooled to close_runs (`pool_close`)."""
-        first, settled = self.run(load, seed)
-        first, settled = self.again_if_compiled(load, seed, first, settled)
-        first, settled, flag = self.again_if_late(load, seed, first, settled)
-        runs = [first]
+        kept = self.again_if_late(load, seed, self.again_if_compiled(
+            load, seed, Kept(*self.again(load, seed))))
+        first, settled = kept.point, kept.settled
         if settled is not None:  # the requests sent already settle a miss: the rest would not
-            bounds = self.pooled(runs)[1] if pool else {}
-            return Sampled(runs, first.metrics.flat(), bounds, [str(settled.reason)],
-                           [str(settled.metric)], flag, settled)
+            bounds = self.pooled([first])[1] if pool else {}
+            return Sampled([first], first.metrics.flat(), bounds, [str(settled.reason)],
+                           [str(settled.metric)], kept.flag, settled)
         if not pool:
             flat = first.metrics.flat()
-            _state, misses, _close, missed = judge(flat, self.slos, {})
-            return Sampled(runs, flat, {}, misses, missed, flag, None)
-        flat, bounds, misses, missed, flag = self.pool_close(load, seed, runs, flag)
-        return Sampled(runs, flat, bounds, misses, missed, flag, None)
+            _state, misses, _close, missed = judge(flat, self.rules.slos, {})
+            return Sampled([first], flat, {}, misses, missed, kept.flag, None)
+        return self.pool_close(load, seed, kept)
 
     def sampled(self, load: float) -> list[Sampled]:
         """Fresh samples until the point is decided (`sampled.decided`) or the client limits
         it: one sample, pooled when close, with `samples` 1."""
         got: list[Sampled] = []
+        n, rules = self.rules.samples, self.rules
         while not got or (got[-1].flag is None and not sampled.decided(
-                [g.sample for g in got], self.slos, self.samples, self.cap.sample_early)):
+                [g.sample for g in got], rules.slos, n, rules.cap.sample_early)):
             if got:
-                self.phase(f"load {load:g} (sample {len(got) + 1} of {self.samples})")
+                self.phase(f"load {load:g} (sample {len(got) + 1} of {n})")
             got.append(self.one_sample(load, point_seed(
-                self.seed + sampled.SAMPLE_SEED_STEP * len(got), load), pool=self.samples == 1))
+                rules.seed + sampled.SAMPLE_SEED_STEP * len(got), load), pool=n == 1))
         if self.far_alone(got):
             got[0].runs[-1].server_stats["sample_far"] = 1.0
         return got
@@ -239,19 +275,17 @@ class PointPolicy:
     def far_alone(self, got: list[Sampled]) -> bool:
         """Whether a point of several samples ended on its first because it was far from the
         line (capacity.sample_early), not for a failure or the client's limit."""
-        one = got[0].sample
-        return (self.samples > 1 and len(got) == 1 and got[0].flag is None
-                and FAILED not in one.missed and self.cap.sample_early > 1
-                and sampled.far(one, self.slos, self.cap.sample_early))
+        one, early = got[0].sample, self.rules.cap.sample_early
+        return (self.rules.samples > 1 and len(got) == 1 and got[0].flag is None
+                and FAILED not in one.missed and early > 1
+                and sampled.far(one, self.rules.slos, early))
 
-    def judged(self, got: list[Sampled], metrics: Sequence[str]
-               ) -> tuple[dict[str, float], dict[str, tuple[float, float]], list[str],
-                          list[str]]:
+    def judged(self, got: list[Sampled], metrics: Sequence[str]) -> Judged:
         """The point's figures (`metrics`), intervals, misses and missed metrics: its last
         sample's, or over several samples their medians and `sampled.judge_samples`."""
         last = got[-1]
-        flat, bounds, misses, missed = last.flat, last.bounds, last.misses, last.missed
-        if self.samples > 1:
-            _met, misses, missed = sampled.judge_samples([g.sample for g in got], self.slos)
-            flat = sampled.medians([g.sample for g in got], metrics)
-        return flat, bounds, misses, missed
+        if self.rules.samples <= 1:
+            return Judged(last.flat, last.bounds, last.misses, last.missed)
+        _met, misses, missed = sampled.judge_samples([g.sample for g in got], self.rules.slos)
+        return Judged(sampled.medians([g.sample for g in got], metrics), last.bounds, misses,
+                      missed)

@@ -5,7 +5,7 @@ of that rate's median, more than a 10% step in rate moved the median
 (docs/results/warm-server-h100, `verdict_wellposed`): a point judged on one sample is judged on
 its prompts as much as on its load. So a point runs up to k samples, each with its own prompts
 and arrivals, and each SLO is judged on the median of its value over them, the rule
-bench/reference_check.py judges `vllm bench serve`'s samples by:
+lab/reference_check.py judges `vllm bench serve`'s samples by:
 
 - a sample's value of an SLO's metric counts as above the target when the sample missed that
   SLO without a value above it (its miss was settled early, or it had too few requests);

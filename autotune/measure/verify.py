@@ -9,7 +9,7 @@ rates alternating in a shuffled order, and is judged on the median over its samp
 figure, as a capacity point is (`capacity.samples`); a failed request in any sample is a miss.
 Before them, one run at C is not judged: the first load after a boot compiles kernels. Given
 the server's log, a measured run whose span of it holds vLLM's "JIT compilation during
-inference" warning is run once more. `autotune export --verify` and bench/reference_check.py
+inference" warning is run once more. `autotune export --verify` and lab/reference_check.py
 run it.
 """
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autotune.config import weights
 from autotune.config.study import StudyConfig
 from autotune.outputs.console import command_hint, console, out
 from autotune.outputs.tables import (
@@ -41,7 +42,8 @@ def print_confirm(res: ConfirmResult, cfg: StudyConfig) -> None:
 
 def deploy_lines(summary: StudySummary, cfg: StudyConfig, config_path: Path) -> list[str]:
     """What to deploy, at the end of a study: the summary's recommendation, its serve line, its
-    gain over vLLM's defaults with its interval (or "one measurement"), and how to export it."""
+    gain over vLLM's defaults with its interval (or "one measurement"), that it is shape only
+    where the servers loaded random weights (config/weights.py), and how to export it."""
     from autotune.outputs.export import serve_line
 
     pick = summary.picked
@@ -53,8 +55,9 @@ def deploy_lines(summary: StudySummary, cfg: StudyConfig, config_path: Path) -> 
             f"trial {pick.number}"
         head = f"{who} ({head})"  # the sentence may speak of another trial: name this one
     said = capacity_line(cfg, pick)
+    shape = [f"  {weights.STATEMENT}"] if weights.shape_only(cfg.server, pick.flags) else []
     return [f"deploy: {head}", *([f"  {said}"] if said else []), "  " + serve_line(cfg, pick),
-            "full export (YAML, bench line, sizing): "
+            *shape, "full export (YAML, bench line, sizing): "
             + command_hint(f"export --config {config_path}")]
 
 
@@ -66,5 +69,7 @@ def end_of_study(summary: StudySummary, cfg: StudyConfig, res: ConfirmResult | N
         print_confirm(res, cfg)
     if note:
         console.print(note, highlight=False)
-    for line in [*deploy_lines(summary, cfg, config_path), *bill]:
+    deploy = deploy_lines(summary, cfg, config_path) or (
+        [weights.STATEMENT] if weights.shape_only(cfg.server) else [])  # nothing to deploy
+    for line in [*deploy, *bill]:
         out.print(line, highlight=False, soft_wrap=True)

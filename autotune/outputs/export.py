@@ -1,5 +1,7 @@
 """From the feasible Pareto front to one configuration: the `vllm serve` line a user pastes, a
-vLLM `--config` YAML, and the `vllm bench serve` line that reproduces the measurement."""
+vLLM `--config` YAML, and the `vllm bench serve` line that reproduces the measurement. A
+shape-only config (random weights, config/weights.py) says so in each: printed, in export.json
+(`shape_only`) and as the config YAML's first line."""
 
 from __future__ import annotations
 
@@ -13,10 +15,12 @@ from typing import Any
 
 import yaml
 
+from autotune.config import weights
 from autotune.config.quality import QUALITY_OK
 from autotune.config.study import StudyConfig
 from autotune.config.workload import ProfileConfig
 from autotune.errors import StudyError
+from autotune.outputs.console import console
 from autotune.server.command import flag_name, serve_argv, shell_join
 from autotune.server.machine import launch_env
 from autotune.tuning.record import TrialRecord
@@ -64,11 +68,13 @@ def serve_line(cfg: StudyConfig, trial: TrialRecord) -> str:
 
 
 def config_yaml(cfg: StudyConfig, trial: TrialRecord) -> str:
-    """A file for `vllm serve --config FILE` (kebab-case keys, nested JSON flags as maps)."""
+    """A file for `vllm serve --config FILE` (kebab-case keys, nested JSON flags as maps),
+    opening with a comment where the config is shape only."""
     flags = cfg.server.serve_flags(trial.flags)
     doc: dict[str, Any] = {"model": cfg.server.model}
     doc.update({flag_name(k)[2:]: v for k, v in flags.items() if v is not None})
-    return yaml.safe_dump(doc, sort_keys=False)
+    said = f"# {weights.STATEMENT}\n" if weights.shape_only(cfg.server, trial.flags) else ""
+    return said + yaml.safe_dump(doc, sort_keys=False)
 
 
 def bench_command(profile: ProfileConfig, model: str, tokenizer: str,
@@ -150,7 +156,8 @@ def trace_window(cfg: StudyConfig, profile: ProfileConfig, sized: bool, where: P
 
 
 def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) -> dict[str, Any]:
-    """Everything export prints, and the files it writes (config YAML, JSON summary). In a
+    """Everything export prints, and the files it writes (config YAML, JSON summary); a
+    shape-only config's statement it prints itself (the command prints the rest). In a
     capacity study the `vllm bench serve` line runs at the capacity found: the profile alone
     sets no load there (the search sets it per point), so its line would send every request at
     once."""
@@ -191,6 +198,9 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
         result["bench_load"] = checked[1]
     if windows:
         result["bench_note"] = "; ".join(windows)
+    if weights.shape_only(cfg.server, trial.flags):  # random weights: said here, and kept
+        result["shape_only"] = weights.STATEMENT
+        console.print(weights.STATEMENT, highlight=False, soft_wrap=True, markup=False)
     if trial.speculation:  # vLLM's acceptance counters for a config that speculates
         result["speculation"] = trial.speculation
     q = trial.facts.quality

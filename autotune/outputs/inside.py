@@ -46,7 +46,7 @@ def _split(p: LoadPoint) -> str:
 def _steps(p: LoadPoint, fronts: int) -> str:
     """The engine's steps over the point's last run (autotune/server/scrape.py STEP_TOKENS):
     the tokens a step carried and the wall time a step, to be read against the engine's curve
-    of step time over tokens (bench/boot_spread.py): more tokens in the time the curve gives
+    of step time over tokens (lab/boot_spread.py): more tokens in the time the curve gives
     them points at a batch that grew, longer than the curve at a slower engine or at idle time
     between steps. `fronts`: the server's API servers (server.command.api_servers); with more
     than one vLLM counts a step once for each that had requests in it; the figures then show as

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import optuna
 
+from autotune.config import weights
 from autotune.config.study import StudyConfig
 from autotune.measure.stats import interval_name
 from autotune.outputs.console import params_text, short_cause, short_metric, speculation_text
@@ -270,6 +271,8 @@ def write_report(study: optuna.Study, cfg: StudyConfig, out_dir: Path) -> Path:
         if rec is not None and rec.speculation else []
     said = capacity_line(cfg, rec)
     spec = ([f"- {said}"] if said else []) + spec
+    if weights.shape_only(cfg.server, rec.flags if rec is not None else None):
+        spec = [f"- **{weights.STATEMENT.replace(':', '**:', 1)}", *spec]
     lines = [f"# Study `{cfg.name}`", "", f"**Recommended: {summary.headline()}**", "", *spec,
              f"- vLLM {study_facts(study).vllm_version or '?'}; model `{cfg.server.model}`; "
              f"fixed args `{params_text(cfg.server.args)}`",

@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune import __version__
+from autotune.config import weights
 from autotune.config.study import StudyConfig
 from autotune.outputs.artifacts import confirm_files, front_files, trial_files
 from autotune.outputs.mlflow_trial import curve_metrics, trial_metrics, trial_params, trial_tags
@@ -114,8 +115,9 @@ class Tracker:
         if self.parent_id is not None:
             self._write_view()
             return
+        shape = {weights.TAG: weights.STATEMENT} if self.cfg.server.shape_only else {}
         run = self.client.create_run(self.experiment_id, run_name=f"study {self.cfg.name}",
-                                     tags={KIND_TAG: "study", STUDY_TAG: self.cfg.name})
+                                     tags={KIND_TAG: "study", STUDY_TAG: self.cfg.name, **shape})
         self.parent_id = run.info.run_id
         self._write_view()
         params = {
@@ -216,7 +218,9 @@ class Tracker:
         ], tags=[RunTag("mlflow.note.content",
                         study_note(self.cfg, summary, self.experiment_id, ids)),
                  RunTag(PICK_TAG, "none" if pick is None else str(pick)),
-                 RunTag("autotune.recommendation", summary.headline()[:5000])])
+                 RunTag("autotune.recommendation", summary.headline()[:5000]),
+                 *([RunTag(weights.TAG, weights.STATEMENT)] if weights.shape_only(
+                     self.cfg.server, summary.picked.flags if summary.picked else None) else [])])
         # the runs view sorts by rank: the recommended config is its first row, the other
         # configs follow, and repeat boots (no rank) come after them all; each boot's gain is
         # its config's pooled one (every boot of its flags), the same text as the terminal's

@@ -54,7 +54,7 @@ def hardware() -> dict[str, str]:
 
 
 def machine_id() -> str:
-    """What tells two machines apart where their names do not (every GPU machine lent here is
+    """What tells two machines apart where their names do not (cloud GPU machines are often all
     called `vm`): the GPUs' UUIDs, else /etc/machine-id, else ""."""
     uuids = [x for x in nvidia_smi("uuid") or [] if x.startswith(("GPU-", "MIG-"))]
     if uuids:

@@ -74,7 +74,7 @@ SPLIT_COUNTS = 0.1  # TTFT's, queue's and prefill's counts this close: the split
 # steps and its mean the batch a step carried; the wall time between the first and the last
 # scrape over an engine's steps is the wall time a step, a ceiling on the step time (an engine
 # idles between arrivals at a light load). Set against the tokens a step over many points, a
-# boot whose steps take longer for the same tokens had a slower engine (bench/boot_spread.py);
+# boot whose steps take longer for the same tokens had a slower engine (lab/boot_spread.py);
 # the time a token (wall time over tokens) is only the run's throughput inverted. Each data-
 # parallel engine has its own series (label `engine`): the steps are an engine's, the mean of
 # theirs. With more than one API server each observes the steps that carried its own requests

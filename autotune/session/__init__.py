@@ -1,5 +1,6 @@
-"""The top of the library: a study session as the commands run it. Opening a study (preflight,
-requests, storage, tracker) is written once (`open.open_session`); `study.run_session` runs one
-end to end; every command reads the one `StudySummary` (autotune.tuning.summary) it computes
-after each trial event and hands to the surfaces (the live view, the tables, MLflow, export,
-the report)."""
+"""What each command runs, end to end, as one typed call the public API (autotune.api) hands
+on: a study (`study.run_session`; `workers`, `confirm`, `certify`), opened once (`open`),
+read (`inspect`: its summary, tables and export), checked again (`checks`), one config
+(`bench`), samplers replayed (`replay`) and the smaller tools (`tools`). Every command reads
+the one `StudySummary` (autotune.tuning.summary) computed after each trial event and handed to
+the surfaces (the live view, the tables, MLflow, export, the report)."""

@@ -1,8 +1,9 @@
 """Checks that boot servers for a study's chosen config after the study: `export --validate`
 (the config and the baseline booted again, interleaved, beside the study: never its trials) and
 `export --verify` (the config booted as a stock `vllm serve` and its capacity checked with
-`vllm bench serve`). They run sessions of their own, so they live here, not in outputs/, which
-only formats what was measured.
+`vllm bench serve`), each with the screen `export` shows (`print_validation`,
+`print_verification`). They run sessions of their own, so they live here, not in outputs/,
+which only formats what was measured.
 """
 
 from __future__ import annotations
@@ -16,11 +17,17 @@ from typing import Any
 import numpy as np
 import optuna
 from optuna.trial import FrozenTrial
+from rich.markup import escape
+from rich.table import Table
 
 from autotune.config.study import StudyConfig
 from autotune.errors import StudyError
 from autotune.measure.stats import gain_ci
+from autotune.measure.verify import lines
+from autotune.outputs.console import PhaseLines, console, out
 from autotune.outputs.export import serve_line
+from autotune.outputs.tables import StudyView, gain_text
+from autotune.session.open import open_session
 from autotune.tuning.confirm import run_repeats
 from autotune.tuning.objective import PhaseHook
 from autotune.tuning.preflight import Preflight
@@ -119,7 +126,7 @@ def verify_capacity(cfg: StudyConfig, trial: TrialRecord, samples: int | None,
     cap, c = cfg.capacity, capacity if capacity is not None else trial.value("capacity")
     if cfg.profiles:
         raise StudyError("--verify: a suite's trial has one capacity per profile; check each "
-                         "with bench/reference_check.py")
+                         "with lab/reference_check.py")
     if cap is None or c is None:
         raise StudyError("--verify checks a capacity: this study measured none (its config has "
                          "no capacity: section); use --validate")
@@ -189,3 +196,72 @@ def verify_on_server(cfg: StudyConfig, url: str, log_path: Path, capacity: float
     (workdir / "verify.json").write_text(json.dumps(doc, indent=2) + "\n")
     doc["path"] = str(workdir / "verify.json")
     return doc
+
+
+def print_verification(cfg: StudyConfig, trial: TrialRecord, samples: int | None) -> None:
+    """`export --verify`: the reference client's verdicts at the capacity and above it."""
+    console.print(f"verify: trial {trial.number} as a stock `vllm serve`, checked by `vllm "
+                  "bench serve`", highlight=False, markup=False)
+    phases = PhaseLines()  # on a log or CI: a line per phase; each run's verdict as it lands
+    with console.status("booting") as status:
+
+        def on_phase(p: str) -> None:
+            status.update(escape(f"verify: {p}"))
+            phases.phase(f"verify: {p}", 0)
+
+        doc = verify_capacity(cfg, trial, samples, on_phase, on_run=lambda line: console.print(
+            "  " + line, highlight=False, markup=False))
+    for line in lines(doc):
+        out.print(line, highlight=False, soft_wrap=True, markup=False)
+    console.print(f"written to {doc['path']}", highlight=False)
+    if not doc["verdicts_agree"]:
+        raise StudyError("--verify: the reference client does not agree with the study's "
+                         f"capacity {doc['capacity']:g} (above); see {doc['path']}")
+
+
+def print_validation(cfg: StudyConfig, st: optuna.Study, summary: StudySummary,
+                     trial: TrialRecord, repeats: int, max_tpot_ms: float | None) -> None:
+    """`export --validate`: the baseline and the chosen config booted again, interleaved,
+    beside the study (validate.json), ending with a verdict; exit 1 when the figure did not
+    hold."""
+    opened = open_session(cfg, study=st, no_mlflow=True)
+    base = summary.base
+    console.print(f"validate: vLLM's defaults (trial {base.number if base else '?'}) and "
+                  f"trial {trial.number}, {repeats} boot(s) each, interleaved; beside the "
+                  "study, not added to it", highlight=False)
+
+    def on_boot(i: int, b: Boot) -> None:
+        who = "vLLM's defaults" if base is not None and b.of == base.number else \
+            f"trial {b.of}'s config"
+        what = ", ".join(f"{m} {v:,.2f}" for m, v in b.values.items()) or \
+            f"{b.status}: {b.cause}"
+        console.print(f"re-run {i + 1} of {2 * repeats}: {who}: {what}", highlight=False,
+                      soft_wrap=True)
+        view.progress.advance(view.task)
+
+    with StudyView(2 * repeats, 0, cfg.metric_names()) as view:
+        v = validate(st, cfg, opened.pre, opened.requests, summary, trial, repeats,
+                     max_tpot_ms=max_tpot_ms, on_boot=on_boot,
+                     on_phase=lambda _n, p, flags: view.on_phase(-1, f"re-run: {p}", flags))
+    if v.rows:
+        t = Table(title="validation (re-runs beside the study)", header_style="bold")
+        for col, justify in (("metric", "left"), ("study", "right"),
+                             ("re-run median", "right"), ("change", "right")):
+            t.add_column(col, justify=justify)  # type: ignore[arg-type]
+        for metric, before, after in v.rows:
+            t.add_row(metric, f"{before:,.2f}", f"{after:,.2f}",
+                      f"{(after - before) / before * 100:+.1f}%" if before else "-")
+        out.print(t)
+        out.print(f"{v.metric} vs defaults: the study said {gain_text(v.study_gain)}; the "
+                  f"re-runs say {gain_text(v.gain)}", highlight=False, soft_wrap=True)
+    if cfg.capacity is not None:
+        console.print(f"each re-run searched its capacity anew (tolerance "
+                      f"{cfg.capacity.tolerance:.0%})", highlight=False)
+    for line in v.why:
+        out.print(f"  {line}", highlight=False, soft_wrap=True)
+    out.print(f"verdict: {v.verdict}", highlight=False)
+    console.print(f"written to {cfg.study_dir() / 'validate.json'} (the re-runs' files: "
+                  f"{cfg.study_dir() / 'validate'})", highlight=False)
+    if v.verdict == NOT_HELD:
+        raise StudyError(f"--validate: the study's figure did not hold for trial "
+                         f"{trial.number} (above); see {cfg.study_dir() / 'validate.json'}")

@@ -1,11 +1,14 @@
-"""A study as `autotune study` runs it, end to end: workers or not, preflight, warm start, the
-trials with their live view and MLflow, the confirm phase, and the screens a study ends on
-(the trials, the front, the confirm table, the recommendation, the bill).
+"""A study as `autotune study` runs it, end to end, one step after another: the config for its
+workers (`pooled_config`), the preflight, --force-new and --warm-start (`before_trials`), the
+trials with their live view and MLflow (`Session.trials`), the certify phase of a study with a
+budget (`Session.certify`) or the confirm phase (`Session.confirm`, session/confirm.py), and
+the screens a study ends on (`Session.end`: the trials, the front, the confirm table, the
+recommendation, the bill).
 
-`run_session` is the library entry point the `study` command calls; `confirm_phase` is shared
-with `confirm`. The live view and its trial hook are outputs/live.py's (after each trial event
-the study's summary is computed once and handed to the view and MLflow), the screens a study
-ends on outputs/ending.py's, from the same summary.
+`run_session` is the library entry point the `study` command calls. The live view and its
+trial hook are outputs/live.py's (after each trial event the study's summary is computed once
+and handed to the view and MLflow), the screens a study ends on outputs/ending.py's, from the
+same summary.
 """
 
 from __future__ import annotations
@@ -23,24 +26,20 @@ from autotune.errors import ConfigError, NotCertified, StudyError
 from autotune.outputs.console import command_hint, console
 from autotune.outputs.ending import end_of_study
 from autotune.outputs.live import TrialHook, tracked
-from autotune.outputs.mlflow_view import study_extra
+from autotune.outputs.mlflow_view import open_client, study_extra
 from autotune.outputs.tables import StudyView
 from autotune.outputs.tracking import Tracker
 from autotune.session.certify import Budget, certified_minutes, certify_phase
+from autotune.session.confirm import confirm_now, confirm_phase
 from autotune.session.open import make_tracker, start_afresh
-from autotune.tuning.bill import bill, over_budget
+from autotune.tuning.bill import Bill, bill, over_budget
+from autotune.tuning.certification import Certification
 from autotune.tuning.confirm import ConfirmResult
-from autotune.tuning.preflight import preflight
+from autotune.tuning.preflight import Preflight, preflight
 from autotune.tuning.search_space import load_search_space
-from autotune.tuning.study import (
-    completed,
-    grid_done,
-    open_study,
-    prepare_study,
-    run_study,
-    warm_start,
-)
+from autotune.tuning.study import completed, grid_done, open_study, prepare_study, run_study
 from autotune.tuning.summary import summarize
+from autotune.tuning.warm_start import warm_start
 from autotune.tuning.workers import (
     certify_boots,
     run_pool,
@@ -65,70 +64,60 @@ class SessionOptions:
     force_new: bool = False  # --force-new: set a study of this name aside, start afresh
 
 
-def confirm_phase(st: optuna.Study, cfg: StudyConfig, pre: Any, requests: list[Any],
-                  top: int, repeats: int, on_trial: TrialHook, view: StudyView,
-                  tracker: Tracker | None, deadline: float | None = None) -> ConfirmResult:
-    """Run (or resume) the confirm phase in `view`; log its result to the study's run."""
-    from autotune.tuning.confirm import run_confirm
-
-    def on_plan(base: int, numbers: list[int], plan: list[int]) -> None:
-        view.progress.update(view.task, total=view.progress.tasks[0].completed + len(plan))
-        console.print(f"confirm: baseline (trial {base}) and finalists "
-                      f"{', '.join(map(str, numbers))}, {repeats} more boots each, "
-                      f"interleaved; {len(plan)} to run", highlight=False)
-
-    res = run_confirm(st, cfg, pre, requests, top, repeats, on_phase=view.on_phase,
-                      on_trial=on_trial, on_plan=on_plan, deadline=deadline)
-    if tracker is not None:
-        tracker.log_confirm(res)
-    return res
-
-
-def confirm_now(st: optuna.Study, cfg: StudyConfig, flag: bool | None, *, complete: bool,
-                pooled: bool, config_path: Path) -> tuple[str | None, str]:
-    """(why the confirm phase runs now, or None; the note to print when it does not): it runs
-    when wanted (`--confirm`, or confirm.when) on a complete study that ran in this process.
-    The note says plainly that every gain printed is one measurement, and how to confirm."""
-    from autotune.tuning.confirm import wanted
-
-    on, why = wanted(cfg, st, flag)
-    if on and complete and not pooled:
-        return why, ""
-    how = f"`{command_hint(f'confirm --config {config_path}')}`"
-    if on and pooled:
-        how += " (its boots run one at a time, not in the workers)"
-    if on:
-        why += "; the study is not complete" if not complete else "; workers ran it"
-    return None, (f"No confirm phase ({why}): "
-                  "every gain above is one measurement of each config, and a difference "
-                  "smaller than the boot-to-boot noise means nothing (docs/noise.md). "
-                  f"{how} boots the best configs and the baseline again and gives each gain "
-                  "an interval.")
-
-
 def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = None) -> None:
-    """Run (or resume) the study `cfg` as `autotune study` does, printing as it goes."""
+    """Run (or resume) the study `cfg` as `autotune study` does, printing as it goes; raise
+    StudyError when it has nothing to recommend, NotCertified when a planned study ends
+    without certifying its pick (its exit code)."""
     began = time.monotonic() if began is None else began
-    config_path, workers, gpus_per_trial = opts.config_path, opts.workers, opts.gpus_per_trial
-    warm_from, confirm_flag = opts.warm_from, opts.confirm
-    envs = None
-    if workers > 1 and cfg.profiles:
+    if opts.tracking_uri and not opts.no_mlflow:  # before the study's storage is made
+        open_client(opts.tracking_uri)
+    cfg, envs, gpus = pooled_config(cfg, opts)
+    pre, done = before_trials(cfg, opts)
+    s = Session(cfg, opts, pre, envs, gpus, make_tracker(cfg, opts.tracking_uri, opts.no_mlflow),
+                Budget(cfg, began, workers=len(envs) if envs else 1), began)
+    with tracked(cfg, s.tracker, cfg.n_trials, done, log_trials=envs is None,
+                 front_every=opts.front_every, backfill=envs is not None) as (view, on_trial):
+        st = s.trials(view, on_trial)
+        held = len(completed(st))
+        now, note = confirm_now(st, cfg, opts.confirm,
+                                complete=held >= cfg.n_trials and s.requests is not None,
+                                pooled=envs is not None, config_path=opts.config_path)
+        res, cert = None, None
+        if cfg.planned() and s.requests is not None:  # a budget's end: certify, not confirm
+            now, note = None, ""
+            cert = s.certify(st, view, on_trial)
+        if now:
+            res, note = s.confirm(st, now, view, on_trial)
+    s.end(st, held, res, cert, note)
+
+
+def pooled_config(cfg: StudyConfig, opts: SessionOptions
+                  ) -> tuple[StudyConfig, list[dict[str, str]] | None, int | None]:
+    """--workers and --gpus-per-trial: each worker's environment (its devices; None: trials
+    run in this process), the config the trials run with, and the GPUs each trial gets."""
+    gpus = opts.gpus_per_trial
+    if opts.workers > 1 and cfg.profiles:
         raise ConfigError("--workers: a suite scores every trial against the baseline trial, "
                           "so its trials run one at a time for now (drop --workers)")
-    if workers > 1 or gpus_per_trial:
-        envs = worker_envs(workers, gpus_per_trial)
-        gpus_per_trial = sum(1 for g in envs[0].get("CUDA_VISIBLE_DEVICES", "").split(",") if g)
-        cfg = worker_config(cfg, gpus_per_trial,
-                            load_search_space(cfg.search_space).flag_names())
+    if opts.workers == 1 and not gpus:
+        return cfg, None, gpus
+    envs = worker_envs(opts.workers, gpus)
+    gpus = sum(1 for g in envs[0].get("CUDA_VISIBLE_DEVICES", "").split(",") if g)
+    return worker_config(cfg, gpus, load_search_space(cfg.search_space).flag_names()), envs, gpus
+
+
+def before_trials(cfg: StudyConfig, opts: SessionOptions) -> tuple[Preflight, int]:
+    """The preflight against the installed vLLM, --force-new, --warm-start and the line that
+    says where the study stands: the preflight, and the trials done."""
     console.print(f"study [bold]{cfg.name}[/bold]: checking the search space against vLLM...")
     pre = preflight(cfg)
     if pre.dataset:
         console.print(pre.dataset, highlight=False)
     if opts.force_new:
         start_afresh(cfg, opts.tracking_uri, opts.no_mlflow)
-    if warm_from:
-        n, skipped = warm_start(prepare_study(cfg, pre), cfg, pre, warm_from)
-        console.print(f"--warm-start {warm_from}: {n} Pareto config(s) enqueued"
+    if opts.warm_from:
+        n, skipped = warm_start(prepare_study(cfg, pre), cfg, pre, opts.warm_from)
+        console.print(f"--warm-start {opts.warm_from}: {n} Pareto config(s) enqueued"
                       + (f", {len(skipped)} skipped" if skipped else ""), highlight=False)
         for why in skipped:
             console.print(f"  skipped: {why}", highlight=False)
@@ -136,95 +125,130 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
     console.print(f"vLLM {pre.vllm.version}; space {pre.space.name!r} "
                   f"({len(pre.space.parameters)} parameters); {done} of {cfg.n_trials} trials "
                   f"done; storage {cfg.storage_url()}", highlight=False)
-    tracker = make_tracker(cfg, opts.tracking_uri, opts.no_mlflow)
-    planned = cfg.planned()
-    budget = Budget(cfg, began, workers=len(envs) if envs else 1)
+    return pre, done
 
-    got: list[Any] = []
 
-    def on_start(st: optuna.Study, requests: list[Any]) -> None:
-        got.append(requests)
-        budget.open(st)
-        if tracker is not None:
-            tracker.open_run(st, study_extra(cfg, pre.vllm.version, requests))
+@dataclass
+class Session:
+    """One `autotune study` run, as its steps share it: the config, the preflight, the
+    workers' environments, the tracker, the budget, and the study's requests once its trials
+    opened it."""
 
-    with tracked(cfg, tracker, cfg.n_trials, done, log_trials=envs is None,
-                 front_every=opts.front_every, backfill=envs is not None) as (view, on_trial):
+    cfg: StudyConfig
+    opts: SessionOptions
+    pre: Preflight
+    envs: list[dict[str, str]] | None
+    gpus: int | None
+    tracker: Tracker | None
+    budget: Budget
+    began: float
+    requests: list[Any] | None = None
+
+    def on_start(self, st: optuna.Study, requests: list[Any]) -> None:
+        """The study is open and its requests read: the budget and the study's run start."""
+        self.requests = requests
+        self.budget.open(st)
+        if self.tracker is not None:
+            self.tracker.open_run(st, study_extra(self.cfg, self.pre.vllm.version, requests))
+
+    def deadline(self) -> float | None:
+        return self.began + self.cfg.timeout_s if self.cfg.timeout_s else None
+
+    def uri(self) -> str | None:
+        return self.tracker.uri if self.tracker is not None else None
+
+    def trials(self, view: StudyView, on_trial: TrialHook) -> optuna.Study:
+        """The trials, in this process or in the workers, until the study holds its count
+        (or the timeout, or the budget less the certify reserve, stops them)."""
+        cfg, budget, envs = self.cfg, self.budget, self.envs
         if envs is None:
-            st = run_study(cfg, on_phase=view.on_phase, on_trial=on_trial, pre=pre,
-                           on_start=on_start, reserve=budget.reserve if planned else None,
-                           deadline=began + cfg.timeout_s if cfg.timeout_s else None,
-                           reference=lambda: budget.reference_spent)
-        else:
-            st = run_pool(
-                cfg, pre, envs, gpus_per_trial or 0,
-                tracker.uri if tracker is not None else None, on_start=on_start,
-                on_trial=on_trial,
-                on_running=lambda running: view.on_running(running_text(running)),
-                on_pool=lambda pool: console.print(
-                    f"{len(envs)} workers: " + "; ".join(
-                        f"{i}: {' '.join(f'{k}={v}' for k, v in e.items())}"
-                        for i, e in enumerate(envs)) + f"; logs in {pool.log_dir}",
-                    highlight=False))
-        held = len(completed(st))
-        now, note = confirm_now(st, cfg, confirm_flag, complete=held >= cfg.n_trials and
-                                bool(got), pooled=envs is not None, config_path=config_path)
-        res, cert = None, None
-        if planned and got:
-            now, note = None, ""
-            first = summarize(st, cfg, confirm=False, certified=False).recommendation
-            if first.number is not None:
-                left = budget.left()
-                console.print(f"certify phase: the pick so far is trial {first.number}"
-                              + (f"; {left:.1f} {budget.bill().unit} left"
-                                 if math.isfinite(left) else ""), highlight=False)
-                boots = None if envs is None else certify_boots(
-                    st, cfg, envs, gpus_per_trial or 0,
-                    tracker.uri if tracker is not None else None, on_trial=on_trial,
-                    on_running=lambda running: view.on_running(running_text(running)))
-                cert = certify_phase(st, cfg, pre, got[0], first.number, budget,
-                                     view.on_phase, on_trial, view.step, boots=boots,
-                                     lanes=len(envs) if envs else 1)
-                budget.reference_spent = certified_minutes(cert)  # every run's, summed
-        if now:
-            console.print(f"confirm phase ({now})", highlight=False)
-            try:
-                res = confirm_phase(st, cfg, pre, got[0], cfg.confirm.top, cfg.confirm.repeats,
-                                    on_trial, view, tracker,
-                                    began + cfg.timeout_s if cfg.timeout_s else None)
-            except ConfigError as e:  # nothing to confirm: no baseline, or a front of defaults
-                note = f"no confirm phase: {e}"
-    summary = summarize(st, cfg, res if res is not None else True)
-    cost = bill(summary.records, cfg, reference=budget.reference_spent)
-    cost_lines = cost.lines()
-    if tracker is not None:
-        tracker.log_study_metrics(cost.metrics())
-    if pre.dataset and pre.dropped:  # what the study measured is not the whole file
-        note = " ".join(filter(None, [note, f"Measured on the requests kept: {pre.dataset}."]))
-    end_of_study(summary, cfg, res, note, cost_lines, config_path)
-    if cert is None and held < cfg.n_trials and \
-            (spent := over_budget(cost, cfg.budget_gpu_minutes)):
+            return run_study(cfg, on_phase=view.on_phase, on_trial=on_trial, pre=self.pre,
+                             on_start=self.on_start,
+                             reserve=budget.reserve if cfg.planned() else None,
+                             deadline=self.deadline(), reference=lambda: budget.reference_spent)
+        return run_pool(
+            cfg, self.pre, envs, self.gpus or 0, self.uri(), on_start=self.on_start,
+            on_trial=on_trial, on_running=lambda running: view.on_running(running_text(running)),
+            on_pool=lambda pool: console.print(
+                f"{len(envs)} workers: " + "; ".join(
+                    f"{i}: {' '.join(f'{k}={v}' for k, v in e.items())}"
+                    for i, e in enumerate(envs)) + f"; logs in {pool.log_dir}",
+                highlight=False))
+
+    def certify(self, st: optuna.Study, view: StudyView, on_trial: TrialHook
+                ) -> Certification | None:
+        """The certify phase of a planned study, on its pick so far (None: nothing to pick)."""
+        cfg, budget, envs = self.cfg, self.budget, self.envs
+        first = summarize(st, cfg, confirm=False, certified=False).recommendation
+        if first.number is None or self.requests is None:
+            return None
+        left = budget.left()
+        console.print(f"certify phase: the pick so far is trial {first.number}"
+                      + (f"; {left:.1f} {budget.bill().unit} left" if math.isfinite(left)
+                         else ""), highlight=False)
+        boots = None if envs is None else certify_boots(
+            st, cfg, envs, self.gpus or 0, self.uri(), on_trial=on_trial,
+            on_running=lambda running: view.on_running(running_text(running)))
+        cert = certify_phase(st, cfg, self.pre, self.requests, first.number, budget,
+                             view.on_phase, on_trial, view.step, boots=boots,
+                             lanes=len(envs) if envs else 1)
+        budget.reference_spent = certified_minutes(cert)  # every run's, summed
+        return cert
+
+    def confirm(self, st: optuna.Study, why: str, view: StudyView, on_trial: TrialHook
+                ) -> tuple[ConfirmResult | None, str]:
+        """The confirm phase (`why` it runs now): its result, or the note of why there is
+        none (no baseline, or a front of the defaults only)."""
+        console.print(f"confirm phase ({why})", highlight=False)
+        cfg = self.cfg
+        try:
+            return confirm_phase(st, cfg, self.pre, self.requests or [], cfg.confirm.top,
+                                 cfg.confirm.repeats, on_trial, view, self.tracker,
+                                 self.deadline()), ""
+        except ConfigError as e:  # nothing to confirm: no baseline, or a front of defaults
+            return None, f"no confirm phase: {e}"
+
+    def end(self, st: optuna.Study, held: int, res: ConfirmResult | None,
+            cert: Certification | None, note: str) -> None:
+        """The screens a study ends on, why it stopped short, and its ending: nothing to
+        recommend (StudyError) or a certification that did not hold (NotCertified)."""
+        cfg, tracker, pre = self.cfg, self.tracker, self.pre
+        summary = summarize(st, cfg, res if res is not None else True)
+        cost = bill(summary.records, cfg, reference=self.budget.reference_spent)
+        if tracker is not None:
+            tracker.log_study_metrics(cost.metrics())
+        if pre.dataset and pre.dropped:  # what the study measured is not the whole file
+            note = " ".join(filter(None, [note, f"Measured on the requests kept: {pre.dataset}."]))
+        end_of_study(summary, cfg, res, note, cost.lines(), self.opts.config_path)
+        if cert is None and held < cfg.n_trials:
+            print_stopped(st, cfg, held, cost, self.opts.config_path)
+        if tracker is not None and tracker.seconds:
+            console.print(f"MLflow: {len(tracker.seconds)} trials logged, "
+                          f"{sum(tracker.seconds) / len(tracker.seconds):.2f} s per trial"
+                          + (f", {tracker.failures} failures (run `{command_hint('sync')}`)"
+                             if tracker.failures else ""), highlight=False)
+        if summary.recommendation.number is None:
+            for line in summary.failures:
+                console.print("  " + line, highlight=False, soft_wrap=True)
+            raise StudyError(f"study {cfg.name!r} has nothing to recommend: "
+                             f"{summary.recommendation.reason}")
+        if cert is not None and cert.exit_code:
+            raise NotCertified(cert.sentence(), cert.exit_code)
+
+
+def print_stopped(st: optuna.Study, cfg: StudyConfig, held: int, cost: Bill,
+                  config_path: Path) -> None:
+    """Why a study that holds fewer than its trials stopped: the budget, a grid done, or the
+    timeout; and how to go on."""
+    if spent := over_budget(cost, cfg.budget_gpu_minutes):
         console.print(f"stopped for --budget-gpu-minutes: {spent}. {held} of {cfg.n_trials} "
                       "trials done; a larger budget resumes the study.", highlight=False)
-    if cert is None and held < cfg.n_trials and grid_done(st, cfg):
+    if grid_done(st, cfg):
         console.print(f"The grid is done: each of its configs tried, {held} of "
                       f"{cfg.n_trials} trials. `{command_hint(f'replay --config {config_path}')} "
                       "--repeat N` enqueues N of them again; the same command then measures "
-                      "them.",
-                      highlight=False)
-    elif cert is None and cfg.timeout_s and held < cfg.n_trials:
+                      "them.", highlight=False)
+    elif cfg.timeout_s:
         console.print(f"stopped for --timeout {cfg.timeout_s:g} s: the next trial would have "
                       f"ended after it. {held} of {cfg.n_trials} trials done; the same command "
                       "resumes the study.", highlight=False)
-    if tracker is not None and tracker.seconds:
-        console.print(f"MLflow: {len(tracker.seconds)} trials logged, "
-                      f"{sum(tracker.seconds) / len(tracker.seconds):.2f} s per trial"
-                      + (f", {tracker.failures} failures (run `{command_hint('sync')}`)"
-                         if tracker.failures else ""), highlight=False)
-    if summary.recommendation.number is None:
-        for line in summary.failures:
-            console.print("  " + line, highlight=False, soft_wrap=True)
-        raise StudyError(f"study {cfg.name!r} has nothing to recommend: "
-                         f"{summary.recommendation.reason}")
-    if cert is not None and cert.exit_code:
-        raise NotCertified(cert.sentence(), cert.exit_code)

@@ -105,6 +105,9 @@ class Guard:
         # read once here: a task whose package is missing is one clear error at the start
         self.items = load_task(self.q.task, self.q.task_items) \
             if self.on and self.q.task != "none" else []
+        # the last server read against the reference (`read`): its greedy completions and its
+        # teacher-forced readings, for a caller that judges them by another rule too (the lab)
+        self.last_read: tuple[list[Completion], list[list[Position]]] | None = None
 
     @property
     def on(self) -> bool:
@@ -179,6 +182,7 @@ class Guard:
         cand = greedy(url, model, [c.prompt_ids for c in done], q.max_tokens, n)
         spec = {k: val - before.get(k, 0.0) for k, val in spec_counters(url).items()}
         read = read_texts(url, model, ref["texts"], q.top_k, n)
+        self.last_read = (cand, read)
         div = pool([compare_prompt(a, b) for a, b in zip(mine_ref, read, strict=True)],
                    q.coverage)
         found: dict[str, Any] = {

@@ -7,7 +7,7 @@ in its record: the worst-case numbers Optuna needs to learn from it never reach 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any
 
@@ -133,6 +133,12 @@ class StudyFacts:
     def from_attrs(cls, attrs: dict[str, Any]) -> StudyFacts:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in attrs.items() if k in names})
+
+    def merged(self, other: StudyFacts) -> StudyFacts:
+        """These facts with `other`'s set fields over them: a study step gathers what its
+        parts learnt and writes it once."""
+        return replace(self, **{f.name: v for f in fields(other)
+                                if (v := getattr(other, f.name)) is not None})
 
 
 def study_facts(study: optuna.Study) -> StudyFacts:

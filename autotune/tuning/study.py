@@ -18,12 +18,10 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.study import StudyConfig
-from autotune.errors import ConfigError, MeasurementWarning, StudyError, Unmeasured
+from autotune.errors import MeasurementWarning, StudyError, Unmeasured
 from autotune.load.datasets import study_requests
-from autotune.server.vllm_help import check_flags
 from autotune.tuning.bill import bill, over_budget
 from autotune.tuning.failures import MAX_UNMEASURED, keep, retry_unmeasured
-from autotune.tuning.front import front
 from autotune.tuning.identity import check_identity
 from autotune.tuning.machines import note_machine
 from autotune.tuning.objective import Objective, PhaseHook
@@ -33,7 +31,6 @@ from autotune.tuning.record import (
     TrialFacts,
     enqueue,
     facts_of,
-    queued_params,
     study_facts,
     write_study_facts,
 )
@@ -41,20 +38,19 @@ from autotune.tuning.sampler import make_sampler
 from autotune.tuning.storage import make_storage
 
 
-def requeue_interrupted(study: optuna.Study) -> list[int]:
+def requeue_interrupted(study: optuna.Study, facts: StudyFacts) -> StudyFacts:
     """Enqueue again (once each) the params of trials stopped by SIGINT/SIGTERM or by an
-    unexpected exception, so the same command resumes them."""
-    done = set(study_facts(study).requeued or [])
+    unexpected exception, so the same command resumes them; `facts`: the study's as read
+    before. Returns what to record (the trials requeued so far), or nothing new."""
+    done = set(facts.requeued or [])
     again = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        facts = facts_of(t)
-        if (facts.interrupted or facts.error) and t.number not in done:
-            again.append(t)
-            if not facts.baseline:  # the baseline is enqueued again by _enqueue_baseline
+        trial = facts_of(t)
+        if (trial.interrupted or trial.error) and t.number not in done:
+            again.append(t.number)
+            if not trial.baseline:  # the baseline is enqueued again by _enqueue_baseline
                 enqueue(study, t.params, TrialFacts(retry_of=t.number))
-    if again:
-        write_study_facts(study, StudyFacts(requeued=sorted(done | {t.number for t in again})))
-    return [t.number for t in again]
+    return StudyFacts(requeued=sorted(done | set(again))) if again else StudyFacts()
 
 
 def open_study(cfg: StudyConfig, *, create: bool = True,
@@ -121,75 +117,36 @@ def stored_config(cfg: StudyConfig) -> dict[str, Any]:
 def prepare_study(cfg: StudyConfig, pre: Preflight) -> optuna.Study:
     """Create (or load) the study and everything a worker needs from it: the config and the
     search space as study attributes, the baseline enqueued, interrupted trials enqueued again.
-    `autotune study` calls it; `autotune create-study` calls it once before remote workers."""
+    `autotune study` calls it; `autotune create-study` calls it once before remote workers.
+    The study's facts are read once before the enqueues and written once after them."""
     study = open_study(cfg, pre=pre)
     study.set_metric_names(cfg.metric_names())
-    write_study_facts(study, StudyFacts(config=stored_config(cfg),
-                                        search_space=pre.space.model_dump(mode="json"),
-                                        vllm_version=pre.vllm.version))
+    before = study_facts(study)
+    facts = StudyFacts(config=stored_config(cfg), search_space=pre.space.model_dump(mode="json"),
+                       vllm_version=pre.vllm.version)
     if cfg.baseline:
         _enqueue_baseline(study)
-    enqueue_starts(study, pre.space.study_starts(cfg.starts), [*pre.space.starts, *cfg.starts])
+    facts = facts.merged(enqueue_starts(study, before, pre.space.study_starts(cfg.starts),
+                                        [*pre.space.starts, *cfg.starts]))
     if cfg.sampler.name == "grid":
-        enqueue_grid(study, pre.space.grid(), cfg.sampler.seed)
-    requeue_interrupted(study)
+        facts = facts.merged(enqueue_grid(study, before, pre.space.grid(), cfg.sampler.seed))
+    write_study_facts(study, facts.merged(requeue_interrupted(study, before)))
     return study
 
 
-def enqueue_grid(study: optuna.Study, grid: list[dict[str, Any]], seed: int | None) -> int:
+def enqueue_grid(study: optuna.Study, facts: StudyFacts, grid: list[dict[str, Any]],
+                 seed: int | None) -> StudyFacts:
     """Enqueue every config of the grid once, in an order shuffled with the seed (so a grid cut
-    short is a random sample of it). Each enqueued trial is taken by exactly one worker (the
-    storage hands out WAITING trials one at a time)."""
-    if study_facts(study).grid_enqueued:
-        return 0
+    short is a random sample of it); `facts`: the study's, read before. Each enqueued trial is
+    taken by exactly one worker (the storage hands out WAITING trials one at a time). Returns
+    what to record (how many were enqueued), or nothing where the grid was enqueued before."""
+    if facts.grid_enqueued:
+        return StudyFacts()
     order = list(range(len(grid)))
     random.Random(seed).shuffle(order)
     for i in order:
         enqueue(study, grid[i], TrialFacts(grid=i))
-    write_study_facts(study, StudyFacts(grid_enqueued=len(grid)))
-    return len(grid)
-
-
-def warm_start(study: optuna.Study, cfg: StudyConfig, pre: Preflight, source: str
-               ) -> tuple[int, list[str]]:
-    """Enqueue another study's Pareto configs (`NAME`, or `NAME@STORAGE-URL` for another
-    storage), once, each re-checked first: its values must be ones this space can take and
-    this vLLM accepts, and this study must not hold it already (measured, running or queued).
-    Parameters this space lacks are left out; ones it has that the other study lacked are
-    sampled. Returns (configs enqueued, why the others were skipped)."""
-    if study_facts(study).warm_started == source:
-        return 0, []
-    name, _, url = source.partition("@")
-    try:
-        other = optuna.load_study(study_name=name, storage=make_storage(url or
-                                                                        cfg.storage_url()))
-    except KeyError:
-        raise ConfigError(f"--warm-start: no study {name!r} in {url or cfg.storage_url()} "
-                          "(NAME, or NAME@STORAGE-URL for another storage)") from None
-    except ConfigError as e:  # the URL after @ (a storage error names `storage:`)
-        raise ConfigError(f"--warm-start {source}: {e}") from None
-    enqueued, skipped = 0, []
-    have = [queued_params(t) for t in study.get_trials(deepcopy=False)
-            if t.state in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)]
-    for rec in front(other):
-        params = {k: v for k, v in rec.params.items() if k in pre.space.parameters}
-        where = f"--warm-start {name} trial {rec.number}"
-        if params in have:  # a boot spent on a config this study already holds is a boot lost
-            skipped.append(f"{where}: this study already has this config")
-            continue
-        try:
-            pre.space.check_start(params, where)
-            flags = pre.space.to_flags(params)
-            check_flags(pre.vllm, {f: [v] if not isinstance(v, dict) else None
-                                   for f, v in flags.items()}, where)
-        except (ValueError, ConfigError) as e:
-            skipped.append(str(e))
-            continue
-        enqueue(study, params, TrialFacts(warm_start=f"{name}#{rec.number}"))
-        have.append(params)
-        enqueued += 1
-    write_study_facts(study, StudyFacts(warm_started=source))
-    return enqueued, skipped
+    return StudyFacts(grid_enqueued=len(grid))
 
 
 def waiting(study: optuna.Study) -> int:
@@ -201,22 +158,21 @@ def grid_done(study: optuna.Study, cfg: StudyConfig) -> bool:
     return cfg.sampler.name == "grid" and not waiting(study)
 
 
-def enqueue_starts(study: optuna.Study, starts: list[dict[str, Any]],
-                   before: list[dict[str, Any]] | None = None) -> int:
+def enqueue_starts(study: optuna.Study, facts: StudyFacts, starts: list[dict[str, Any]],
+                   before: list[dict[str, Any]] | None = None) -> StudyFacts:
     """Enqueue each start config once, in `starts`' order: a resumed study enqueues only the
     configs it has not (a start added to the study file since runs; one enqueued before does
-    not run again). A study that kept only a count of its starts (before 2026-11-29) enqueued
-    them in `before`'s order (the space's, then the file's)."""
-    facts = study_facts(study)
+    not run again); `facts`: the study's, read before. A study that kept only a count of its
+    starts (before 2026-11-29) enqueued them in `before`'s order (the space's, then the
+    file's). Returns what to record: the starts enqueued so far, in order."""
     done = facts.starts_list if facts.starts_list is not None else \
         (before if before is not None else starts)[:facts.starts_enqueued or 0]
     new = [s for s in starts if s not in done]
     for start in new:
         enqueue(study, start, TrialFacts(start=starts.index(start)))
     if new or facts.starts_list is None:
-        write_study_facts(study, StudyFacts(starts_enqueued=len(done) + len(new),
-                                            starts_list=[*done, *new]))
-    return len(new)
+        return StudyFacts(starts_enqueued=len(done) + len(new), starts_list=[*done, *new])
+    return StudyFacts()
 
 
 def claimed(study: optuna.Study) -> tuple[int, int]:
@@ -250,6 +206,7 @@ def run_trials(
     callbacks = [*([on_trial] if on_trial is not None else []), stop_if_fatal]
     if deadline is None and cfg.timeout_s:
         deadline = time.monotonic() + cfg.timeout_s
+    say = on_phase or (lambda _n, _p, _f: None)
     durations: list[float] = []
     ran = unmeasured = 0
     while True:
@@ -259,36 +216,17 @@ def run_trials(
         kept = reserve() if reserve is not None else 0.0
         if done >= cfg.n_trials:
             return ran
-        why = over_budget(bill(study, cfg, reference=reference() if reference else 0.0),
-                          cfg.budget_gpu_minutes, kept, running) \
-            if cfg.budget_gpu_minutes is not None else None
-        if why is not None:
-            if on_phase is not None:
-                on_phase(-1, f"{why}; stopping", {})
+        spent = reference() if reference else 0.0
+        if (why := stop_reason(study, cfg, durations, kept, running, deadline, spent, lanes)):
+            say(-1, why, {})
             return ran
-        # the reserve in wall time: the certify boots run `lanes` at once (workers' GPUs)
-        end = deadline - kept * 60 / ((cfg.gpus_per_trial or 1) * lanes) \
-            if kept and deadline else deadline
-        if end is not None and not fits_before(end, time.monotonic(), durations):
-            if on_phase is not None:
-                on_phase(-1, f"timeout: the next trial (about {trial_estimate(durations):.0f} s) "
-                             "would end after it" + (f" and the {kept:.1f} minutes kept to "
-                                                     "certify" if kept else "")
-                         + "; stopping", {})
-            return ran
-        if grid_done(study, cfg):
+        if grid_done(study, cfg) or done + running >= cfg.n_trials:
             if not running:  # the grid is done (or n_trials cut it short)
                 return ran
-            if on_phase is not None:
-                on_phase(-1, f"grid done here; waiting for {running} trial(s) of other "
-                             "workers", {})
-            time.sleep(WAIT_POLL_S)
-            continue
-        if done + running >= cfg.n_trials:
             # the rest is running elsewhere; wait, in case one of them dies: its worker's
             # heartbeat stops, the trial is failed as stale and retried (by us)
-            if on_phase is not None:
-                on_phase(-1, f"waiting for {running} trial(s) of other workers", {})
+            say(-1, ("grid done here; " if grid_done(study, cfg) else "")
+                + f"waiting for {running} trial(s) of other workers", {})
             time.sleep(WAIT_POLL_S)
             continue
         if not ran and (elsewhere := note_machine(study)) is not None:  # before its 1st trial
@@ -309,6 +247,25 @@ def run_trials(
                              "resumes the study")
 
 
+def stop_reason(study: optuna.Study, cfg: StudyConfig, durations: list[float], kept: float,
+                running: int, deadline: float | None, reference: float, lanes: int
+                ) -> str | None:
+    """Why this worker starts no more trials, or None: the budget less the `kept` reserve is
+    spent (counting the `running` trials of other workers as the next trial will cost), or
+    the next trial would end after the deadline less the reserve's wall time (the certify
+    boots run `lanes` at once, on the workers' GPUs)."""
+    if cfg.budget_gpu_minutes is not None and (why := over_budget(
+            bill(study, cfg, reference=reference), cfg.budget_gpu_minutes, kept, running)):
+        return f"{why}; stopping"
+    end = deadline - kept * 60 / ((cfg.gpus_per_trial or 1) * lanes) \
+        if kept and deadline else deadline
+    if end is not None and not fits_before(end, time.monotonic(), durations):
+        return (f"timeout: the next trial (about {trial_estimate(durations):.0f} s) would end "
+                "after it" + (f" and the {kept:.1f} minutes kept to certify" if kept else "")
+                + "; stopping")
+    return None
+
+
 def trial_estimate(durations: list[float]) -> float:
     """How long the next trial may take: the longest this run has seen, leaving out its first
     trial (which boots cold: imports, kernel JIT, a new compile cache) once there are others."""
@@ -319,7 +276,7 @@ def trial_estimate(durations: list[float]) -> float:
 
 def fits_before(deadline: float, now: float, durations: list[float]) -> bool:
     """Whether a trial started now is expected to end before `deadline` (`timeout_s`): a study
-    on a machine lent for a fixed time stops between trials, not in the middle of one."""
+    on a machine held for a fixed time stops between trials, not in the middle of one."""
     return now + trial_estimate(durations) < deadline
 
 

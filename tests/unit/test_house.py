@@ -37,7 +37,7 @@ def test_no_module_is_over_350_lines() -> None:
 
 
 # docs/results keeps each result's summary.json, plots and small tables; raw logs, databases and
-# archives are kept in the history only (scripts/results.sh). A clone of main was 82 MB of them.
+# archives are kept in the history only (lab/results.sh). A clone of main was 82 MB of them.
 RESULTS_BUDGET = 10 * 2**20
 
 
@@ -45,4 +45,4 @@ def test_docs_results_stays_within_its_budget() -> None:
     size = sum(p.stat().st_size for p in (ROOT / "docs/results").rglob("*") if p.is_file())
     assert size <= RESULTS_BUDGET, (
         f"docs/results holds {size / 2**20:.1f} MB, over its {RESULTS_BUDGET / 2**20:g} MB "
-        "budget: file raw files off the tree (bash scripts/results.sh add FILE...)")
+        "budget: file raw files off the tree (bash lab/results.sh add FILE...)")

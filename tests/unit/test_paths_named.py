@@ -1,21 +1,22 @@
-"""Every `tests/...`, `docs/...`, `autotune/...`, `scripts/...` or `bench/...` path that the
-package, the README, the docs and bench/README.md name exists: a moved or deleted file cannot
+"""Every `tests/...`, `docs/...`, `autotune/...`, `scripts/...` or `lab/...` path that the
+package, the README, the docs and lab/README.md name exists: a moved or deleted file cannot
 leave a dead reference behind. A raw result file lives on the `results` branch
-(scripts/results.sh), listed in docs/results/raw-manifest.tsv: naming it, or a folder of them,
+(lab/results.sh), listed in docs/results/raw-manifest.tsv: naming it, or a folder of them,
 counts as existing."""
 
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# a path: one of the five roots, then path characters; a glob or a placeholder is not a path
-PATH = re.compile(r"(?<![\w./-])((?:tests|docs|autotune|scripts|bench)/[\w./-]*[\w/])")
+# a path: one of the roots (bench/: the lab's old name), then path characters; a glob or a
+# placeholder is not a path
+PATH = re.compile(r"(?<![\w./-])((?:tests|docs|autotune|scripts|lab|bench)/[\w./-]*[\w/])")
 
 
 def named_paths() -> dict[str, list[str]]:
-    """{path: [files naming it]} over the package's sources, README.md, docs/ and bench/ *.md."""
+    """{path: [files naming it]} over the package's sources, README.md, docs/ and lab/ *.md."""
     sources = [*ROOT.glob("autotune/**/*.py"), ROOT / "README.md", *ROOT.glob("docs/**/*.md"),
-               *ROOT.glob("bench/**/*.md")]
+               *ROOT.glob("lab/**/*.md")]
     found: dict[str, list[str]] = {}
     for src in sources:
         for m in PATH.finditer(src.read_text()):

@@ -51,8 +51,9 @@ def test_bad_study_files(tmp_path: Path, extra: str, expect: str) -> None:
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("cpu-*.yaml")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted([*(ROOT / "examples").glob("cpu-*.yaml"),
+                                         *(ROOT / "lab/examples").glob("cpu-*.yaml")]),
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_cpu_example_fits_its_space(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each CPU example loads, and every profile it runs fits the max_model_len its space
     gives (the built-in cpu-small suite once asked 776 tokens of a 512-token space)."""
@@ -65,16 +66,19 @@ def test_every_cpu_example_fits_its_space(path: Path, monkeypatch: pytest.Monkey
     check_model_len(cfg, load_search_space(cfg.search_space))
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.yaml")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted([*(ROOT / "examples").glob("*.yaml"),
+                                         *(ROOT / "lab/examples").glob("*.yaml")]),
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_example_works_from_the_repository_alone(path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 70, item 6: the GPU examples named /root/w/... (a lent machine's layout) and told
     the reader to follow ../shared/gpu/README.md, outside the repository. Every example's model,
-    draft models and files are the repository's (run from its root), or built by a command
-    its own comments give; no path outside it; its instructions are in the repository."""
+    draft models and files are the repository's (run from its root), built by a command its
+    own comments give, or a Hugging Face hub id (the user's examples: real weights); no path
+    outside it; its instructions are in the repository."""
     import yaml
 
+    from autotune.config.hub import is_local
     from autotune.config.study import load_study_config
     from autotune.tuning.search_space import load_search_space
 
@@ -91,4 +95,5 @@ def test_every_example_works_from_the_repository_alone(path: Path,
     for m in models:
         assert not Path(m).is_absolute(), m
         built = f"make-real-model {m}" in text or f"make-tiny-model {m}" in text
-        assert built or (ROOT / m / "config.json").is_file(), (path.name, m)
+        hub_id = not is_local(m) and m.count("/") == 1
+        assert built or hub_id or (ROOT / m / "config.json").is_file(), (path.name, m)

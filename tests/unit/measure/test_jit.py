@@ -55,7 +55,7 @@ def test_an_untuned_fused_moe_config_is_named_once(tmp_path: Path) -> None:
     """vLLM's fused-MoE kernel without a tuned config for the GPU says so once per process; the
     file names it looked for are what a user would tune. A user folder comes first in the
     line (VLLM_TUNED_CONFIG_FOLDER), then vLLM's own."""
-    from autotune.cli.bench import untuned_note
+    from autotune.session.bench import untuned_note
 
     assert untuned_moe("\n".join([*BOOT_LINES, UNTUNED_BF16, UNTUNED_BF16])) == [
         "E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json",

@@ -11,7 +11,7 @@ from autotune.load import LoadSettings
 from autotune.load.record import Request, RequestRecord
 from autotune.measure.capacity import LATE_READS, point_seed
 from autotune.measure.metrics import compute_metrics
-from autotune.measure.point import Point, PointPolicy
+from autotune.measure.point import Kept, Point, PointPolicy, PointRules
 from autotune.measure.settle import Settle
 
 SLOS = [SLOConfig(metric="p99_tpot_ms", max=60)]
@@ -37,12 +37,12 @@ class Script:
 
     def __init__(self, *points: Point, settles: list[Settle | None] | None = None) -> None:
         self.points, self.settles = list(points), settles or []
-        self.calls: list[tuple[float, int, int | None, bool]] = []
+        self.calls: list[tuple[float, int, int | None, bool, int | None]] = []
 
-    def __call__(self, load: float, seed: int, n: int | None = None,
-                 settling: bool = True) -> tuple[Point, Settle | None]:
+    def __call__(self, load: float, seed: int, n: int | None = None, settling: bool = True,
+                 processes: int | None = None) -> tuple[Point, Settle | None]:
         i = min(len(self.calls), len(self.points) - 1)
-        self.calls.append((load, seed, n, settling))
+        self.calls.append((load, seed, n, settling, processes))
         settle = self.settles[i] if i < len(self.settles) else None
         # a fresh copy of the stats each call: the policy marks the run it keeps
         pt = self.points[i]
@@ -53,44 +53,46 @@ def policy(run: Script, limits: list[str | None] | None = None, **kw: Any) -> Po
     said = list(limits or [])
     cap = CapacityConfig(axis="concurrency", low=4, high=4, settle=False, warm_windows=0,
                          **kw.pop("cap", {}))
-    return PointPolicy(run, lambda pt, load: said.pop(0) if said else None, SLOS, cap,
-                       seed=7, windows=kw.pop("windows", 0), samples=kw.pop("samples", 1),
-                       more_processes=lambda p: 2 * p,
-                       counted=lambda name, n: {name: n}, **kw)
+    rules = PointRules(SLOS, cap, seed=7, windows=kw.pop("windows", 0),
+                       samples=kw.pop("samples", 1), enough=kw.pop("enough", 0))
+    return PointPolicy(rules, run, lambda pt, load: said.pop(0) if said else None,
+                       more_processes=lambda p: 2 * p, counted=lambda name, n: {name: n}, **kw)
 
 
 def test_a_run_a_kernel_compiled_in_runs_once_more_with_fresh_requests_marked() -> None:
     run = Script(run_of(jit_events=2.0), run_of())
     p = policy(run)
     first, _ = run(4.0, 11)
-    kept, settled = p.again_if_compiled(4.0, 11, first, None)
-    assert [c[1] for c in run.calls] == [11, point_seed(12, 4.0)] and settled is None
-    assert kept.server_stats == {"jit_remeasured": 1.0, "jit_events_discarded": 2.0}
+    kept = p.again_if_compiled(4.0, 11, Kept(first, None))
+    assert [c[1] for c in run.calls] == [11, point_seed(12, 4.0)] and kept.settled is None
+    assert kept.point.server_stats == {"jit_remeasured": 1.0, "jit_events_discarded": 2.0}
 
 
 def test_a_run_without_a_kernel_compiling_is_kept() -> None:
     run = Script(run_of())
     first, _ = run(4.0, 11)
-    kept, _ = policy(run).again_if_compiled(4.0, 11, first, None)
-    assert kept is first and len(run.calls) == 1
+    kept = policy(run).again_if_compiled(4.0, 11, Kept(first, None))
+    assert kept.point is first and len(run.calls) == 1
 
 
 def test_a_run_read_late_runs_again_with_more_client_processes() -> None:
     run = Script(run_of(processes=2), run_of(processes=4))
     p = policy(run, limits=[f"{LATE_READS}: 30% of the gaps", None])
     first, _ = run(4.0, 11)
-    kept, _, flag = p.again_if_late(4.0, 11, first, None)
-    assert p.raised == [4] and flag is None  # the second run's limit: none
+    kept = p.again_if_late(4.0, 11, Kept(first, None))
+    assert p.processes == 4 and kept.flag is None  # the second run's limit: none
     assert run.calls[1][1] == point_seed(point_seed(11, 4.0), 4.0)
-    assert kept.server_stats["late_reads_remeasured"] == 1.0
+    assert kept.point.server_stats["late_reads_remeasured"] == 1.0
+    p.again(4.0, 12)  # every later run of the boot starts at the raised processes
+    assert [c[4] for c in run.calls] == [None, 4, 4]
 
 
 def test_another_client_limit_is_kept_not_run_again() -> None:
     run = Script(run_of())
     p = policy(run, limits=["send lag 300 ms"])
     first, _ = run(4.0, 11)
-    kept, _, flag = p.again_if_late(4.0, 11, first, None)
-    assert kept is first and flag == "send lag 300 ms" and p.raised == []
+    kept = p.again_if_late(4.0, 11, Kept(first, None))
+    assert kept.point is first and kept.flag == "send lag 300 ms" and p.processes is None
 
 
 def test_a_close_run_is_pooled_until_its_interval_clears() -> None:
@@ -136,8 +138,8 @@ def test_several_samples_judge_the_point_on_their_medians() -> None:
     run = Script(run_of(), run_of(slow=50), run_of())
     p = policy(run, samples=3, cap={"sample_early": 0})  # 10 ms alone is far: decides alone
     got = p.sampled(4.0)
-    flat, _bounds, misses, _missed = p.judged(got, ["p99_tpot_ms"])
-    assert len(got) == 3 and misses == [] and flat["p99_tpot_ms"] < 60
+    judged = p.judged(got, ["p99_tpot_ms"])
+    assert len(got) == 3 and judged.misses == [] and judged.flat["p99_tpot_ms"] < 60
     assert len({c[1] for c in run.calls}) == 3  # each sample its own requests
 
 
@@ -151,7 +153,7 @@ def test_a_first_sample_far_from_the_line_decides_alone_and_is_marked() -> None:
         assert len(got) == n and len(run.calls) == n
         assert p.far_alone(got) == (n == 1)
         assert (got[-1].runs[-1].server_stats.get("sample_far") == 1.0) == (n == 1)
-        assert (p.judged(got, ["p99_tpot_ms"])[2] == []) == met
+        assert (p.judged(got, ["p99_tpot_ms"]).misses == []) == met
     run = Script(run_of(tpot=0.01))
     assert len(policy(run, samples=3, cap={"sample_early": 0}).sampled(4.0)) == 2  # off
 

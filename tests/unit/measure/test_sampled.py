@@ -1,5 +1,5 @@
 """A load point judged on the median of several fresh samples (capacity.samples): the rule
-bench/reference_check.py judges `vllm bench serve` by, on a synthetic server whose samples
+lab/reference_check.py judges `vllm bench serve` by, on a synthetic server whose samples
 differ as one H100 MoE server's did (one sample's p99 TPOT 30-66% off its rate's median)."""
 
 from __future__ import annotations

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.cli.bench import parse_slo
-from autotune.config.workload import ProfileConfig
+from autotune.config.workload import ProfileConfig, parse_slo
 from autotune.errors import ConfigError
 from autotune.measure import verify as v
 

@@ -72,8 +72,8 @@ def test_the_trials_table_fits_100_columns_without_breaking_a_value(tmp_path: Pa
 
 
 def test_the_load_points_table_fits_100_columns_with_each_miss_whole_below_it() -> None:
-    from autotune.cli.bench import miss_lines, points_table
     from autotune.measure.capacity import LoadPoint
+    from autotune.outputs.points import miss_lines, points_table
 
     def pt(load: float, ttft: float, tpot: float, misses: tuple[str, ...]) -> LoadPoint:
         return LoadPoint(load, not misses, misses, {
@@ -93,8 +93,8 @@ def test_the_load_points_table_fits_100_columns_with_each_miss_whole_below_it() 
 
 
 def test_a_settled_miss_shows_its_target_not_the_finished_requests_p99() -> None:
-    from autotune.cli.bench import points_table
     from autotune.measure.capacity import LoadPoint
+    from autotune.outputs.points import points_table
 
     settled = ("p99_ttft_ms <= 2000 (settled after 17.1 s: 32 of 1,440 requests already over "
                "2,000 ms, and 23 put the p99's 95% interval above it)",)

@@ -8,6 +8,7 @@ import optuna
 import pytest
 
 from autotune.server.refusals import refusal
+from autotune.tuning.record import StudyFacts, study_facts, write_study_facts
 from autotune.tuning.search_space import SearchSpace
 from autotune.tuning.storage import make_storage
 from autotune.tuning.study import enqueue_grid, waiting
@@ -42,7 +43,10 @@ def test_the_grid_is_enqueued_once_in_a_seeded_order(tmp_path: Path) -> None:
     st = optuna.create_study(storage=make_storage(f"sqlite:///{tmp_path}/g.db"),
                              directions=["maximize"])
     grid = [{"x": i} for i in range(6)]
-    assert enqueue_grid(st, grid, seed=0) == 6 and enqueue_grid(st, grid, seed=0) == 0
+    facts = enqueue_grid(st, study_facts(st), grid, seed=0)
+    assert facts == StudyFacts(grid_enqueued=6)
+    write_study_facts(st, facts)  # as prepare_study does, once after its enqueues
+    assert enqueue_grid(st, study_facts(st), grid, seed=0) == StudyFacts()
     order = [t.user_attrs["grid"] for t in st.get_trials()]
     assert sorted(order) == list(range(6)) and order != list(range(6))
     assert waiting(st) == 6
@@ -71,7 +75,7 @@ def test_warm_start_enqueues_the_other_studys_front_rechecked(tmp_path: Path) ->
     from autotune.config.study import StudyConfig
     from autotune.server.vllm_help import VllmInfo
     from autotune.tuning.preflight import Preflight
-    from autotune.tuning.study import warm_start
+    from autotune.tuning.warm_start import warm_start
 
     url = f"sqlite:///{tmp_path}/w.db"
     other = optuna.create_study(study_name="old", storage=make_storage(url),

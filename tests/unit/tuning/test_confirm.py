@@ -178,7 +178,7 @@ def test_a_study_confirms_now_or_says_its_gains_are_one_measurement(
         said: str) -> None:
     from pathlib import Path
 
-    from autotune.session.study import confirm_now
+    from autotune.session.confirm import confirm_now
     from autotune.tuning import confirm
 
     monkeypatch.setattr(confirm, "records", lambda _st: [])

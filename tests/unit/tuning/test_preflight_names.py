@@ -61,7 +61,7 @@ def test_good_server_args_pass(tmp_path: Path, tiny_model: Path) -> None:
 
 
 def test_warm_start_storage_error_names_the_option(tmp_path: Path, tiny_model: Path) -> None:
-    from autotune.tuning.study import warm_start
+    from autotune.tuning.warm_start import warm_start
 
     st = optuna.create_study(directions=["maximize", "minimize"])
     with pytest.raises(ConfigError) as ei:

@@ -116,7 +116,7 @@ def test_replay_starts_read_from_the_option_or_the_config() -> None:
     h100 = Table({}, {}, "maximize", domain={"quantization": [None, "fp8"],
                                              "kv_cache_dtype": ["auto", "fp8"],
                                              "max_num_seqs": [None, 256, 512]})
-    got = replay_starts(h100, [], load_study_config("examples/h100-capacity.yaml"))
+    got = replay_starts(h100, [], load_study_config("lab/examples/h100-capacity.yaml"))
     assert got[0] == {"quantization": "fp8", "kv_cache_dtype": "fp8", "max_num_seqs": None}
     assert got[1] == {"quantization": None, "kv_cache_dtype": "auto", "max_num_seqs": None}
     assert got[-1]["max_num_seqs"] == 512

@@ -1,4 +1,5 @@
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -157,17 +158,24 @@ def test_a_resumed_study_enqueues_a_start_added_to_its_file_and_no_start_twice()
     added to the file between runs shifted the space's along, and a count enqueued a space
     start twice and the new one never. A study that kept only a count (before 2026-11-29)
     enqueued the space's starts, then the file's."""
-    from autotune.tuning.record import StudyFacts, queued_params, write_study_facts
+    from autotune.tuning.record import StudyFacts, queued_params, study_facts, write_study_facts
     from autotune.tuning.study import enqueue_starts
+
+    def enqueued(study: optuna.Study, starts: list[dict[str, Any]],
+                 before: list[dict[str, Any]] | None = None) -> int:
+        """As prepare_study does: the facts read, the starts enqueued, the facts written."""
+        n = len(study.trials)
+        write_study_facts(study, enqueue_starts(study, study_facts(study), starts, before))
+        return len(study.trials) - n
 
     space = load_search_space("capacity-dummy")
     st = optuna.create_study(directions=["maximize"])
-    assert enqueue_starts(st, space.study_starts([])) == 2
+    assert enqueued(st, space.study_starts([])) == 2
     added = {**space.starts[0], "api_server_count": 4}
-    assert enqueue_starts(st, space.study_starts([added])) == 1
+    assert enqueued(st, space.study_starts([added])) == 1
     assert [queued_params(t) for t in st.trials] == [space.starts[0], space.starts[1], added]
-    assert enqueue_starts(st, space.study_starts([added])) == 0
+    assert enqueued(st, space.study_starts([added])) == 0
     old = optuna.create_study(directions=["maximize"])  # one study enqueued by count
     write_study_facts(old, StudyFacts(starts_enqueued=2))
-    assert enqueue_starts(old, space.study_starts([added]), [*space.starts, added]) == 1
+    assert enqueued(old, space.study_starts([added]), [*space.starts, added]) == 1
     assert [queued_params(t) for t in old.trials] == [added]
