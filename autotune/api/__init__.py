@@ -16,7 +16,8 @@ A study (autotune.session): `run_session` runs or resumes one as `autotune study
 the front's top configs and the baseline again. Reading one: `study_summary` (the one answer,
 computed once), `print_trials`, `print_front`, `export_config`, `write_study_report`,
 `sync_mlflow`, `serve_ui`; the checks that boot the chosen config again: `validate` and
-`verify_capacity`. One config on one server: `bench_config`. Samplers replayed on a measured
+`verify_capacity`. One config on one server: `bench_config`; the acceptance profile of a
+speculative method on the model's own weights: `measure_acceptance`. Samplers replayed on a measured
 grid: `replay_samplers`. Inputs: `make_tiny_model`, `make_real_model`, `make_trace`.
 
 A name loads from its module on first use: importing this module loads no Optuna, MLflow or
@@ -50,6 +51,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "autotune.tuning.record": ("TrialRecord",),
     # one config, samplers replayed, and the inputs a study runs on
     "autotune.session.bench": ("bench_config", "BenchOptions"),
+    "autotune.session.acceptance": ("measure_acceptance", "AcceptanceOptions"),
     "autotune.session.replay": ("replay_samplers", "enqueue_repeats", "ReplayOptions"),
     "autotune.session.tools": ("write_study_report", "sync_mlflow", "serve_ui", "make_real_model",
                                "make_trace"),
@@ -76,6 +78,8 @@ if TYPE_CHECKING:
     from autotune.load.tinymodel import make_tiny_model as make_tiny_model
     from autotune.outputs.console import console as console
     from autotune.outputs.console import out as out
+    from autotune.session.acceptance import AcceptanceOptions as AcceptanceOptions
+    from autotune.session.acceptance import measure_acceptance as measure_acceptance
     from autotune.session.bench import BenchOptions as BenchOptions
     from autotune.session.bench import bench_config as bench_config
     from autotune.session.checks import validate as validate

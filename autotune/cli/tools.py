@@ -145,5 +145,29 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
                                                baseline, startup, out_dir, table_path))
 
 
+@click.command("acceptance")
+@study_options
+@click.option("--method", required=True, help="vLLM's speculative method: ngram, draft_model, "
+              "eagle, ... (speculative_config's method).")
+@click.option("--k", type=click.IntRange(min=1, max=32), default=3, show_default=True,
+              help="num_speculative_tokens to measure at.")
+@click.option("--draft", help="The draft model (path or id), for --method draft_model.")
+@click.option("--num-prompts", type=click.IntRange(min=1),
+              help="Requests to send (default: the study's profile.num_prompts).")
+@click.option("--output", type=click.Path(path_type=Path),
+              help="Where to write the profile as JSON (default: the run's folder).")
+def acceptance_cmd(config_path: Path, study_name: str | None, storage: str | None,
+                   method: str, k: int, draft: str | None, num_prompts: int | None,
+                   output: Path | None) -> None:
+    """Measure how often a speculative method's drafts are accepted on your model's own
+    weights and workload (one boot), and print the `server.acceptance` entry that lets a
+    shape-only study of the model search speculative decoding."""
+    if output is not None:
+        check_file(output, "--output")
+    cfg = load_cfg(config_path, study_name, storage)
+    api.measure_acceptance(cfg, api.AcceptanceOptions(method, k, draft, num_prompts, output),
+                           Path(cfg.workdir) / "acceptance")
+
+
 COMMANDS = [report, sync, ui, make_tiny_model_cmd, make_real_model_cmd, make_trace_cmd,
-            replay_cmd]
+            replay_cmd, acceptance_cmd]

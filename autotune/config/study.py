@@ -13,10 +13,13 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from autotune.config import acceptance as accept
 from autotune.config import flags, hub, weights
+from autotune.config.acceptance import AcceptanceProfile
 from autotune.config.base import StrictModel, parse_model, read_yaml
 from autotune.config.capacity import CapacityConfig
 from autotune.config.metric_names import CAPACITY_METRICS, base_metric, objective_metric
+from autotune.config.phases import CertifyConfig, ConfirmConfig
 from autotune.config.quality import QualityConfig
 from autotune.config.workload import ProfileConfig, SLOConfig, builtin_suite
 from autotune.errors import ConfigError
@@ -80,6 +83,8 @@ class ServerConfig(StrictModel):
         default_factory=list, description="Draft models for speculative decoding (paths or "
         "names; each must share the model's tokenizer): a space with `speculative_method` then "
         "also searches method draft_model over them (docs/quality.md).")
+    acceptance: dict[str, AcceptanceProfile] = Field(default_factory=dict,
+                                                     description=accept.FIELD_HELP)
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Environment for the server, carried into the deploy line. Unset, on a "
@@ -102,6 +107,7 @@ class ServerConfig(StrictModel):
         "(docs/results/warm-server-h100).")
 
     _shape_only = model_validator(mode="before")(weights.resolve)
+    _methods = field_validator("acceptance")(accept.check_methods)
 
     @field_validator("executable", mode="before")
     @classmethod
@@ -115,6 +121,10 @@ class ServerConfig(StrictModel):
     def serve_flags(self, params: dict[str, Any]) -> dict[str, Any]:
         """The flags a server gets: the fixed args, then a trial's params over them."""
         return {**self.args, **params}
+
+    def launch_flags(self, params: dict[str, Any]) -> dict[str, Any]:
+        """serve_flags as a trial's server starts with them (acceptance.launch_flags)."""
+        return accept.launch_flags(self, self.serve_flags(params))
 
     def check_executable(self) -> None:
         exe = self.executable[0] if self.executable else ""
@@ -157,49 +167,6 @@ DEFAULT_OBJECTIVES = [
 
 
 SUITE_PREFIX = "suite_"
-
-
-class ConfirmConfig(StrictModel):
-    """The confirm phase at the end of a study (`docs/noise.md`)."""
-
-    when: Literal["auto", "always", "never"] = Field(
-        "auto", description="auto: when the median trial took at least auto_min_trial_s; "
-        "`autotune study --confirm/--no-confirm` overrides it.")
-    top: int = Field(2, ge=1, description="Finalists: the front's best configs by the first "
-                     "objective.")
-    repeats: int = Field(3, ge=1, description="More boots of each finalist and of the baseline, "
-                         "interleaved.")
-    auto_min_trial_s: float = Field(120.0, gt=0, description="With when: auto, confirm when the "
-                                    "median trial took at least this long.")
-
-
-class CertifyConfig(StrictModel):
-    """How a study with a budget (`--budget-gpu-minutes`, `--timeout`) certifies its pick
-    (autotune.tuning.certify, docs/certify.md)."""
-
-    when: Literal["auto", "always", "never"] = Field(
-        "auto", description="auto: when the study has a budget or a timeout (the budget is then "
-        "a plan: a reserve to certify, the rest to explore); always: after every study run; "
-        "never: explore the whole budget and end with one measurement each.")
-    coverage: float = Field(0.9, gt=0.5, lt=1, description="The coverage of the certified "
-                            "gain's interval over boots.")
-    min_gain: float = Field(
-        0.2, gt=0, description="The smallest gain over vLLM's defaults the plan reserves "
-        "enough boots to certify (a larger one certifies in fewer, and leaves the rest unspent "
-        "or to explore on the next run).")
-    noise: float = Field(
-        0.06, gt=0, lt=1, description="The spread between boots of one config (relative sd) the "
-        "plan assumes until the defaults were booted twice (then theirs): 0.06 from three "
-        "boots of the dense 8B shape on one H100 (64.0, 58.45, 64.0 req/s); an MoE spread "
-        "more (15-36% between boots of one host).")
-    max_boots: int = Field(5, ge=2, le=20, description="Boots of the pick and of the defaults "
-                           "at most, the first pass's included.")
-    explore_trials: int = Field(
-        3, ge=1, description="Trials the plan leaves room for before its reserve (vLLM's "
-        "defaults, the space's start and one sampled config): a reserve that leaves none "
-        "certifies nothing, since the pick is then the defaults (lab/certify_split.py).")
-    reference: bool = Field(True, description="Check the certified pick with `vllm bench "
-                            "serve` on a stock server at its capacity (capacity studies).")
 
 
 class StudyConfig(StrictModel):

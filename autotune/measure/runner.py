@@ -160,7 +160,7 @@ def booted(server: ServerConfig, params: Mapping[str, Any], workdir: Path, phase
            while_booting: Callable[[], None] = lambda: None) -> Iterator[ServerProcess]:
     """A healthy `vllm serve` with the fixed args plus `params`, stopped on the way out.
     `while_booting` runs once the process has started (work to overlap with the boot)."""
-    argv = serve_argv(server.executable, server.model, server.serve_flags(dict(params)),
+    argv = serve_argv(server.executable, server.model, server.launch_flags(dict(params)),
                       server.extra_args)
     phase("booting")
     for attempt in range(PORT_ATTEMPTS):

@@ -20,6 +20,7 @@ from autotune.config.quality import QUALITY_OK
 from autotune.config.study import StudyConfig
 from autotune.config.workload import ProfileConfig
 from autotune.errors import StudyError
+from autotune.outputs.by_load import by_load
 from autotune.outputs.console import console
 from autotune.server.command import flag_name, serve_argv, shell_join
 from autotune.server.machine import launch_env
@@ -155,12 +156,13 @@ def trace_window(cfg: StudyConfig, profile: ProfileConfig, sized: bool, where: P
     return profile.model_copy(update={"path": str(path), "num_prompts": len(win.picks)}), note
 
 
-def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) -> dict[str, Any]:
+def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None,
+           records: list[TrialRecord] | None = None) -> dict[str, Any]:
     """Everything export prints, and the files it writes (config YAML, JSON summary); a
     shape-only config's statement it prints itself (the command prints the rest). In a
     capacity study the `vllm bench serve` line runs at the capacity found: the profile alone
     sets no load there (the search sets it per point), so its line would send every request at
-    once."""
+    once. With the study's `records`, where speculation pays by load (outputs/by_load.py)."""
     from autotune.tuning.preflight import read_datasets
 
     serve = serve_line(cfg, trial)
@@ -203,6 +205,10 @@ def export(cfg: StudyConfig, trial: TrialRecord, out_dir: Path | None = None) ->
         console.print(weights.STATEMENT, highlight=False, soft_wrap=True, markup=False)
     if trial.speculation:  # vLLM's acceptance counters for a config that speculates
         result["speculation"] = trial.speculation
+    if records and (crossing := by_load(cfg, trial, records)) is not None:
+        result["by_load"] = crossing
+        console.print(f"by load: {crossing['text']}", highlight=False, soft_wrap=True,
+                      markup=False)
     q = trial.facts.quality
     if q:  # the guard's verdict as the tables and the report show it
         failed = trial.constraints.get(QUALITY_OK, 0.0) > 0

@@ -58,12 +58,12 @@ def runs_view(cfg: StudyConfig, parent_id: str | None) -> dict[str, Any]:
     against vLLM's defaults with its interval, the flags set away from the defaults, the SLO
     metrics, the state and each searched flag (empty = vLLM's default) as the first columns;
     a config's repeat boots are nested under its run."""
-    from autotune.tuning.search_space import study_space
+    from autotune.tuning.speculative import space_of
 
     objs = objective_columns(cfg)
     slos = [] if cfg.profiles else [s.metric for s in cfg.slos if s.metric not in objs]
     # MLflow logs a trial's flags (speculative_config, not its speculative_method parameter)
-    flags = study_space(cfg.search_space, cfg.server.draft_models).searched_flags()
+    flags = space_of(cfg.search_space, cfg.server)[0].searched_flags()
     cols = ([f"metrics.`{m}`" for m in objs] + [f"tags.`{GAIN_TAG}`", f"tags.`{FLAGS_TAG}`"]
             + [f"metrics.`{m}`" for m in dict.fromkeys(slos)] + ["tags.`autotune.state`"]
             + [f"params.`{p}`" for p in flags])
@@ -147,9 +147,9 @@ def gain_tag(rec: TrialRecord, summary: StudySummary) -> str:
 
 def flags_tag(rec: TrialRecord, cfg: StudyConfig) -> str:
     """The searched flags the trial sets away from vLLM's defaults (its command-line form)."""
-    from autotune.tuning.search_space import study_space
+    from autotune.tuning.speculative import space_of
 
-    searched = set(study_space(cfg.search_space, cfg.server.draft_models).searched_flags())
+    searched = set(space_of(cfg.search_space, cfg.server)[0].searched_flags())
     if rec.baseline:
         return "vLLM's defaults"
     if rec.facts.repeat_of is not None:

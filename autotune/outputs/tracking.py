@@ -134,9 +134,9 @@ class Tracker:
                               tags=[RunTag("mlflow.note.content",
                                            f"autotune study `{self.cfg.name}`")])
         self.client.log_dict(self.parent_id, self.cfg.model_dump(mode="json"), "study.yaml")
-        from autotune.tuning.search_space import study_space
+        from autotune.tuning.speculative import space_of
 
-        space = study_space(self.cfg.search_space, self.cfg.server.draft_models)
+        space = space_of(self.cfg.search_space, self.cfg.server)[0]
         self.client.log_dict(self.parent_id, space.model_dump(mode="json"), "search_space.yaml")
 
     def _write_view(self) -> None:

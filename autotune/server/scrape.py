@@ -26,6 +26,9 @@ COUNTERS = {
     "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
 }
 SPEC_COUNTS = tuple(k for k in COUNTERS if k.startswith("spec_"))
+# accepted draft tokens by position (label `position`): over spec_drafts, the per-position
+# unconditional acceptance rates (config/acceptance.py), read as server_spec_accepted_pos_<i>
+PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
 
 def spec_counts(stats: Iterable[dict[str, float]]) -> dict[str, float]:
@@ -98,6 +101,9 @@ def parse(text: str) -> dict[str, float]:
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             out[s.name] = out.get(s.name, 0.0) + float(s.value)
+            if s.name == PER_POS and "position" in s.labels:
+                key = f"{PER_POS}:{s.labels['position']}"
+                out[key] = out.get(key, 0.0) + float(s.value)
             if s.name == f"{STEP_TOKENS}_count":
                 engines.add(s.labels.get("engine", ""))
     if engines:
@@ -155,6 +161,8 @@ class ServerStats:
             out["server_prefix_cache_hit_rate"] = d["prefix_cache_hits"] / d[
                 "prefix_cache_queries"]
         out.update({f"server_{k}": v for k, v in spec_rates(d).items()})
+        out.update({f"server_spec_accepted_pos_{n.rpartition(':')[2]}": v - self.first.get(n, 0.0)
+                    for n, v in self.last.items() if n.startswith(f"{PER_POS}:")})
         return out
 
     def steps(self) -> dict[str, float]:

@@ -95,7 +95,7 @@ def export_config(cfg: StudyConfig, opts: ExportOptions) -> dict[str, Any]:
     trial = chosen(cfg, summary, opts)
     if said := capacity_line(cfg, trial):
         out.print(said, highlight=False, soft_wrap=True)
-    res = export(cfg, trial, opts.out_dir or cfg.study_dir() / "export")
+    res = export(cfg, trial, opts.out_dir or cfg.study_dir() / "export", summary.records)
     print_figures(cfg, summary, trial, res)
     print_commands(cfg, res)
     replicas = None

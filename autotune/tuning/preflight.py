@@ -32,8 +32,8 @@ from autotune.tuning.search_space import (
     CategoricalParam,
     IntParam,
     SearchSpace,
-    study_space,
 )
+from autotune.tuning.speculative import left_out_note, space_of
 from autotune.tuning.storage import check_url
 
 
@@ -69,7 +69,10 @@ def request_limit(cfg: StudyConfig, space: SearchSpace) -> tuple[int | None, str
 def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
     """Every check that can fail without booting a server. A worker passes the space stored
     in the study, so hosts need not hold the same search-space file."""
-    space = space or study_space(cfg.search_space, cfg.server.draft_models)
+    if space is None:
+        space, left = space_of(cfg.search_space, cfg.server)
+        if left:  # said once a run, before the first boot
+            warnings.warn(left_out_note(left, space.name), stacklevel=1)
     check_workdir(cfg.workdir)
     check_url(cfg.storage_url())
     cfg.server.check_executable()
@@ -164,7 +167,7 @@ def study_limit(cfg: StudyConfig, space: SearchSpace | None = None) -> tuple[int
     study file's). Every read of a study's dataset or trace applies it, and each trial's
     objective hands it to run_boot: the preflight's note, the trials' requests and capacity
     searches, export's files and --verify's windows hold the same requests."""
-    return request_limit(cfg, space or study_space(cfg.search_space, cfg.server.draft_models))
+    return request_limit(cfg, space or space_of(cfg.search_space, cfg.server)[0])
 
 
 def study_trace(cfg: StudyConfig, profile: ProfileConfig,

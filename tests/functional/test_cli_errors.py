@@ -214,3 +214,21 @@ def test_an_interruption_says_what_it_stopped() -> None:
     assert "trial marked" in interrupted_note(["--debug", "worker", "--storage", "x"])
     assert interrupted_note(["ui"]) == " (ui stopped)"
     assert interrupted_note(["bench", "--model", "m"]) == " (bench stopped)"
+
+
+def test_a_bad_acceptance_profile_and_acceptance_on_random_weights(
+        tmp_path: Path, tiny_model: Path) -> None:
+    """server.acceptance is checked with the field named; `autotune acceptance` refuses a
+    study that serves random weights (nothing is accepted there) before any boot."""
+    bad = base(tmp_path, tiny_model)
+    bad["server"] = {"model": str(tiny_model), "shape_only": True,
+                     "acceptance": {"ngram": {"mean_length": 5, "measured_k": 2}}}
+    check(study(tmp_path, bad), tmp_path, "server.acceptance.ngram",
+          "a step emits at most K + 1 tokens")
+    shape = base(tmp_path, tiny_model)
+    shape["server"] = {"model": str(tiny_model), "shape_only": True}
+    path = tmp_path / "shape.yaml"
+    path.write_text(yaml.safe_dump(shape))
+    p = subprocess.run([sys.executable, "-m", "autotune", "acceptance", "--config", str(path),
+                        "--method", "ngram"], capture_output=True, text=True, timeout=120)
+    check(p, tmp_path, "server.shape_only", "measured on the model's own weights")

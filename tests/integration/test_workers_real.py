@@ -120,8 +120,12 @@ def local_run(study_file: Path, pg_url: str, tiny_model: Path
     proc = subprocess.Popen([sys.executable, "-m", "autotune", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     study_dir = study_file.parent / "mlruns" / "studies" / "two-workers"
-    for n in (0, 1):
-        wait_for(study_dir / f"trial-{n:04d}" / "server.log", timeout=180)
+    try:
+        for n in (0, 1):
+            wait_for(study_dir / f"trial-{n:04d}" / "server.log", timeout=180)
+    except AssertionError:  # what the workers said, not only that no server started
+        proc.kill()
+        raise AssertionError(proc.communicate(timeout=60)[1][-3000:]) from None
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)

@@ -15,6 +15,7 @@ from autotune.config.study import StudyConfig
 from autotune.errors import ConfigError
 from autotune.server.vllm_help import VllmInfo
 from autotune.tuning import preflight as pf
+from autotune.tuning.search_space import study_space
 
 FLAGS = frozenset({"max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill",
                    "enable_prefix_caching", "kv_cache_dtype", "quantization", "max_model_len",
@@ -94,4 +95,4 @@ def test_a_server_arg_the_space_overrules_is_said_once(tmp_path: Path,
     # the same value as the space's changes nothing; an arg the space leaves alone neither
     assert pf.overruled(cfg(tmp_path, tiny_model, {"max_model_len": 512,
                                                    "load_format": "dummy"}),
-                        pf.study_space("cpu-demo", [])) == []
+                        study_space("cpu-demo", [])) == []

@@ -1,0 +1,62 @@
+"""Speculative trials a study can judge. On random weights (a shape-only study) no draft is
+accepted, so a speculative config loses by construction; with a declared acceptance profile
+(`server.acceptance`, config/acceptance.py) its trials accept at it instead. A method without
+one is left out of the space a shape-only study searches, and the study says so (`left_out`),
+instead of spending trials that cannot win."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.config import weights
+from autotune.config.study import ServerConfig
+from autotune.tuning.search_space import CategoricalParam, SearchSpace, study_space
+
+METHOD = "speculative_method"
+
+
+def space_of(search_space: str, server: ServerConfig) -> tuple[SearchSpace, list[str]]:
+    """The space a study searches (study_space: its file with server.draft_models added),
+    less the speculative methods it cannot judge, and those methods."""
+    space = study_space(search_space, server.draft_models)
+    if not weights.shape_only(server, space.fixed):
+        return space, []
+    method = space.parameters.get(METHOD)
+    if not isinstance(method, CategoricalParam):
+        return space, []
+    left = [str(c) for c in method.choices if c is not None and str(c) not in server.acceptance]
+    return (without(space, METHOD, left), left) if left else (space, [])
+
+
+def without(space: SearchSpace, name: str, values: list[Any]) -> SearchSpace:
+    """`space` with `values` no longer among parameter `name`'s choices: a parameter sampled
+    only for them goes (its `when` can no longer hold), a start that uses them goes, and `name`
+    itself goes where one choice is left (it is then fixed: None, the flag left out)."""
+    p = space.parameters[name]
+    assert isinstance(p, CategoricalParam)
+    keep = [c for c in p.choices if c not in values]
+    params: dict[str, Any] = {}
+    for n, q in space.parameters.items():
+        if n == name:
+            if len(keep) > 1:
+                params[n] = q.model_copy(update={"choices": keep})
+            continue
+        if name in q.when:
+            allowed = [v for v in q.when[name] if v not in values]
+            if not allowed or len(keep) <= 1:
+                continue
+            q = q.model_copy(update={"when": {**q.when, name: allowed}})
+        params[n] = q
+    gone = set(space.parameters) - set(params)
+    starts = [s for s in space.starts if s.get(name) not in values]
+    starts = [{k: v for k, v in s.items() if k not in gone} for s in starts]
+    return space.model_copy(update={"parameters": params, "starts": [s for s in starts if s]})
+
+
+def left_out_note(left: list[str], space: str) -> str:
+    """What a shape-only study says of the methods it leaves out, and the fix."""
+    names = ", ".join(left)
+    return (f"speculative decoding ({names}) left out of search space {space!r}: on random "
+            "weights (shape only) no draft is accepted, so such trials cannot win. Declare "
+            "the acceptance your real model shows to search them: server.acceptance."
+            f"{left[0]}: {{mean_length: L, measured_k: K}} (`autotune acceptance` measures it)")

@@ -1,0 +1,69 @@
+"""A shape-only study leaves out the speculative methods it cannot judge (no draft of random
+weights is accepted) and says so; with a declared acceptance profile it searches them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from autotune.config.study import ServerConfig
+from autotune.tuning.search_space import CategoricalParam
+from autotune.tuning.speculative import left_out_note, space_of, without
+
+SPACE = {
+    "name": "spec",
+    "parameters": {
+        "speculative_method": {"type": "categorical", "choices": [None, "ngram", "suffix"],
+                               "into": "speculative_config", "key": "method"},
+        "num_speculative_tokens": {"type": "int", "low": 1, "high": 5,
+                                   "into": "speculative_config",
+                                   "when": {"speculative_method": ["ngram", "suffix"]}},
+        "prompt_lookup_max": {"type": "int", "low": 2, "high": 5,
+                              "into": "speculative_config",
+                              "when": {"speculative_method": ["ngram"]}},
+        "max_num_seqs": {"type": "int", "low": 8, "high": 64},
+    },
+    "starts": [{"speculative_method": "ngram", "num_speculative_tokens": 3,
+                "max_num_seqs": 16}, {"max_num_seqs": 32}],
+}
+
+
+def space_file(tmp_path: Path) -> str:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(SPACE, sort_keys=False))
+    return str(path)
+
+
+def test_the_models_own_weights_search_every_method(tmp_path: Path) -> None:
+    space, left = space_of(space_file(tmp_path), ServerConfig(model="m"))
+    assert left == [] and "prompt_lookup_max" in space.parameters
+
+
+def test_random_weights_without_a_profile_leave_speculation_out(tmp_path: Path) -> None:
+    space, left = space_of(space_file(tmp_path), ServerConfig(model="m", shape_only=True))
+    assert left == ["ngram", "suffix"]
+    assert list(space.parameters) == ["max_num_seqs"]  # the method fixed at None: flag out
+    assert space.starts == [{"max_num_seqs": 32}]
+    note = left_out_note(left, space.name)
+    assert "ngram, suffix" in note and "server.acceptance.ngram" in note
+
+
+def test_a_profile_keeps_its_method_and_what_is_sampled_for_it(tmp_path: Path) -> None:
+    server = ServerConfig(model="m", shape_only=True,
+                          acceptance={"ngram": {"mean_length": 1.8, "measured_k": 3}})
+    space, left = space_of(space_file(tmp_path), server)
+    assert left == ["suffix"]
+    method = space.parameters["speculative_method"]
+    assert isinstance(method, CategoricalParam) and method.choices == [None, "ngram"]
+    assert space.parameters["num_speculative_tokens"].when == {"speculative_method": ["ngram"]}
+    assert "prompt_lookup_max" in space.parameters
+    assert len(space.starts) == 2
+
+
+def test_without_drops_a_parameter_whose_condition_can_no_longer_hold(tmp_path: Path) -> None:
+    space, _ = space_of(space_file(tmp_path), ServerConfig(model="m"))
+    cut = without(space, "speculative_method", ["ngram"])
+    assert "prompt_lookup_max" not in cut.parameters
+    assert cut.parameters["num_speculative_tokens"].when == {"speculative_method": ["suffix"]}
+    assert cut.starts == [{"max_num_seqs": 32}]
