@@ -51,7 +51,9 @@ def seqs_study(tiny_model: Path, tmp_path: Path, name: str) -> Path:
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump({
         "name": name,
-        "server": {"model": str(tiny_model), "boot_timeout_s": 240,
+        # 480 s: beside the parallel suite (4 heavy processes on 2 cores) both boots once took
+        # over 240 s (1 run in 10); alone, as CI runs it, a boot takes 25-50 s
+        "server": {"model": str(tiny_model), "boot_timeout_s": 480,
                    "args": {**CPU_BASE, "max_model_len": 512, "max_num_seqs": 1}},
         "profile": {"name": "random", "input_len": 32, "output_len": 64, "num_prompts": 32,
                     "max_concurrency": 16},
