@@ -66,15 +66,17 @@ class Certification:
         n, nb = g["boots_pick"], g["boots_defaults"]
         if not n or not nb:
             return f"not measured yet ({n} certify boots of it, {nb} of the defaults)"
-        if n > 1 and nb > 1:
+        if n > 1 and nb > 1 and g["low"] < g["high"]:
             adj = (f"; {g['adjusted']:.2f}x adjusted for stopping once it cleared"
                    if g.get("adjusted") is not None
                    and f"{g['adjusted']:.2f}" != f"{g['ratio']:.2f}" else "")
             where = f"; {self.basis}" if self.basis and self.basis != "one machine" else ""
             return (f"{g['ratio']:.2f}x [{g['low']:.2f}, {g['high']:.2f}] ({g['coverage']:.0%}, "
                     f"{n} certify boots of it, {nb} of the defaults{where}{adj})")
+        why = "" if n < 2 or nb < 2 else \
+            " on any one machine" if self.basis and self.basis != "one machine" else ""
         return (f"{g['ratio']:.2f}x ({n} certify boot{'s' if n > 1 else ''} of it, {nb} of the "
-                "defaults: no interval yet)")
+                f"defaults: no interval yet{why})")
 
     def sentence(self) -> str:
         """The study's last word: certified, not certified, budget spent, or the defaults."""

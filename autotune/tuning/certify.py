@@ -191,14 +191,14 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
         if step.status == CERTIFIED:
             break
         if step.status:
-            return done(step.status, g, why=step.why, remaining=step.remaining)
+            return done(step.status, g, why=step.why, remaining=step.remaining, basis=rests)
         k = step.pairs
         pair = [base.number, pick] * k
         if not on_boot:  # else the defaults first: the pick's server decides the round
             order.shuffle(pair)
         at = {n: check_load(recs, n, cfg) for n in pair}
         so_far = Certification(NOT_CERTIFIED, pick, base.number, metric,
-                               gain_doc(g, cfg.certify.coverage)).ratio_text() \
+                               gain_doc(g, cfg.certify.coverage), basis=rests).ratio_text() \
             if g.n and g.n_base else ""
         say(f"certify: boot{'s' if k > 1 else ''} {boot_range(g.n, k)} of trial {pick} and "
             f"{boot_range(g.n_base, k)} of the defaults" + (

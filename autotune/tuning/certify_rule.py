@@ -108,8 +108,8 @@ def basis(pick: Brackets, base: Brackets, rule: Rule, machines: Labels = None
         if pick else None
     b = blocked_gain(list(blocks.values()), rule.level, rule.noise)
     if b is None:
-        g = censored_gain(pick, base, rule.level, rule.noise)
-        return Gain(g.gain, g.gain, g.gain, 1, 1, 0.0, med), \
+        g = censored_gain(pick, base, rule.level, rule.noise)  # every boot counts; no interval
+        return Gain(g.gain, g.gain, g.gain, len(pick), len(base), 0.0, med), \
             f"{len(names)} machines, none with two boots of one config and one of the other"
     if b.interaction_p is None or b.interaction_p >= INTERACTION_P or len(blocks) < 2:
         return Gain(math.expm1(b.d), math.expm1(b.low), math.expm1(b.high), len(pick),
@@ -126,7 +126,8 @@ def basis(pick: Brackets, base: Brackets, rule: Rule, machines: Labels = None
     m = len(ds)
     if m < 2:
         g = censored_gain(pick, base, rule.level, rule.noise)
-        return Gain(g.gain, g.gain, g.gain, 1, 1, 0.0, med), "the machine as the unit: one"
+        return Gain(g.gain, g.gain, g.gain, len(pick), len(base), 0.0, med), \
+            "the machine as the unit: one"
     from scipy.special import stdtrit
 
     sd = max(float(ds.std(ddof=1)), rule.noise * math.sqrt(2))

