@@ -33,7 +33,7 @@ from autotune.tuning.search_space import (
     IntParam,
     SearchSpace,
 )
-from autotune.tuning.speculative import left_out_note, space_of
+from autotune.tuning.speculative import check_emulation, left_out_note, space_of
 from autotune.tuning.storage import check_url
 
 
@@ -94,6 +94,7 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
         except ValueError as e:
             raise ConfigError(str(e)) from None
     info = get_vllm_info(cfg.server.executable, cfg.server.env)  # ~15 s the first time
+    check_emulation(cfg.server, space, info.version)
     flags: dict[str, list[object] | None] = {f: [v] for f, v in space.fixed.items()}
     for name, p in space.parameters.items():
         flag = p.into or name

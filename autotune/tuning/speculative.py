@@ -10,6 +10,7 @@ from typing import Any
 
 from autotune.config import weights
 from autotune.config.study import ServerConfig
+from autotune.errors import ConfigError
 from autotune.tuning.search_space import CategoricalParam, SearchSpace, study_space
 
 METHOD = "speculative_method"
@@ -60,3 +61,18 @@ def left_out_note(left: list[str], space: str) -> str:
             "weights (shape only) no draft is accepted, so such trials cannot win. Declare "
             "the acceptance your real model shows to search them: server.acceptance."
             f"{left[0]}: {{mean_length: L, measured_k: K}} (`autotune acceptance` measures it)")
+
+
+def check_emulation(server: ServerConfig, space: SearchSpace, vllm_version: str) -> None:
+    """Refuse, before a boot, a declared profile the installed vLLM cannot run: vLLM built for
+    CPUs samples on the CPU, which refuses synthetic rejection sampling (its engine dies on the
+    first request: "Synthetic acceptance not supported with CPU sampling", vLLM 0.32)."""
+    method = space.parameters.get(METHOD)
+    searched = isinstance(method, CategoricalParam) and any(
+        c is not None and str(c) in server.acceptance for c in method.choices)
+    if searched and weights.shape_only(server, space.fixed) and "+cpu" in vllm_version:
+        raise ConfigError(
+            f"server.acceptance: vLLM {vllm_version} samples on the CPU, which cannot emulate "
+            "acceptance (its synthetic rejection sampling needs a GPU sampler). Drop "
+            "server.acceptance here (speculative trials are then left out of a shape-only "
+            "study), or run the study on a GPU")

