@@ -9,12 +9,10 @@ What keeps it honest with few boots (issue 85's audit of the rule as it stood):
 - **Neither first-pass boot counts.** The pick's was chosen for reading high; the defaults'
   was beaten by it (a study reaches its certify phase only where a candidate read above the
   defaults' first boot, which so reads 3-17% low). Only certify boots, booted in pairs in a
-  random order, enter the interval (`plan.same_config(selected=True)` on both sides).
-- **A spread floor.** Each side's spread between boots is taken as at least `certify.noise`
-  (censored.censored_gain `floor`): two boots that share a bracket read a spread of 0.
+  random order, enter the interval (`plan.boots_where(selected=True)` on both sides).
 - **One pooled spread, floored.** The spread between boots is pooled over the pick's and the
-  defaults' certify boots and taken as at least `certify.noise` (censored.censored_bounds): two
-  boots that share a bracket read a spread of 0.
+  defaults' certify boots and taken as at least `certify.noise` (censored.censored_bounds,
+  `floor`): two boots that share a bracket read a spread of 0.
 - **A validated spread, and the looks.** A look after every pair, stopping once the bound
   clears, inflates the error of a single look, most where boots spread widely. Simulated as
   the product runs it (certify_sim: the pick the best first boot of K configs, the defaults'
