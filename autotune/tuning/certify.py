@@ -174,7 +174,6 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
                         "certify")
         return done(TOO_SMALL, why=explore_need(bill(recs, cfg).total, costs(), final()))
     order = random.Random(f"{cfg.name}:{pick}")
-    where = None  # every machine's boots count, each compared with its own (certify_rule)
     if machines_of(recs) > 1:
         say(f"certify: the study's boots ran on {machines_of(recs)} machines; each machine's "
             "boots of the pick are compared with its own boots of the defaults, pooled")
@@ -208,7 +207,7 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
         if boots is not None:
             boots(pair, at)
         else:
-            hooks = {pick: check_on_boot(study, cfg, pick, base.number, where, rule, costs,
+            hooks = {pick: check_on_boot(study, cfg, pick, base.number, rule, costs,
                                          reference_up, say)} \
                 if on_boot and reference_up is not None else None
             run_repeats(study, cfg, pre, requests, pair, on_phase=on_phase, on_trial=on_trial,
@@ -235,9 +234,7 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
         if left() < cost.reference:
             return done(BUDGET_SPENT, g, remaining=f"the reference check of trial {pick} "
                         f"(~{cost.reference:.1f} {cost.unit})")
-        # the claim: the certify boots' capacities, not the first pass's (chosen for reading high)
-        load = statistics.median(capacities_of(records(study), pick, where, selected=True)
-                                 or capacities_of(records(study), pick, where))
+        load = reference_load(records(study), pick)
         say(f"certify: the reference check of trial {pick} at {load:g}")
         ref = reference(next(r for r in records(study) if r.number == pick), load)
         spent["reference"] += float(ref.get("minutes", 0.0))
@@ -288,8 +285,19 @@ def check_load(recs: list[TrialRecord], number: int, cfg: StudyConfig) -> float 
     return statistics.median(found) if found else None
 
 
+def reference_load(recs: list[TrialRecord], pick: int, extra: tuple[float, ...] = ()) -> float:
+    """The load the reference check judges the pick at: the median capacity of its certify
+    boots (not the first pass's, chosen for reading high) on this machine, where the check runs
+    (`extra`: a boot not recorded yet); where it has none here, of its certify boots anywhere,
+    else of its boots. A machine's pace is its own: on a study certified over two machines the
+    faster one's capacities would be a claim the slower one was never measured at."""
+    found = capacities_of(recs, pick, here(), selected=True) \
+        or capacities_of(recs, pick, selected=True)
+    return statistics.median([*found, *extra] or capacities_of(recs, pick))
+
+
 def check_on_boot(study: optuna.Study, cfg: StudyConfig, pick: int, base: int,
-                  where: str | None, rule: Rule, costs: Callable[[], Costs],
+                  rule: Rule, costs: Callable[[], Costs],
                   reference_up: ReferenceUp, say: Callable[[str], None]) -> OnMeasured:
     """What the pick's certify boot runs on its server once measured: where its bracket, with
     the boots so far (this round's defaults' included), makes the rule certify, the reference
@@ -305,8 +313,7 @@ def check_on_boot(study: optuna.Study, cfg: StudyConfig, pick: int, base: int,
         mine = (list(labels[0]) + [here()], labels[1]) if labels is not None else None
         if next_step(a, b, rule, math.inf, costs(), machines=mine).status != CERTIFIED:
             return None
-        load = statistics.median([*capacities_of(recs, pick, where, selected=True),
-                                  res.capacity])
+        load = reference_load(recs, pick, (res.capacity,))
         say(f"certify: the reference check of trial {pick} at {load:g}, on its certify boot's "
             "server")
         return reference_up(url, log, load) | {"on_boot": True}

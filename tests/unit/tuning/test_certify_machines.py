@@ -152,3 +152,28 @@ def test_a_resume_that_only_certifies_records_its_machine(tmp_path: Path,
     pre = SimpleNamespace(space=study_space(cfg.search_space, []))
     confirm.run_repeats(study, cfg, pre, [], [])
     assert [m["id"] for m in machines.machines(study)] == ["b"]
+
+
+def test_the_reference_judges_the_pick_at_its_capacity_on_the_machine_it_runs_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Certified over a machine that served it at 51 and one at 27, the check on the second runs
+    at 27 (its own boots), not at the median over both machines' paces."""
+    from autotune.measure.capacity import CapacityResult, LoadPoint
+    from autotune.tuning import certify as certify_mod
+    from autotune.tuning.record import Status, TrialFacts, TrialRecord
+
+    def boot(n: int, cap: float, machine: str, repeat_of: int | None) -> TrialRecord:
+        pts = (LoadPoint(cap, True, (), {}),)
+        search = CapacityResult("concurrency", cap, pts[0], pts, cap * 1.1)
+        return TrialRecord(n, Status.OK, TrialFacts(flags={"max_num_seqs": 16},
+                                                    flags_key="k", repeat_of=repeat_of,
+                                                    machine=machine,
+                                                    capacity=search.to_json()),
+                           {"capacity": cap}, {"capacity": cap})
+
+    recs = [boot(2, 51.0, "a", None), boot(5, 51.0, "a", 2), boot(9, 27.0, "b", 2)]
+    monkeypatch.setattr(certify_mod, "here", lambda: "b")
+    assert certify_mod.reference_load(recs, 2, (27.0,)) == 27.0
+    assert certify_mod.reference_load(recs, 2) == 27.0
+    monkeypatch.setattr(certify_mod, "here", lambda: "c")  # no boot here: every certify boot
+    assert certify_mod.reference_load(recs, 2) == 39.0
