@@ -57,19 +57,28 @@ FORCE_NEW_HELP = ("Start the study afresh under its name: a study of that name (
                    "with the certify phase (docs/certify.md), or explore all of it (a run on a "
                    "machine held for less than the budget; the next run certifies); default: "
                    "certify.when in the config (auto: with a budget or a timeout).")
+@click.option("--certify-here", is_flag=True,
+              help="Certify on this machine too: resume a study whose pick was certified on "
+                   "other machines without exploring more, boot pairs of the pick and the "
+                   "defaults here, pooled with theirs, and check the reference here "
+                   "(docs/certify.md).")
 @click.option("--force-new", is_flag=True, help=FORCE_NEW_HELP)
 def study(config_path: Path, study_name: str | None, storage: str | None, n_trials: int | None,
           timeout_s: float | None, budget_gpu_minutes: float | None, sampler: str | None,
           search_space: str | None, seed: int | None, tracking_uri: str | None,
           no_mlflow: bool, front_every: int, workers: int, gpus_per_trial: int | None,
           warm_from: str | None, confirm_flag: bool | None, certify_flag: bool | None,
-          force_new: bool) -> None:
+          certify_here: bool, force_new: bool) -> None:
     """Run (or resume) a multi-objective study over vLLM's flags."""
     began = time.monotonic()
-    when = None if certify_flag is None else "always" if certify_flag else "never"
+    if certify_here and certify_flag is False:
+        raise click.UsageError("--certify-here certifies: drop --no-certify")
+    when = "always" if certify_here else None if certify_flag is None else \
+        "always" if certify_flag else "never"
     cfg = load_cfg(config_path, study_name, storage, n_trials=n_trials, timeout_s=timeout_s,
                    budget_gpu_minutes=budget_gpu_minutes, search_space=search_space,
-                   **{"sampler.name": sampler, "sampler.seed": seed, "certify.when": when})
+                   **{"sampler.name": sampler, "sampler.seed": seed, "certify.when": when,
+                      "certify.here": certify_here or None})
     api.run_session(cfg, api.SessionOptions(config_path, tracking_uri, no_mlflow, front_every,
                                             workers, gpus_per_trial, warm_from, confirm_flag,
                                             force_new), began)

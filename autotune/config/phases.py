@@ -51,3 +51,9 @@ class CertifyConfig(StrictModel):
         "certifies nothing, since the pick is then the defaults (lab/certify_split.py).")
     reference: bool = Field(True, description="Check the certified pick with `vllm bench "
                             "serve` on a stock server at its capacity (capacity studies).")
+    here: bool = Field(
+        False, description="Certify on this machine too (`autotune study --certify-here`): a "
+        "study resumed here whose pick was certified on other machines explores no more; it "
+        "boots pairs of the pick and the defaults here, pools them with the other machines' "
+        "(each machine's boots against its own) and checks the reference here, at this "
+        "machine's capacity.")

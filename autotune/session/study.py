@@ -99,6 +99,9 @@ def pooled_config(cfg: StudyConfig, opts: SessionOptions
     if opts.workers > 1 and cfg.profiles:
         raise ConfigError("--workers: a suite scores every trial against the baseline trial, "
                           "so its trials run one at a time for now (drop --workers)")
+    if opts.workers > 1 and cfg.certify.here:
+        raise ConfigError("--certify-here boots its pairs on this machine one at a time: drop "
+                          "--workers")
     if opts.workers == 1 and not gpus:
         return cfg, None, gpus
     envs = worker_envs(opts.workers, gpus)
@@ -165,7 +168,8 @@ class Session:
             return run_study(cfg, on_phase=view.on_phase, on_trial=on_trial, pre=self.pre,
                              on_start=self.on_start,
                              reserve=budget.reserve if cfg.planned() else None,
-                             deadline=self.deadline(), reference=lambda: budget.reference_spent)
+                             deadline=self.deadline(), reference=lambda: budget.reference_spent,
+                             explore=not cfg.certify.here)
         return run_pool(
             cfg, self.pre, envs, self.gpus or 0, self.uri(), on_start=self.on_start,
             on_trial=on_trial, on_running=lambda running: view.on_running(running_text(running)),

@@ -52,6 +52,7 @@ from autotune.tuning.certify_rule import (
     NOT_CERTIFIED,
     Labels,
     Rule,
+    Step,
     adjusted,
     basis,
     gain,
@@ -151,7 +152,10 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
     recs = records(study)
     base = baseline(recs)
     before = read_certification(cfg, recs)
-    if before is not None and before.pick == pick and before.status in DECIDED:
+    # --certify-here reopens a certification decided elsewhere until this machine has a pair
+    reopen = cfg.certify.here and base is not None and not paired_here(recs, pick, base.number)
+    if before is not None and before.pick == pick and before.status in DECIDED and not (
+            reopen and before.status == CERTIFIED):
         say(f"certify: already decided ({before.status}; {path(cfg)})")
         return before
     spent = dict.fromkeys(("boots", "reference"), 0.0) | (
@@ -187,6 +191,13 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
         a, b, labels = pick_boots(recs, pick, base.number, cfg)
         g, rests = basis(a, b, rule, labels)
         step = next_step(a, b, rule, left(), costs(), lanes, final(), pick, labels)
+        if reopen and step.status in ("", CERTIFIED) and not paired_here(recs, pick,
+                                                                          base.number):
+            if not round_pairs(1, 1, left(), costs()):
+                return done(BUDGET_SPENT, g, basis=rests, remaining=(
+                    f"a pair of boots of trial {pick} and the defaults on this machine and "
+                    f"the reference check (~{costs().reserve(1):.1f} {costs().unit})"))
+            step = Step(pairs=1)  # --certify-here: this machine's own pair first
         if step.status == CERTIFIED:
             break
         if step.status:
@@ -243,6 +254,11 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
     return done(NOT_CERTIFIED, g, reference=ref, why=(
         "the reference check did not run" if ref.get("error") else
         "`vllm bench serve` misses the SLOs at its capacity on a stock server"))
+
+
+def paired_here(recs: list[TrialRecord], pick: int, base: int) -> bool:
+    """Whether this machine has a certify boot of the pick and one of the defaults."""
+    return all(capacities_of(recs, n, here(), selected=True) for n in (pick, base))
 
 
 # a trial whose config got a verdict: measured, or failed on its own (not spoiled by the

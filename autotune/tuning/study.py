@@ -293,15 +293,18 @@ def run_study(
     reserve: Callable[[], float] | None = None,
     deadline: float | None = None,
     reference: Callable[[], float] | None = None,
+    explore: bool = True,
 ) -> optuna.Study:
     """Run trials in this process until the study holds `cfg.n_trials` complete ones (or
-    `timeout_s` passes, or the budget less the `reserve()` is spent)."""
+    `timeout_s` passes, or the budget less the `reserve()` is spent); without `explore`, open
+    the study and run none."""
     pre = pre or preflight(cfg)
     requests = study_requests(cfg, pre.max_len)
     study = prepare_study(cfg, pre)
     if on_start is not None:
         on_start(study, requests)
-    run_trials(study, cfg, pre, requests, on_phase=on_phase, on_trial=on_trial,
-               reserve=reserve, deadline=deadline, reference=reference)
+    if explore:
+        run_trials(study, cfg, pre, requests, on_phase=on_phase, on_trial=on_trial,
+                   reserve=reserve, deadline=deadline, reference=reference)
     return study
 

@@ -177,3 +177,42 @@ def test_the_reference_judges_the_pick_at_its_capacity_on_the_machine_it_runs_on
     assert certify_mod.reference_load(recs, 2) == 27.0
     monkeypatch.setattr(certify_mod, "here", lambda: "c")  # no boot here: every certify boot
     assert certify_mod.reference_load(recs, 2) == 39.0
+
+
+def test_certify_here_adds_this_machines_pair_to_a_pick_certified_elsewhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`autotune study --certify-here` (certify.here) on machine B of a study certified on
+    machine A: a plain resume reads A's certification; with it, B boots the defaults and the
+    pick (at least one pair), the interval pools both machines' pairs, and the reference
+    check runs again, at B's capacity, not A's. Without the budget for one pair it says so."""
+    from autotune.tuning import certify as certify_mod
+    from tests.certify_fakes import explored
+
+    syn, pick = explored(tmp_path, 0.44, 0.03)
+    monkeypatch.setattr(certify_mod, "here", lambda: "machine:a")
+    checks: list[float] = []
+
+    def ref(rec: object, load: float) -> dict[str, object]:
+        checks.append(load)
+        return {"load": load, "samples": 3, "met": True, "p99_ttft_ms": 1.0,
+                "p99_tpot_ms": 1.0, "minutes": 1.0}
+    first = run(syn, pick, monkeypatch, 1000.0, ref, machine="machine:a")
+    assert first.status == CERTIFIED and len(checks) == 1
+    n_a = len(syn.study.trials)
+    syn.true = {"defaults": 42.0, "pick": 60.5}  # machine B: 40% slower, the same gain
+    monkeypatch.setattr(certify_mod, "here", lambda: "machine:b")
+    again = run(syn, pick, monkeypatch, 1000.0, ref, machine="machine:b")
+    assert again == first and len(syn.study.trials) == n_a  # read, not booted again
+    syn.cfg = syn.cfg.model_copy(update={"certify": syn.cfg.certify.model_copy(
+        update={"here": True})})
+    spent = bill(syn.study, syn.cfg).total
+    short = run(syn, pick, monkeypatch, spent + 1.0, ref, machine="machine:b")
+    assert short.status == BUDGET_SPENT and "on this machine" in short.remaining
+    assert len(syn.study.trials) == n_a
+    c = run(syn, pick, monkeypatch, 1000.0, ref, machine="machine:b")
+    on_b = [r for r in records(syn.study)[n_a:] if r.facts.machine == "machine:b"]
+    assert c.status == CERTIFIED and len(on_b) >= 2 and len(on_b) % 2 == 0
+    assert {r.facts.repeat_of for r in on_b} == {0, pick}
+    assert "pooled over 2 machines" in c.sentence() and c.gain is not None
+    assert c.gain["boots_pick"] == (len(records(syn.study)) - 3) // 2
+    assert len(checks) == 2 and checks[1] < 0.8 * checks[0]  # B's own pace
