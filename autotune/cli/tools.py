@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
+import yaml
 
 from autotune import api
 from autotune.cli._options import load_cfg, study_options
@@ -156,17 +158,36 @@ def replay_cmd(config_path: Path, study_name: str | None, storage: str | None,
               help="Requests to send (default: the study's profile.num_prompts).")
 @click.option("--output", type=click.Path(path_type=Path),
               help="Where to write the profile as JSON (default: the run's folder).")
+@click.option("--spec", "spec", multiple=True, metavar="KEY=VALUE",
+              help="More of speculative_config, as your deployment sets it (repeatable), "
+                   "e.g. --spec prompt_lookup_max=5 --spec prompt_lookup_min=2 for ngram "
+                   "(default prompt_lookup_max 4).")
 def acceptance_cmd(config_path: Path, study_name: str | None, storage: str | None,
                    method: str, k: int, draft: str | None, num_prompts: int | None,
-                   output: Path | None) -> None:
+                   output: Path | None, spec: tuple[str, ...]) -> None:
     """Measure how often a speculative method's drafts are accepted on your model's own
     weights and workload (one boot), and print the `server.acceptance` entry that lets a
     shape-only study of the model search speculative decoding."""
     if output is not None:
         check_file(output, "--output")
     cfg = load_cfg(config_path, study_name, storage)
-    api.measure_acceptance(cfg, api.AcceptanceOptions(method, k, draft, num_prompts, output),
+    api.measure_acceptance(cfg, api.AcceptanceOptions(method, k, draft, num_prompts, output,
+                                                      key_values(spec, "--spec")),
                            Path(cfg.workdir) / "acceptance")
+
+
+def key_values(items: tuple[str, ...], option: str) -> tuple[tuple[str, Any], ...]:
+    """KEY=VALUE options as pairs, each value read as YAML (5 -> 5, true -> True)."""
+    pairs = []
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise click.BadParameter(f"{item!r}: give KEY=VALUE", param_hint=option)
+        try:
+            pairs.append((key.strip(), yaml.safe_load(value)))
+        except yaml.YAMLError as e:
+            raise click.BadParameter(f"{item!r}: {e}", param_hint=option) from None
+    return tuple(pairs)
 
 
 COMMANDS = [report, sync, ui, make_tiny_model_cmd, make_real_model_cmd, make_trace_cmd,

@@ -32,6 +32,9 @@ class AcceptanceOptions:
     draft: str | None = None
     num_prompts: int | None = None
     output: Path | None = None
+    # more of speculative_config's keys, as the study's launch will set them (ngram's
+    # prompt_lookup_max and _min: how far back the draft looks changes what it proposes)
+    extra: tuple[tuple[str, Any], ...] = ()
 
     def check(self, cfg: StudyConfig) -> None:
         if self.method == "draft_model" and not self.draft:
@@ -39,6 +42,10 @@ class AcceptanceOptions:
         if self.draft and self.method != "draft_model":
             raise ConfigError(f"--draft: method {self.method} drafts without a model; use "
                               "--method draft_model, or leave --draft out")
+        taken = {"method", "num_speculative_tokens", "model"} & {k for k, _ in self.extra}
+        if taken:
+            raise ConfigError(f"--spec {sorted(taken)[0]}: set by --method, --k and --draft; "
+                              "--spec takes speculative_config's other keys")
         if weights.shape_only(cfg.server):
             raise ConfigError(
                 "server.shape_only: the study serves random weights, whose drafts are never "
@@ -70,7 +77,8 @@ def measure_acceptance(cfg: StudyConfig, opts: AcceptanceOptions, workdir: Path
     if opts.draft:
         spec["model"] = opts.draft
     if opts.method == "ngram":
-        spec["prompt_lookup_max"] = 4
+        spec["prompt_lookup_max"] = 4  # vLLM requires it for ngram; --spec may set it
+    spec |= dict(opts.extra)
     profile = cfg.workloads()[0]
     if opts.num_prompts is not None:
         profile = profile.model_copy(update={"num_prompts": opts.num_prompts})
@@ -84,12 +92,15 @@ def measure_acceptance(cfg: StudyConfig, opts: AcceptanceOptions, workdir: Path
     if found is None:
         raise LoadError(f"vLLM drafted nothing over {profile.num_prompts} requests (its "
                         f"spec_decode counters read no drafts; log: {res.log_path})")
-    source = (f"autotune acceptance, {cfg.server.model}, {opts.method} K {opts.k}, "
+    more = "".join(f" {k}={v}" for k, v in spec.items()
+                   if k not in ("method", "num_speculative_tokens"))
+    source = (f"autotune acceptance, {cfg.server.model}, {opts.method} K {opts.k}{more}, "
               f"{profile.name} x {profile.num_prompts}, {time.strftime('%Y-%m-%d')}")
     entry = {opts.method: {"rates": found["rates"], "source": source} if "rates" in found
              else {"mean_length": found["mean_length"], "measured_k": opts.k,
                    "source": source}}
     doc = {"model": cfg.server.model, "method": opts.method, "k": opts.k,
+           "speculative_config": spec,
            "workload": profile.model_dump(mode="json", exclude_defaults=True),
            "requests": res.point.metrics.completed, **found, "log_path": res.log_path,
            "study_file_entry": {"server": {"acceptance": entry}}}

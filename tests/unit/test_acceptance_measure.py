@@ -40,3 +40,42 @@ def test_what_it_refuses_before_a_boot() -> None:
     with pytest.raises(ConfigError, match="use --method draft_model"):
         AcceptanceOptions("ngram", 3, draft="/d").check(cfg())
     AcceptanceOptions("ngram", 3).check(cfg())
+
+
+def test_spec_keys_reach_the_launch_and_the_profile_names_them(
+        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--spec prompt_lookup_max=6 --spec prompt_lookup_min=2`: the boot's speculative_config
+    takes them over the ngram default (4), and the entry's source says what was measured;
+    --method's, --k's and --draft's own keys are refused, and a bad KEY=VALUE is one error."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    from autotune.cli import cli as main
+    from autotune.session import acceptance
+
+    launched: list[dict[str, object]] = []
+
+    def boot(server: object, profiles: object, flags: dict[str, object], run_dir: Path,
+             **_kw: object) -> SimpleNamespace:
+        launched.append(flags["speculative_config"])  # type: ignore[arg-type]
+        stats = {"server_spec_drafts": 10.0, "server_spec_accepted_tokens": 4.0,
+                 "server_spec_accepted_pos_0": 3.0, "server_spec_accepted_pos_1": 1.0}
+        return SimpleNamespace(point=SimpleNamespace(
+            server_stats=stats, metrics=SimpleNamespace(completed=8)), log_path="x.log")
+
+    monkeypatch.setattr(acceptance, "run_boot", boot)
+    opts = AcceptanceOptions("ngram", 2, extra=(("prompt_lookup_max", 6),
+                                                ("prompt_lookup_min", 2)))
+    doc = acceptance.measure_acceptance(cfg(), opts, Path(str(tmp_path)))
+    assert launched == [{"method": "ngram", "num_speculative_tokens": 2,
+                         "prompt_lookup_max": 6, "prompt_lookup_min": 2}]
+    src = doc["study_file_entry"]["server"]["acceptance"]["ngram"]["source"]
+    assert "prompt_lookup_max=6 prompt_lookup_min=2" in src
+    with pytest.raises(ConfigError, match="--spec model: set by"):
+        AcceptanceOptions("ngram", 3, extra=(("model", "/d"),)).check(cfg())
+    example = Path(__file__).parents[2] / "examples" / "cpu-demo.yaml"
+    bad = CliRunner().invoke(main, ["acceptance", "--config", str(example), "--method",
+                                    "ngram", "--spec", "prompt_lookup_max"])
+    assert bad.exit_code == 2 and "give KEY=VALUE" in bad.output
