@@ -156,7 +156,10 @@ def run_certify(study: optuna.Study, cfg: StudyConfig, pre: Preflight, requests:
     reopen = cfg.certify.here and base is not None and not paired_here(recs, pick, base.number)
     if before is not None and before.pick == pick and before.status in DECIDED and not (
             reopen and before.status == CERTIFIED):
-        say(f"certify: already decided ({before.status}; {path(cfg)})")
+        say(f"certify: already decided ({before.status}; {path(cfg)})" + (
+            "; certified on other machines: `--certify-here` adds a pair on this one and "
+            "checks the reference here" if before.status == CERTIFIED and base is not None
+            and not paired_here(recs, pick, base.number) else ""))
         return before
     spent = dict.fromkeys(("boots", "reference"), 0.0) | (
         before.minutes if before is not None and before.pick == pick else {})

@@ -186,6 +186,7 @@ def test_certify_here_adds_this_machines_pair_to_a_pick_certified_elsewhere(
     pick (at least one pair), the interval pools both machines' pairs, and the reference
     check runs again, at B's capacity, not A's. Without the budget for one pair it says so."""
     from autotune.tuning import certify as certify_mod
+    from autotune.tuning.certify import run_certify
     from tests.certify_fakes import explored
 
     syn, pick = explored(tmp_path, 0.44, 0.03)
@@ -201,8 +202,12 @@ def test_certify_here_adds_this_machines_pair_to_a_pick_certified_elsewhere(
     n_a = len(syn.study.trials)
     syn.true = {"defaults": 42.0, "pick": 60.5}  # machine B: 40% slower, the same gain
     monkeypatch.setattr(certify_mod, "here", lambda: "machine:b")
-    again = run(syn, pick, monkeypatch, 1000.0, ref, machine="machine:b")
+    said: list[str] = []
+    monkeypatch.setattr(certify_mod, "run_repeats", syn.repeats("machine:b"))
+    again = run_certify(syn.study, syn.cfg, None, [], pick, lambda: 1000.0,  # type: ignore[arg-type]
+                        lambda: None, reference=ref, on_step=said.append)  # type: ignore[arg-type,return-value]
     assert again == first and len(syn.study.trials) == n_a  # read, not booted again
+    assert "`--certify-here` adds a pair on this one" in said[0]
     syn.cfg = syn.cfg.model_copy(update={"certify": syn.cfg.certify.model_copy(
         update={"here": True})})
     spent = bill(syn.study, syn.cfg).total
