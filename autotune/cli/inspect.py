@@ -56,17 +56,24 @@ def pareto(config_path: Path, study_name: str | None, storage: str | None) -> No
                    "replica count).")
 @click.option("--image", default="vllm/vllm-openai:latest", show_default=True,
               help="Container image of the Deployment.")
+@click.option("--by-load", is_flag=True, help="Where speculation stops paying, measured: boot "
+              "the config and the best one of the other kind (speculative or not) again and "
+              "measure both at one ladder of loads, low loads included (capacity studies; "
+              "docs/speculative.md).")
+@click.option("--by-load-loads", metavar="L1,L2,...", help="With --by-load: these loads "
+              "(default: 5 from capacity.low to the higher capacity).")
 def export_cmd(config_path: Path, study_name: str | None, storage: str | None,
                prefer: str | None,
                max_tpot_ms: float | None, trial_number: int | None, out_dir: Path | None,
                validate: bool, repeats: int | None, verify: bool, verify_samples: int | None,
                target_load: float | None,
-               k8s_path: Path | None, image: str) -> None:
+               k8s_path: Path | None, image: str, by_load: bool,
+               by_load_loads: str | None) -> None:
     """Print the chosen configuration's `vllm serve` command, config file and bench command;
     for a capacity study, what one replica sustains and what a target load takes."""
     opts = api.ExportOptions(prefer, max_tpot_ms, trial_number, out_dir,  # type: ignore[arg-type]
                              validate, repeats, verify, verify_samples, target_load, k8s_path,
-                             image)
+                             image, by_load, by_load_loads)
     opts.check()  # the options first, then the study file
     api.export_config(load_cfg(config_path, study_name, storage), opts)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -162,7 +162,7 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
                 alive: Callable[[], bool] | None = None,
                 check: Callable[[], None] = lambda: None,
                 log_path: Path | None = None, max_len: int | None = None,
-                warm_enough: int = 0) -> CapacityResult:
+                warm_enough: int = 0, loads: Sequence[float] | None = None) -> CapacityResult:
     """The capacity search against a running server (autotune.measure.capacity). Each point gets its
     own requests, drawn with a seed of the load (the same for every trial at that load) and
     its own warm-up, a dataset's or a trace's within `max_len` tokens (the study's limit,
@@ -172,7 +172,9 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
     measured again with fresh requests; the point records how many it saw (`jit_events`, in
     the run kept) and whether it was measured again (`jit_remeasured`); no log, no field.
     `warm_enough`: a config that ran warm before on these caches warms in at most this many
-    windows, unless a kernel compiles in the last (PointPolicy.more_windows; 0: as configured)."""
+    windows, unless a kernel compiles in the last (PointPolicy.more_windows; 0: as configured).
+    `loads`: measure these, in this order, instead of searching (a ladder: `export --by-load`);
+    its capacity is the highest that met the SLOs."""
     phase = on_phase or (lambda _p: None)
     tok = load_tokenizer(tokenizer_dir)
     trace = load_trace(profile, tok, tokenizer_dir, max_len) if cap.axis == "speedup" else None
@@ -203,9 +205,17 @@ def capacity_on(base_url: str, model: str, tokenizer_dir: str, profile: ProfileC
             on_point(point)
         return point
 
-    result = search(measure_at, axis=cap.axis, low=cap.low, high=cap.high,
-                    tolerance=cap.tolerance, start=start or cap.start, stop_below=stop_below,
-                    bracket=cap.bracket)
+    if loads is not None:
+        pts = tuple(measure_at(x) for x in loads)
+        met = [p for p in pts if p.passed]
+        top = max(met, key=lambda p: p.load) if met else None
+        over = [p.load for p in pts if not p.passed and (top is None or p.load > top.load)]
+        result = CapacityResult(cap.axis, top.load if top else 0.0, top, pts,
+                                min(over) if over else None, "a ladder of loads")
+    else:
+        result = search(measure_at, axis=cap.axis, low=cap.low, high=cap.high,
+                        tolerance=cap.tolerance, start=start or cap.start,
+                        stop_below=stop_below, bracket=cap.bracket)
     (workdir / "capacity.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
     return result
 

@@ -33,11 +33,11 @@ def spec_label(rec: TrialRecord) -> str:
         f", K {k})" if k is not None else ")")
 
 
-def by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRecord]
-            ) -> dict[str, Any] | None:
-    """The crossover of `trial` against the best measured config of the other kind, by the
-    study's first objective; None outside a capacity study (no load points) or where no
-    config of the other kind was measured."""
+def pair_of(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRecord]
+            ) -> tuple[TrialRecord, TrialRecord] | None:
+    """(the speculative one, the other) of `trial` and the best measured config of the other
+    kind, by the study's first objective; None outside a capacity study (no load points) or
+    where no config of the other kind was measured."""
     if cfg.capacity is None or cfg.profiles or not trial.curve():
         return None
     first = cfg.objectives[0]
@@ -48,11 +48,28 @@ def by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRecord]
         return None
     sign = -1.0 if first.direction == "minimize" else 1.0
     other = max(others, key=lambda r: sign * float(r.value(first.metric) or 0.0))
-    spec, plain = (trial, other) if speculates(trial) else (other, trial)
-    found = crossover(curve_of(spec), curve_of(plain))
-    unit = "in flight" if cfg.capacity.axis == "concurrency" else "req/s"
+    return (trial, other) if speculates(trial) else (other, trial)
+
+
+def by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRecord]
+            ) -> dict[str, Any] | None:
+    """The crossover of `trial` against the best measured config of the other kind (pair_of),
+    on their capacity searches' points; None where there is no such pair."""
+    pair = pair_of(cfg, trial, records)
+    if pair is None or cfg.capacity is None:
+        return None
+    spec, plain = pair
+    return crossing_doc(cfg.capacity.axis, spec, plain, curve_of(spec), curve_of(plain),
+                        "mean TPOT at each load both measured")
+
+
+def crossing_doc(axis: str, spec: TrialRecord, plain: TrialRecord, a: Curve, b: Curve,
+                 how: str) -> dict[str, Any]:
+    """The crossover of the two curves as export prints and writes it."""
+    found = crossover(a, b)
+    unit = "in flight" if axis == "concurrency" else "req/s"
     return {"metric": METRIC, "speculative_trial": spec.number, "other_trial": plain.number,
             "pays_up_to": found.pays_up_to, "everywhere": found.everywhere,
             "edges": [{"load": x, "edge": e} for x, e in found.edges],
             "text": found.text(unit, spec_label(spec), f"trial {plain.number} (no "
-                               "speculation)") + " (mean TPOT at each load both measured)"}
+                               f"speculation)") + f" ({how})"}

@@ -20,6 +20,7 @@ from autotune.outputs.console import console, out, speculation_text
 from autotune.outputs.deploy import k8s_deployment, sizing
 from autotune.outputs.export import export, find_trial
 from autotune.outputs.tables import capacity_line, front_tables, gain_text, trials_table
+from autotune.session.by_load import loads_option, print_by_load
 from autotune.session.checks import print_validation, print_verification
 from autotune.tuning.record import TrialRecord
 from autotune.tuning.study import open_study
@@ -66,9 +67,15 @@ class ExportOptions:
     target_load: float | None = None
     k8s_path: Path | None = None
     image: str = "vllm/vllm-openai:latest"
+    by_load: bool = False
+    by_load_loads: str | None = None  # "1,2,4,8"
 
     def check(self) -> None:
         """One error for options that do not go together, before the study is opened."""
+        if self.by_load_loads is not None:
+            if not self.by_load:
+                raise ConfigError("--by-load-loads: the loads of --by-load; add --by-load")
+            loads_option(self.by_load_loads)
         if self.verify_samples is not None and not self.verify:
             raise ConfigError("--verify-samples: counts the samples of --verify; add --verify")
         if self.trial is not None and (self.prefer or self.max_tpot_ms is not None):
@@ -113,6 +120,8 @@ def export_config(cfg: StudyConfig, opts: ExportOptions) -> dict[str, Any]:
                          opts.max_tpot_ms)
     if opts.verify:
         print_verification(cfg, trial, opts.verify_samples)
+    if opts.by_load:
+        print_by_load(cfg, trial, summary.records, loads_option(opts.by_load_loads))
     cert = summary.certification
     if cert is not None and cert.exit_code and trial.number == summary.recommendation.number:
         raise NotCertified(cert.sentence(), cert.exit_code)  # the study's ending, its code too

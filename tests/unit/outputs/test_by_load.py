@@ -48,3 +48,74 @@ def test_nothing_to_compare_is_none() -> None:
     plain = StudyConfig.model_validate({"name": "s", "server": {"model": "/m",
                                         "executable": ["vllm"]}, "search_space": "cpu-demo"})
     assert by_load(plain, pick, [pick, rec(2, NGRAM, [10, 10], 2)]) is None  # no capacity
+
+
+def test_export_by_load_measures_both_at_one_ladder_low_loads_included(
+        tmp_path: Any, monkeypatch: Any) -> None:
+    """`export --by-load` (session/by_load.py): the pick and the best speculative config are
+    each booted once (a random order) and measured at one ladder, every load on both (each
+    boot's loads shuffled), so the low loads the capacity searches skipped are read: here
+    speculation pays up to between 2 and 4 req/s, which their searches' points (4-8 only for
+    the speculative one) could not say."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from autotune.session import by_load as mod
+
+    c = cfg().model_copy(update={"workdir": str(tmp_path)})
+    pick = rec(1, {"max_num_seqs": 64}, [30, 30, 30, 32], 8)
+    spec = rec(2, NGRAM, [40, 60], 4)  # its search measured 4 and 8 only
+    spec.facts.capacity["points"] = [
+        {**p, "load": x} for p, x in zip(spec.facts.capacity["points"], [4.0, 8.0],
+                                         strict=True)]
+    assert by_load(c, pick, [pick, spec]) is not None
+    def truth(n: int, x: float) -> float:  # mean TPOT (ms) at load x
+        return 9.0 * x if n == 2 else 30.0 if x <= 8 else 80.0
+    booted_flags: list[dict[str, Any]] = []
+    measured: dict[int, list[float]] = {}
+
+    @contextmanager
+    def booted(server: Any, flags: dict[str, Any], run_dir: Any, phase: Any) -> Any:
+        booted_flags.append(flags)
+        yield SimpleNamespace(base_url="http://x", alive=lambda: True, log_path=None)
+
+    def capacity_on(url: str, model: str, tok: str, profile: Any, cap: Any, slos: Any,
+                    run_dir: Any, *, loads: list[float], **_kw: Any) -> CapacityResult:
+        n = 2 if "speculative_config" in booted_flags[-1] else 1
+        measured[n] = list(loads)
+        pts = tuple(LoadPoint(x, truth(n, x) <= 50, (), {"mean_tpot_ms": truth(n, x)})
+                    for x in loads)
+        top = max((p.load for p in pts if p.passed), default=0.0)
+        return CapacityResult("rate", top, None, pts, None)
+
+    monkeypatch.setattr(mod, "booted", booted)
+    monkeypatch.setattr(mod, "capacity_on", capacity_on)
+    doc = mod.measure_by_load(c, pick, [pick, spec], lambda _p: None)
+    assert mod.ladder(c, [8.0, 4.0]) == doc["loads"] == [1.0, 1.68, 2.83, 4.76, 8.0]
+    assert len(booted_flags) == 2 and set(doc["order"]) == {1, 2}
+    assert sorted(measured[1]) == sorted(measured[2]) == doc["loads"]
+    doc = mod.measure_by_load(c, pick, [pick, spec], lambda _p: None, [1.0, 2.0, 4.0, 8.0])
+    assert 2 < doc["pays_up_to"] < 4 and "trial 1 (no speculation) above" in doc["text"]
+    assert [p["load"] for p in doc["points"]["2"]] == [1.0, 2.0, 4.0, 8.0]
+    from pathlib import Path
+
+    assert Path(doc["path"]).exists() and Path(doc["path"]).parent.name == "by-load"
+
+
+def test_the_ladder_and_its_option() -> None:
+    import pytest
+
+    from autotune.errors import ConfigError
+    from autotune.session.by_load import ladder, loads_option
+    from autotune.session.inspect import ExportOptions
+
+    conc = cfg().model_copy(update={"capacity": cfg().capacity.model_copy(  # type: ignore[union-attr]
+        update={"axis": "concurrency"})})
+    assert ladder(conc, [16.0, 8.0]) == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert ladder(conc, [0.0, 0.0]) == [1.0, 2.0, 4.0, 8.0, 16.0]  # none met: to the high end
+    assert loads_option("4, 1,2") == [1.0, 2.0, 4.0] and loads_option(None) is None
+    for bad in ("a,b", "0,2", ""):
+        with pytest.raises(ConfigError, match="--by-load-loads"):
+            loads_option(bad)
+    with pytest.raises(ConfigError, match="add --by-load"):
+        ExportOptions(by_load_loads="1,2").check()
