@@ -59,8 +59,13 @@ def by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRecord]
     if pair is None or cfg.capacity is None:
         return None
     spec, plain = pair
-    return crossing_doc(cfg.capacity.axis, spec, plain, curve_of(spec), curve_of(plain),
-                        "mean TPOT at each load both measured")
+    a, b = curve_of(spec), curve_of(plain)
+    doc = crossing_doc(cfg.capacity.axis, spec, plain, a, b,
+                       "mean TPOT at each load both measured")
+    if a.loads and b.loads and max(min(a.loads), min(b.loads)) > cfg.capacity.low:
+        doc["text"] += (f"; below {max(min(a.loads), min(b.loads)):g} not measured for both: "
+                        "`autotune export --by-load` measures them there")
+    return doc
 
 
 def crossing_doc(axis: str, spec: TrialRecord, plain: TrialRecord, a: Curve, b: Curve,

@@ -39,6 +39,7 @@ def test_the_pick_against_the_best_speculative_config() -> None:
     assert out is not None and out["speculative_trial"] == 2 and out["other_trial"] == 1
     assert 2 < out["pays_up_to"] < 4 and not out["everywhere"]
     assert out["text"].startswith("trial 2 (speculative: ngram, K 3) up to")
+    assert "not measured for both" not in out["text"]  # both searches began at the low end
     assert "trial 1 (no speculation) above" in out["text"]
 
 
@@ -68,7 +69,9 @@ def test_export_by_load_measures_both_at_one_ladder_low_loads_included(
     spec.facts.capacity["points"] = [
         {**p, "load": x} for p, x in zip(spec.facts.capacity["points"], [4.0, 8.0],
                                          strict=True)]
-    assert by_load(c, pick, [pick, spec]) is not None
+    searched = by_load(c, pick, [pick, spec])  # the searches' common loads: 4 and 8 only
+    assert searched is not None and searched["pays_up_to"] is None
+    assert "below 4 not measured for both: `autotune export --by-load`" in searched["text"]
     def truth(n: int, x: float) -> float:  # mean TPOT (ms) at load x
         return 9.0 * x if n == 2 else 30.0 if x <= 8 else 80.0
     booted_flags: list[dict[str, Any]] = []
