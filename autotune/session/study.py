@@ -73,6 +73,10 @@ def run_session(cfg: StudyConfig, opts: SessionOptions, began: float | None = No
         open_client(opts.tracking_uri)
     cfg, envs, gpus = pooled_config(cfg, opts)
     pre, done = before_trials(cfg, opts)
+    if cfg.certify.here and not done:
+        raise ConfigError(f"--certify-here: study {cfg.name!r} has no trials to certify "
+                          "(it adds this machine's pairs to a study explored elsewhere): run "
+                          "the same command without --certify-here first")
     s = Session(cfg, opts, pre, envs, gpus, make_tracker(cfg, opts.tracking_uri, opts.no_mlflow),
                 Budget(cfg, began, workers=len(envs) if envs else 1), began)
     with tracked(cfg, s.tracker, cfg.n_trials, done, log_trials=envs is None,

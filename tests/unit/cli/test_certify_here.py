@@ -36,3 +36,15 @@ def test_workers_are_refused_with_the_field_named(tmp_path: Path) -> None:
     cfg = load_study_config(EXAMPLE, {"certify.here": True, "workdir": str(tmp_path)})
     with pytest.raises(ConfigError, match="--certify-here .* drop --workers"):
         pooled_config(cfg, SessionOptions(EXAMPLE, None, True, 5, 2, None, None, None, False))
+
+
+def test_a_study_with_no_trials_is_one_clear_error(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.config.study import load_study_config
+    from autotune.errors import ConfigError
+    from autotune.session import study as mod
+
+    cfg = load_study_config(EXAMPLE, {"certify.here": True, "workdir": str(tmp_path)})
+    monkeypatch.setattr(mod, "before_trials", lambda cfg, opts: (None, 0))
+    with pytest.raises(ConfigError, match="no trials to certify .* without --certify-here"):
+        mod.run_session(cfg, mod.SessionOptions(EXAMPLE, None, True))
