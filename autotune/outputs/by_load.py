@@ -6,9 +6,11 @@ for example "speculative (ngram, K 3) up to 6 req/s, trial 2 (no speculation) ab
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from autotune.config.study import StudyConfig
+from autotune.measure.capacity import LoadPoint
 from autotune.measure.crossover import Curve, crossover
 from autotune.tuning.record import TrialRecord
 
@@ -20,7 +22,13 @@ def speculates(rec: TrialRecord) -> bool:
 
 
 def curve_of(rec: TrialRecord) -> Curve:
-    pts = [p for p in rec.curve() if not p.flag and METRIC in p.metrics]
+    return points_curve(rec.curve())
+
+
+def points_curve(points: Sequence[LoadPoint]) -> Curve:
+    """METRIC over load from load points (a search's or a ladder's; the load generator's own
+    limit is no reading of the server), with the highest load that met the SLOs."""
+    pts = [p for p in points if not p.flag and METRIC in p.metrics]
     met = [p.load for p in pts if p.passed]
     return Curve([p.load for p in pts], [p.metrics[METRIC] for p in pts],
                  max(met) if met else None)

@@ -18,10 +18,9 @@ from typing import Any
 from autotune.config.study import StudyConfig
 from autotune.errors import ConfigError
 from autotune.measure.capacity import CapacityResult
-from autotune.measure.crossover import Curve
 from autotune.measure.on_server import capacity_on
 from autotune.measure.runner import booted
-from autotune.outputs.by_load import METRIC, crossing_doc, pair_of, spec_label
+from autotune.outputs.by_load import METRIC, crossing_doc, pair_of, points_curve, spec_label
 from autotune.outputs.console import out
 from autotune.tuning.record import TrialRecord
 
@@ -43,12 +42,6 @@ def ladder(cfg: StudyConfig, capacities: list[float], rungs: int = RUNGS) -> lis
     if cap.axis == "concurrency":
         return sorted({float(max(1, round(x))) for x in xs})
     return [float(f"{x:.3g}") for x in xs]
-
-
-def curve_from(res: CapacityResult) -> Curve:
-    pts = [p for p in res.curve() if METRIC in p.metrics]
-    return Curve([p.load for p in pts], [p.metrics[METRIC] for p in pts],
-                 res.capacity if res.capacity > 0 else None)
 
 
 def measure_by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRecord],
@@ -83,7 +76,7 @@ def measure_by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRec
                 proc.base_url, server.model, server.tokenizer_dir, cfg.profile, cfg.capacity,
                 list(cfg.slos), run_dir, on_phase=phase, alive=proc.alive,
                 log_path=proc.log_path, loads=shuffled)
-    a, b = curve_from(found[spec.number]), curve_from(found[plain.number])
+    a, b = points_curve(found[spec.number].curve()), points_curve(found[plain.number].curve())
     doc = crossing_doc(cfg.capacity.axis, spec, plain, a, b,
                        f"mean TPOT, both booted again and measured at {len(rungs)} loads")
     doc |= {"loads": rungs, "order": [r.number for r in order], "points": {
