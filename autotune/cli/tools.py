@@ -167,7 +167,8 @@ def acceptance_cmd(config_path: Path, study_name: str | None, storage: str | Non
                    output: Path | None, spec: tuple[str, ...]) -> None:
     """Measure how often a speculative method's drafts are accepted on your model's own
     weights and workload (one boot), and print the `server.acceptance` entry that lets a
-    shape-only study of the model search speculative decoding."""
+    shape-only study of the model search speculative decoding (a draft model, EAGLE, MTP;
+    ngram drafts from the text, which random weights never repeat: no entry for it)."""
     if output is not None:
         check_file(output, "--output")
     cfg = load_cfg(config_path, study_name, storage)

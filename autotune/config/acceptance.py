@@ -9,8 +9,8 @@ the profile its real model and draft would show, per method, under `server.accep
     server:
       shape_only: true
       acceptance:
-        ngram: {mean_length: 1.8, measured_k: 3}       # mean accepted length at K = 3
-        draft_model: {rates: [0.8, 0.6, 0.45, 0.3]}    # per position, unconditional
+        draft_model: {mean_length: 2.4, measured_k: 4}  # mean accepted length at K = 4
+        eagle: {rates: [0.8, 0.6, 0.45, 0.3]}           # per position, unconditional
 
 `rates[i]` is the probability that the first i+1 draft tokens are all accepted (vLLM's
 `synthetic_acceptance_rates`). A trial with K draft tokens gets K rates: the declared ones, and
@@ -18,7 +18,8 @@ past them a geometric tail (each further token accepted with the last position's
 rate); a mean length measured at K_m is read as one conditional rate a for every position
 (1 + a + a^2 + ... + a^K_m = mean_length), the usual model of speculative decoding. Where the
 server loads the model's own weights the profile is not applied: the drafts are judged as
-they are."""
+they are. A method that drafts from the text (ngram, suffix) cannot be emulated: random weights
+write text that never repeats, so it proposes nothing to accept (tuning/speculative.py)."""
 
 from __future__ import annotations
 
@@ -31,12 +32,17 @@ from autotune.config import weights
 from autotune.config.base import StrictModel
 
 SYNTHETIC = "synthetic"
+# vLLM's proposers that draft by matching the text's last tokens earlier in it: they draft only
+# where the text repeats, which random weights' text does not (a draft model, EAGLE heads or
+# MTP draft every step, so a declared profile applies to theirs)
+TEXT_DRAFTED = ("ngram", "ngram_gpu", "suffix")
 FIELD_HELP = (
     "Shape only: the acceptance your real model and draft show, per speculative method (e.g. "
-    "{ngram: {mean_length: 1.8, measured_k: 3}}, or per-position rates), as `autotune "
+    "{draft_model: {mean_length: 2.4, measured_k: 4}}, or per-position rates), as `autotune "
     "acceptance` measures it. Speculative trials on random weights then accept drafts at it "
     "(vLLM's synthetic rejection sampling); without one they are left out, since no draft of "
-    "random weights is accepted. Not applied where the server loads the model's own weights.")
+    "random weights is accepted. Not applied where the server loads the model's own weights, "
+    "nor to ngram or suffix, which draft from the text and on random weights propose nothing.")
 DIGITS = 4  # rates as passed to vLLM
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from autotune.config import weights
+from autotune.config.acceptance import TEXT_DRAFTED
 from autotune.config.study import StudyConfig
 from autotune.errors import ConfigError, LoadError
 from autotune.measure.runner import run_boot
@@ -53,16 +54,23 @@ class AcceptanceOptions:
                 "study file that serves them (without shape_only: true or load_format: dummy)")
 
 
-def profile_of(counts: dict[str, float], k: int) -> dict[str, Any] | None:
+def profile_of(counts: dict[str, float], k: int, output_tokens: int = 0, requests: int = 0
+               ) -> dict[str, Any] | None:
     """The acceptance profile from vLLM's counters over a run (server_spec_* deltas); None
-    where it drafted nothing."""
+    where it drafted nothing. With the run's output tokens and requests, also `draft_share`:
+    the share of decode steps that drafted (a step emits one token plus those it accepted; a
+    request's first token comes from its prefill), which an n-gram draft leaves well below 1."""
     drafts = counts.get("server_spec_drafts", 0.0)
     if drafts <= 0:
         return None
+    accepted = counts.get("server_spec_accepted_tokens", 0.0)
     rates = [round(counts.get(f"server_spec_accepted_pos_{i}", 0.0) / drafts, 4)
              for i in range(k)]
-    mean = 1.0 + counts.get("server_spec_accepted_tokens", 0.0) / drafts
+    mean = 1.0 + accepted / drafts
     doc: dict[str, Any] = {"mean_length": round(mean, 4), "measured_k": k, "drafts": drafts}
+    steps = output_tokens - requests - accepted
+    if steps > 0:
+        doc["draft_share"] = round(min(drafts / steps, 1.0), 4)
     if any(f"server_spec_accepted_pos_{i}" in counts for i in range(k)):
         doc["rates"] = [min(r, prev) for r, prev in zip(rates, [1.0, *rates], strict=False)]
     return doc
@@ -88,7 +96,8 @@ def measure_acceptance(cfg: StudyConfig, opts: AcceptanceOptions, workdir: Path
         res = run_boot(cfg.server, [profile], {"speculative_config": spec}, run_dir,
                        on_phase=tp.phase, on_request=tp.request_done)
     counts = res.point.server_stats
-    found = profile_of(counts, opts.k)
+    found = profile_of(counts, opts.k, res.point.metrics.total_output_tokens,
+                       res.point.metrics.completed)
     if found is None:
         raise LoadError(f"vLLM drafted nothing over {profile.num_prompts} requests (its "
                         f"spec_decode counters read no drafts; log: {res.log_path})")
@@ -107,10 +116,23 @@ def measure_acceptance(cfg: StudyConfig, opts: AcceptanceOptions, workdir: Path
     rates = ", ".join(f"{r:g}" for r in found.get("rates", []))
     out.print(f"acceptance of {opts.method} at K {opts.k}: mean length "
               f"{found['mean_length']:.2f} over {found['drafts']:.0f} drafts"
+              + (f" (on {found['draft_share']:.0%} of decode steps)" if "draft_share" in found
+                 else "")
               + (f"; by position {rates}" if rates else ""), highlight=False, soft_wrap=True)
+    if opts.method in TEXT_DRAFTED:
+        out.print(f"{opts.method} drafts from the text: a shape-only study cannot emulate it "
+                  "(random weights write text that does not repeat, so it drafts nothing "
+                  "there) and leaves it out; this profile is how it does on your model's own "
+                  "weights", highlight=False, soft_wrap=True)
+        doc.pop("study_file_entry")
+        return _write(doc, opts, run_dir)
     out.print("for a shape-only study of this model, in its study file:\n"
               + yaml.safe_dump(doc["study_file_entry"], sort_keys=False, width=100),
               highlight=False, soft_wrap=True, markup=False)
+    return _write(doc, opts, run_dir)
+
+
+def _write(doc: dict[str, Any], opts: AcceptanceOptions, run_dir: Path) -> dict[str, Any]:
     dest = opts.output or run_dir / "acceptance.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(doc, indent=2) + "\n")

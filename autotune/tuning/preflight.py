@@ -72,7 +72,7 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
     if space is None:
         space, left = space_of(cfg.search_space, cfg.server)
         if left:  # said once a run, before the first boot
-            warnings.warn(left_out_note(left, space.name), stacklevel=1)
+            warnings.warn(left_out_note(left, space.name, cfg.server.acceptance), stacklevel=1)
     check_workdir(cfg.workdir)
     check_url(cfg.storage_url())
     cfg.server.check_executable()

