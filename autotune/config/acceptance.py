@@ -142,9 +142,10 @@ def synthetic(flags: Mapping[str, Any], profiles: Mapping[str, AcceptanceProfile
               ) -> dict[str, Any]:
     """`flags` with the trial's speculative_config accepting at its method's declared profile
     (rejection_sample_method synthetic, K rates); unchanged where the trial does not speculate,
-    its method has no profile, or its K is not set (vLLM then takes it from the draft)."""
+    its method has no profile or drafts from the text (TEXT_DRAFTED: on random weights it
+    drafts nothing to accept), or its K is not set (vLLM then takes it from the draft)."""
     spec = flags.get("speculative_config")
-    if not isinstance(spec, Mapping):
+    if not isinstance(spec, Mapping) or spec.get("method") in TEXT_DRAFTED:
         return dict(flags)
     profile = profiles.get(str(spec.get("method")))
     k = spec.get("num_speculative_tokens")

@@ -1,9 +1,12 @@
 """`autotune acceptance`: the acceptance profile of the user's real model (and draft) on their own
 workload, measured on one boot, and printed as the `server.acceptance` entry a shape-only study
-takes (config/acceptance.py). vLLM counts, over the run, the drafts it proposed and the draft
-tokens it accepted at each position: accepted at position i over drafts is the probability
-that the first i+1 draft tokens were all accepted (vLLM's spec_decode metrics), the rates its
-synthetic rejection sampling takes; 1 + accepted over drafts is the mean length."""
+takes (config/acceptance.py; for a draft model, EAGLE or MTP: n-gram and suffix draft from the
+text, which random weights never repeat, so for them it prints how often they drafted and
+accepted on the user's own weights, and no entry). vLLM counts, over the run, the drafts it
+proposed and the draft tokens it accepted at each position: accepted at position i over drafts
+is the probability that the first i+1 draft tokens were all accepted (vLLM's spec_decode
+metrics), the rates its synthetic rejection sampling takes; 1 + accepted over drafts is the mean
+length."""
 
 from __future__ import annotations
 
@@ -33,8 +36,8 @@ class AcceptanceOptions:
     draft: str | None = None
     num_prompts: int | None = None
     output: Path | None = None
-    # more of speculative_config's keys, as the study's launch will set them (ngram's
-    # prompt_lookup_max and _min: how far back the draft looks changes what it proposes)
+    # more of speculative_config's keys, as the deployment sets them (ngram's prompt_lookup_max
+    # and _min: how far back the draft looks changes what it proposes)
     extra: tuple[tuple[str, Any], ...] = ()
 
     def check(self, cfg: StudyConfig) -> None:
@@ -69,8 +72,8 @@ def profile_of(counts: dict[str, float], k: int, output_tokens: int = 0, request
     mean = 1.0 + accepted / drafts
     doc: dict[str, Any] = {"mean_length": round(mean, 4), "measured_k": k, "drafts": drafts}
     steps = output_tokens - requests - accepted
-    if steps > 0:
-        doc["draft_share"] = round(min(drafts / steps, 1.0), 4)
+    if steps > 0:  # vLLM counts tokens accepted past a request's end: it may read over 1
+        doc["draft_share"] = round(drafts / steps, 4)
     if any(f"server_spec_accepted_pos_{i}" in counts for i in range(k)):
         doc["rates"] = [min(r, prev) for r, prev in zip(rates, [1.0, *rates], strict=False)]
     return doc
@@ -98,6 +101,15 @@ def measure_acceptance(cfg: StudyConfig, opts: AcceptanceOptions, workdir: Path
     counts = res.point.server_stats
     found = profile_of(counts, opts.k, res.point.metrics.total_output_tokens,
                        res.point.metrics.completed)
+    if found is None and opts.method in TEXT_DRAFTED:  # the answer: it never drafts here
+        out.print(f"{opts.method} drafted nothing over {profile.num_prompts} requests: this "
+                  "workload does not repeat itself where the method looks, so it cannot gain "
+                  "on it", highlight=False, soft_wrap=True)
+        return _write({"model": cfg.server.model, "method": opts.method, "k": opts.k,
+                       "speculative_config": spec, "workload": profile.model_dump(
+                           mode="json", exclude_defaults=True),
+                       "requests": res.point.metrics.completed, "drafts": 0.0,
+                       "draft_share": 0.0, "log_path": res.log_path}, opts, run_dir)
     if found is None:
         raise LoadError(f"vLLM drafted nothing over {profile.num_prompts} requests (its "
                         f"spec_decode counters read no drafts; log: {res.log_path})")

@@ -33,7 +33,7 @@ from autotune.tuning.search_space import (
     IntParam,
     SearchSpace,
 )
-from autotune.tuning.speculative import check_emulation, left_out_note, space_of
+from autotune.tuning.speculative import check_emulation, shape_only_notes, space_of
 from autotune.tuning.storage import check_url
 
 
@@ -71,8 +71,8 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
     in the study, so hosts need not hold the same search-space file."""
     if space is None:
         space, left = space_of(cfg.search_space, cfg.server)
-        if left:  # said once a run, before the first boot
-            warnings.warn(left_out_note(left, space.name, cfg.server.acceptance), stacklevel=1)
+        for note in shape_only_notes(cfg.server, space.name, left):  # once, before a boot
+            warnings.warn(note, stacklevel=1)
     check_workdir(cfg.workdir)
     check_url(cfg.storage_url())
     cfg.server.check_executable()

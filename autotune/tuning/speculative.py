@@ -59,10 +59,11 @@ def without(space: SearchSpace, name: str, values: list[Any]) -> SearchSpace:
     return space.model_copy(update={"parameters": params, "starts": [s for s in starts if s]})
 
 
-def left_out_note(left: list[str], space: str, declared: Iterable[str] = ()) -> str:
-    """What a shape-only study says of the methods it leaves out, and the fix: a method that
-    drafts every step can be searched at a declared profile; one that drafts from the text
-    cannot, declared (`declared`: the methods server.acceptance names) or not."""
+def left_out_notes(left: list[str], space: str, declared: Iterable[str] = ()) -> list[str]:
+    """What a shape-only study says, one warning each, of the methods it leaves out, and the
+    fix: a method that drafts every step can be searched at a declared profile; one that drafts
+    from the text cannot, declared (`declared`: the methods server.acceptance names) or not."""
+    said = set(declared)
     drafting = [m for m in left if m not in TEXT_DRAFTED]
     text = [m for m in left if m in TEXT_DRAFTED]
     notes = []
@@ -74,15 +75,35 @@ def left_out_note(left: list[str], space: str, declared: Iterable[str] = ()) -> 
             f"{drafting[0]}: {{mean_length: L, measured_k: K}} (`autotune acceptance` "
             "measures it)")
     if text:
-        profiled = [m for m in text if m in set(declared)]
+        profiled = [f"server.acceptance.{m}" for m in text if m in said]
         notes.append(
-            f"speculative decoding ({', '.join(text)}) left out of search space {space!r}: it "
-            "drafts only where the text repeats itself, and random weights (shape only) write "
-            "text that does not, so its trials would have no drafts to accept"
-            + (f" (server.acceptance.{profiled[0]} cannot apply)" if profiled else "")
-            + ". Study it on your model's own weights (a study without shape_only); a declared "
-            "profile emulates draft_model, EAGLE and MTP drafts, which are made every step")
-    return "\n".join(notes)
+            f"speculative decoding ({', '.join(text)}) left out of search space {space!r}: "
+            "these methods draft only where the text repeats itself, and random weights "
+            "(shape only) write text that does not, so their trials would have no drafts to "
+            "accept" + (f" ({', '.join(profiled)}: not applied)" if profiled else "")
+            + ". Study them on your model's own weights (a study without shape_only); a "
+            "declared profile emulates draft_model, EAGLE and MTP drafts, which are made every "
+            "step")
+    return notes
+
+
+def unused_profiles(server: ServerConfig, left: list[str]) -> str | None:
+    """What a shape-only study says of a declared profile for a text-drafted method its space
+    does not search (none is applied: launch_flags skips them); None where there is none."""
+    dead = [m for m in server.acceptance if m in TEXT_DRAFTED and m not in left]
+    if not dead or not weights.shape_only(server):
+        return None
+    names = ", ".join(f"server.acceptance.{m}" for m in dead)
+    return (f"{names}: not applied. These methods draft only where the text repeats itself, "
+            "which random weights (shape only) never do, so there is nothing to accept; "
+            "drop the entry, or study them on your model's own weights")
+
+
+def shape_only_notes(server: ServerConfig, space: str, left: list[str]) -> list[str]:
+    """Every warning a shape-only study gives of speculation before its first boot: the methods
+    left out, then the declared profiles it does not apply."""
+    unused = unused_profiles(server, left)
+    return left_out_notes(left, space, server.acceptance) + ([unused] if unused else [])
 
 
 def check_emulation(server: ServerConfig, space: SearchSpace, vllm_version: str) -> None:

@@ -78,6 +78,13 @@ def test_spec_keys_reach_the_launch_and_the_profile_names_them(
                          "prompt_lookup_max": 6, "prompt_lookup_min": 2}]
     # n-gram drafts from the text: no entry for a shape-only study, which cannot emulate it
     assert "study_file_entry" not in doc and doc["draft_share"] == round(10 / 116, 4)
+    # n-gram that never drafted: the answer (it cannot gain on this workload), not an error
+    monkeypatch.setattr(acceptance, "run_boot", lambda *a, **k: SimpleNamespace(
+        point=SimpleNamespace(server_stats={}, metrics=SimpleNamespace(
+            completed=8, total_output_tokens=128)), log_path="x.log"))
+    doc = acceptance.measure_acceptance(cfg(), AcceptanceOptions("ngram", 2), Path(str(tmp_path)))
+    assert doc["drafts"] == 0.0 and doc["draft_share"] == 0.0
+    monkeypatch.setattr(acceptance, "run_boot", boot)
     opts = AcceptanceOptions("draft_model", 2, draft="/d",
                              extra=(("draft_tensor_parallel_size", 1),))
     doc = acceptance.measure_acceptance(cfg(), opts, Path(str(tmp_path)))

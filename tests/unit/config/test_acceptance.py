@@ -60,13 +60,24 @@ def test_a_method_name_is_checked() -> None:
 
 def test_random_weights_launch_with_synthetic_acceptance_the_deploy_line_without() -> None:
     s = ServerConfig(model="m", shape_only=True,
+                     acceptance={"draft_model": AcceptanceProfile(rates=[0.8, 0.6, 0.45])})
+    draft = {"method": "draft_model", "model": "/d", "num_speculative_tokens": 3}
+    params = {"speculative_config": dict(draft)}
+    launched = s.launch_flags(params)["speculative_config"]
+    assert launched == {**draft, "rejection_sample_method": "synthetic",
+                        "synthetic_acceptance_rates": [0.8, 0.6, 0.45]}
+    assert s.serve_flags(params)["speculative_config"] == draft  # what export writes
+    assert s.launch_flags({"max_num_seqs": 4}) == {"load_format": "dummy", "max_num_seqs": 4}
+
+
+def test_a_text_drafted_method_launches_without_its_profile_on_random_weights() -> None:
+    """n-gram drafts from the text, which random weights never repeat: a declared profile has
+    no drafts to accept, so wherever its config comes from (a start, fixed args, a by-load
+    boot) the launch keeps vLLM's standard sampler."""
+    s = ServerConfig(model="m", shape_only=True,
                      acceptance={"ngram": AcceptanceProfile(rates=[0.8, 0.6, 0.45])})
     params = {"speculative_config": dict(NGRAM)}
-    launched = s.launch_flags(params)["speculative_config"]
-    assert launched == {**NGRAM, "rejection_sample_method": "synthetic",
-                        "synthetic_acceptance_rates": [0.8, 0.6, 0.45]}
-    assert s.serve_flags(params)["speculative_config"] == NGRAM  # what export writes
-    assert s.launch_flags({"max_num_seqs": 4}) == {"load_format": "dummy", "max_num_seqs": 4}
+    assert s.launch_flags(params)["speculative_config"] == NGRAM
 
 
 def test_the_models_own_weights_and_undeclared_methods_launch_as_they_are() -> None:

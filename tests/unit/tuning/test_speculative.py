@@ -11,7 +11,7 @@ import yaml
 
 from autotune.config.study import ServerConfig
 from autotune.tuning.search_space import CategoricalParam
-from autotune.tuning.speculative import left_out_note, space_of, without
+from autotune.tuning.speculative import left_out_notes, space_of, unused_profiles, without
 
 SPACE = {
     "name": "spec",
@@ -47,7 +47,7 @@ def test_random_weights_without_a_profile_leave_speculation_out(tmp_path: Path) 
     assert left == ["ngram", "suffix", "mtp"]
     assert list(space.parameters) == ["max_num_seqs"]  # the method fixed at None: flag out
     assert space.starts == [{"max_num_seqs": 32}]
-    drafting, text = left_out_note(left, space.name).split("\n")
+    drafting, text = left_out_notes(left, space.name)
     assert "(mtp) left out" in drafting and "server.acceptance.mtp" in drafting
     assert "(ngram, suffix) left out" in text and "text repeats itself" in text
     assert "server.acceptance" not in text.split(". Study")[0]  # no profile to declare for them
@@ -70,8 +70,13 @@ def test_a_text_drafted_method_is_left_out_of_random_weights_even_with_a_profile
                           acceptance={"ngram": {"mean_length": 1.8, "measured_k": 3}})
     space, left = space_of(space_file(tmp_path), server)
     assert left == ["ngram", "suffix", "mtp"] and list(space.parameters) == ["max_num_seqs"]
-    note = left_out_note(left, space.name, server.acceptance)
-    assert "server.acceptance.ngram cannot apply" in note
+    note = " ".join(left_out_notes(left, space.name, server.acceptance))
+    assert "(server.acceptance.ngram: not applied)" in note
+    both = {"ngram": {"rates": [0.5]}, "suffix": {"rates": [0.5]}}
+    two = ServerConfig(model="m", shape_only=True, acceptance=both)
+    note = " ".join(left_out_notes(left, space.name, iter(two.acceptance)))  # read once
+    assert "(server.acceptance.ngram, server.acceptance.suffix: not applied)" in note
+    assert unused_profiles(two, left) is None  # said in the note above
     own, _ = space_of(space_file(tmp_path), server.model_copy(update={"shape_only": False}))
     assert own.parameters["speculative_method"].choices == [None, "ngram", "suffix", "mtp"]
 
@@ -98,3 +103,11 @@ def test_a_declared_profile_is_refused_where_vllm_samples_on_the_cpu(tmp_path: P
     check_emulation(server, space, "0.26.0")  # a GPU build emulates it
     plain, _ = space_of(space_file(tmp_path), ServerConfig(model="m", shape_only=True))
     check_emulation(server, plain, "0.32.0+cpu")  # nothing speculative searched: nothing to run
+
+
+def test_a_text_drafted_profile_the_space_does_not_search_is_said_to_be_unused() -> None:
+    server = ServerConfig(model="m", shape_only=True,
+                          acceptance={"ngram": {"mean_length": 1.8, "measured_k": 3}})
+    said = unused_profiles(server, [])
+    assert said is not None and said.startswith("server.acceptance.ngram: not applied")
+    assert unused_profiles(server.model_copy(update={"shape_only": False}), []) is None
