@@ -111,7 +111,11 @@ for path in glob.glob(f"{out}/**/result.txt", recursive=True):
             best = {"max_num_seqs": int(m[1]), "max_num_batched_tokens": int(m[2]),
                     "request_rate": m[3], "p99_e2el_ms": float(m[4]),
                     "throughput": float(m[5])}
+# the memory share its probe settled on, which every boot of its grid then ran with
+mem = re.search(r"Using gpu_memory_utilization=(\S+) to serve model",
+                open(f"{out}/auto_tune.log").read())
 doc = {"exit": rc, "stopped_at_limit": rc in (124, 137),
+       "gpu_memory_utilization": float(mem[1]) if mem else None,
        "gpu_minutes": round(secs / 60, 2), "e2el_limit_ms": e2el, "input_len": i,
        "output_len": o, "best": best,
        "claimed_capacity": None if best is None or best["request_rate"] == "inf"

@@ -99,7 +99,9 @@ def claim_auto_tune(a: argparse.Namespace) -> None:
         # the flags auto_tune.sh booted its best with, besides the study's fixed ones
         "config": {k: best[k] for k in ("max_num_seqs", "max_num_batched_tokens")
                    if k in best} | ({"enable_prefix_caching": True, "max_model_len":
-                                     c["input_len"] + c["output_len"] + 64} if best else {}),
+                                     c["input_len"] + c["output_len"] + 64} if best else {})
+        | ({"gpu_memory_utilization": c["gpu_memory_utilization"]}
+           if best and c.get("gpu_memory_utilization") else {}),
         "claimed_capacity": c.get("claimed_capacity"), "gpu_minutes": c["gpu_minutes"],
         "auto_tune": c, "source": "vLLM benchmarks/auto_tune/auto_tune.sh "
         "(lab/auto_tune_contender.sh)"})
