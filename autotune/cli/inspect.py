@@ -58,8 +58,9 @@ def pareto(config_path: Path, study_name: str | None, storage: str | None) -> No
               help="Container image of the Deployment.")
 @click.option("--by-load", is_flag=True, help="Where speculation stops paying, measured: boot "
               "the config and the best one of the other kind (speculative or not) again and "
-              "measure both at one ladder of loads, low loads included (capacity studies; "
-              "docs/speculative.md).")
+              "measure both at one ladder of loads, low loads included; where a line is "
+              "found, also the one server that serves both sides of it (K by batch size) "
+              "(capacity studies; docs/speculative.md).")
 @click.option("--by-load-loads", metavar="L1,L2,...", help="With --by-load: these loads "
               "(default: 5 from capacity.low to the higher capacity).")
 def export_cmd(config_path: Path, study_name: str | None, storage: str | None,

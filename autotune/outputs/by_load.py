@@ -15,6 +15,9 @@ from autotune.measure.crossover import Curve, crossover
 from autotune.tuning.record import TrialRecord
 
 METRIC = "mean_tpot_ms"  # what speculation cuts at low batch
+# vLLM's speculative_config key for K by batch size: [[first, last, K], ...], K 0 drafting none
+# (vLLM 0.26.0 and 0.32.0 have it; it runs CUDA graphs piecewise, and not with data parallel)
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 
 
 def speculates(rec: TrialRecord) -> bool:
@@ -73,7 +76,47 @@ def by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRecord]
     if a.loads and b.loads and max(min(a.loads), min(b.loads)) > cfg.capacity.low:
         doc["text"] += (f"; below {max(min(a.loads), min(b.loads)):g} not measured for both: "
                         "`autotune export --by-load` measures them there")
+    if (plan := schedule(cfg.capacity.axis, spec, spec.curve(), doc)) is not None:
+        doc["schedule"] = plan | {"measured": False}
+        doc["text"] += f"; {plan['text']}, not measured: `autotune export --by-load` measures it"
     return doc
+
+
+def batch_at(axis: str, points: Sequence[LoadPoint], load: float) -> float | None:
+    """The batch vLLM runs at `load` on a config's points: the requests in flight on the
+    concurrency axis; on the rate axis, by Little's law, the rate times the time a request
+    runs (its mean end-to-end latency less vLLM's mean queue wait), read between the points
+    around it. None where the points do not reach `load`."""
+    if axis == "concurrency":
+        return load
+    pts = [(p.load, p.load * (p.metrics["mean_e2el_ms"] - p.server.get(
+        "server_mean_queue_ms", 0.0)) / 1000.0) for p in points
+        if not p.flag and "mean_e2el_ms" in p.metrics]
+    pts = [(x, y) for x, y in sorted(pts) if y > 0]
+    return Curve([x for x, _ in pts], [y for _, y in pts]).at(load) if pts else None
+
+
+def schedule(axis: str, spec: TrialRecord, points: Sequence[LoadPoint],
+             found: dict[str, Any]) -> dict[str, Any] | None:
+    """One server for both sides of the line: the speculative config with K by batch size
+    (SCHEDULE_KEY), its K up to the batch it runs at the load where it stops paying and none
+    above; None where it pays at no load or at every load, or its K is not set."""
+    up, spec_cfg = found.get("pays_up_to"), spec.flags.get("speculative_config")
+    if not isinstance(spec_cfg, dict):
+        return None
+    k = spec_cfg.get("num_speculative_tokens")
+    if up is None or found.get("everywhere") or not isinstance(k, int) or k < 1:
+        return None
+    at = batch_at(axis, points, up)
+    if at is None or at < 1:
+        return None
+    last = int(at)
+    top = max(last + 1, int(spec.flags.get("max_num_seqs") or 1024))
+    plan = [[1, last, k], [last + 1, top, 0]]
+    return {"batch_up_to": last, "speculative_config": {**spec_cfg, SCHEDULE_KEY: plan},
+            "text": f"or one server, trial {spec.number}'s flags with K {k} up to a batch of "
+                    f"{last} and none above: speculative_config.{SCHEDULE_KEY} "
+                    f"{plan} (vLLM's K by batch size)"}
 
 
 def crossing_doc(axis: str, spec: TrialRecord, plain: TrialRecord, a: Curve, b: Curve,

@@ -18,9 +18,17 @@ from typing import Any
 from autotune.config.study import StudyConfig
 from autotune.errors import ConfigError
 from autotune.measure.capacity import CapacityResult
+from autotune.measure.crossover import Curve
 from autotune.measure.on_server import capacity_on
 from autotune.measure.runner import booted
-from autotune.outputs.by_load import METRIC, crossing_doc, pair_of, points_curve, spec_label
+from autotune.outputs.by_load import (
+    METRIC,
+    crossing_doc,
+    pair_of,
+    points_curve,
+    schedule,
+    spec_label,
+)
 from autotune.outputs.console import out
 from autotune.tuning.record import TrialRecord
 
@@ -61,32 +69,57 @@ def measure_by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRec
     order = rng.sample(list(pair), 2)
     where = cfg.study_dir() / "by-load"
     server = cfg.server.model_copy(update={"preload": False})  # stock, as deployed
-    found: dict[int, CapacityResult] = {}
-    for rec in order:
-        run_dir = where / f"trial-{rec.number:04d}"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        shuffled = rng.sample(rungs, len(rungs))
-        name = spec_label(rec) if rec is spec else f"trial {rec.number} (no speculation)"
+    capacity = cfg.capacity
 
-        def phase(p: str, name: str = name) -> None:
+    def measure(flags: dict[str, Any], name: str, folder: str) -> CapacityResult:
+        run_dir = where / folder
+        run_dir.mkdir(parents=True, exist_ok=True)
+
+        def phase(p: str) -> None:
             on_phase(f"{name}: {p}")
 
-        with booted(server, rec.flags, run_dir, phase) as proc:
-            found[rec.number] = capacity_on(
-                proc.base_url, server.model, server.tokenizer_dir, cfg.profile, cfg.capacity,
+        with booted(server, flags, run_dir, phase) as proc:
+            return capacity_on(
+                proc.base_url, server.model, server.tokenizer_dir, cfg.profile, capacity,
                 list(cfg.slos), run_dir, on_phase=phase, alive=proc.alive,
-                log_path=proc.log_path, loads=shuffled)
+                log_path=proc.log_path, loads=rng.sample(rungs, len(rungs)))
+
+    found = {rec.number: measure(rec.flags, spec_label(rec) if rec is spec else
+                                 f"trial {rec.number} (no speculation)",
+                                 f"trial-{rec.number:04d}") for rec in order}
     a, b = points_curve(found[spec.number].curve()), points_curve(found[plain.number].curve())
-    doc = crossing_doc(cfg.capacity.axis, spec, plain, a, b,
+    doc = crossing_doc(capacity.axis, spec, plain, a, b,
                        f"mean TPOT, both booted again and measured at {len(rungs)} loads")
     doc |= {"loads": rungs, "order": [r.number for r in order], "points": {
-        str(n): [{"load": p.load, METRIC: round(p.metrics.get(METRIC, math.nan), 2),
-                  "met": p.passed} for p in res.curve()] for n, res in found.items()}}
+        str(n): _points(res) for n, res in found.items()}}
+    plan = schedule(capacity.axis, spec, found[spec.number].curve(), doc)
+    if plan is not None:  # one server for both sides of the line, booted third
+        res = measure({**spec.flags, "speculative_config": plan["speculative_config"]},
+                      f"trial {spec.number}, K by batch size", "schedule")
+        doc["schedule"] = plan | {"measured": True, "points": _points(res),
+                                  "against_the_better": against_better(
+                                      points_curve(res.curve()), a, b)}
     where.mkdir(parents=True, exist_ok=True)
     path = where / "by_load.json"
     path.write_text(json.dumps(doc, indent=2) + "\n")
     doc["path"] = str(path)
     return doc
+
+
+def _points(res: CapacityResult) -> list[dict[str, Any]]:
+    return [{"load": p.load, METRIC: round(p.metrics.get(METRIC, math.nan), 2),
+             "met": p.passed} for p in res.curve()]
+
+
+def against_better(plan: Curve, a: Curve, b: Curve) -> list[dict[str, Any]]:
+    """The schedule's METRIC at each of its loads against the better of the two configs there
+    (relative: positive, the schedule is worse by that much), where all three were read."""
+    rows = []
+    for x in plan.loads:
+        mine, best = plan.at(x), min((v for v in (a.at(x), b.at(x)) if v), default=None)
+        if mine and best:
+            rows.append({"load": x, "vs_better": round(mine / best - 1.0, 4)})
+    return rows
 
 
 def print_by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRecord],
@@ -99,6 +132,13 @@ def print_by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRecor
             f"{p['load']:g} -> {p[METRIC]:.1f} ms{'' if p['met'] else ' (misses)'}"
             for p in pts), highlight=False, soft_wrap=True)
     out.print(f"by load (measured): {doc['text']}", highlight=False, soft_wrap=True)
+    if (plan := doc.get("schedule")) is not None:
+        worst = max((r["vs_better"] for r in plan["against_the_better"]), default=None)
+        out.print(f"  {plan['text']}: measured at " + ", ".join(
+            f"{p['load']:g} -> {p[METRIC]:.1f} ms{'' if p['met'] else ' (misses)'}"
+            for p in plan["points"]) + ("" if worst is None else
+                                       f"; at most {worst:+.0%} against the better of the "
+                                       "two at each load"), highlight=False, soft_wrap=True)
     out.print(f"written to {doc['path']}", highlight=False)
     return doc
 

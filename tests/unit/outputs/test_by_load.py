@@ -122,3 +122,72 @@ def test_the_ladder_and_its_option() -> None:
             loads_option(bad)
     with pytest.raises(ConfigError, match="add --by-load"):
         ExportOptions(by_load_loads="1,2").check()
+
+
+def test_one_server_for_both_sides_of_the_line_k_by_batch_size() -> None:
+    """Where speculation stops paying at load L, vLLM's K-by-batch-size key deploys both sides
+    on one server: K up to the batch run at L, none above (concurrency: L in flight; rate:
+    Little's law, L times the time a request runs, vLLM's queue wait left out)."""
+    from autotune.outputs.by_load import SCHEDULE_KEY, batch_at, schedule
+
+    spec = rec(2, {**NGRAM, "max_num_seqs": 64}, [15, 20], 2)
+    plan = schedule("concurrency", spec, (), {"pays_up_to": 6.4, "everywhere": False})
+    assert plan is not None and plan["batch_up_to"] == 6
+    assert plan["speculative_config"] == {**NGRAM["speculative_config"],
+                                          SCHEDULE_KEY: [[1, 6, 3], [7, 64, 0]]}
+    assert "K 3 up to a batch of 6 and none above" in plan["text"]
+    for found in ({"pays_up_to": None, "everywhere": False},
+                  {"pays_up_to": 8.0, "everywhere": True}):
+        assert schedule("concurrency", spec, (), found) is None
+    no_k = rec(3, {"speculative_config": {"method": "ngram"}}, [15], 1)
+    assert schedule("concurrency", no_k, (), {"pays_up_to": 3.0, "everywhere": False}) is None
+    pts = (LoadPoint(2.0, True, (), {"mean_e2el_ms": 1000.0}),
+           LoadPoint(4.0, True, (), {"mean_e2el_ms": 2000.0}, server={
+               "server_mean_queue_ms": 500.0}))
+    assert batch_at("rate", pts, 2.0) == 2.0 and batch_at("rate", pts, 4.0) == 6.0
+    assert abs(batch_at("rate", pts, 3.0) - 12 ** 0.5) < 1e-9  # log-linear between them
+    assert batch_at("rate", pts, 9.0) is None and batch_at("concurrency", pts, 9.0) == 9.0
+
+
+def test_export_by_load_measures_the_schedule_third(tmp_path: Any, monkeypatch: Any) -> None:
+    """With a line found, `export --by-load` boots the speculative config once more with K by
+    batch size and measures it at the same ladder, against the better of the two at each
+    load."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from autotune.outputs.by_load import SCHEDULE_KEY
+    from autotune.session import by_load as mod
+
+    base = cfg()
+    c = base.model_copy(update={"workdir": str(tmp_path), "capacity": base.capacity.model_copy(
+        update={"axis": "concurrency"})})  # type: ignore[union-attr]
+    pick = rec(1, {"max_num_seqs": 64}, [30, 30, 30, 32], 8)
+    spec = rec(2, NGRAM, [10, 20, 40, 60], 4)
+    booted_flags: list[dict[str, Any]] = []
+
+    def truth(flags: dict[str, Any], x: float) -> float:
+        sc = flags.get("speculative_config") or {}
+        if SCHEDULE_KEY in sc:  # K 3 up to its last batch (10% slower: piecewise CUDA
+            return 9.9 * x if x <= sc[SCHEDULE_KEY][0][1] else 30.0  # graphs), then none
+        return 9.0 * x if sc else 30.0
+
+    @contextmanager
+    def booted(server: Any, flags: dict[str, Any], run_dir: Any, phase: Any) -> Any:
+        booted_flags.append(flags)
+        yield SimpleNamespace(base_url="http://x", alive=lambda: True, log_path=None)
+
+    def capacity_on(*_a: Any, loads: list[float], **_kw: Any) -> CapacityResult:
+        pts = tuple(LoadPoint(x, truth(booted_flags[-1], x) <= 50, (),
+                              {"mean_tpot_ms": truth(booted_flags[-1], x)}) for x in loads)
+        return CapacityResult("concurrency", max(p.load for p in pts if p.passed), None, pts,
+                              None)
+
+    monkeypatch.setattr(mod, "booted", booted)
+    monkeypatch.setattr(mod, "capacity_on", capacity_on)
+    doc = mod.measure_by_load(c, pick, [pick, spec], lambda _p: None, [1.0, 2.0, 4.0, 8.0])
+    assert 2 < doc["pays_up_to"] < 4 and len(booted_flags) == 3
+    plan = doc["schedule"]
+    assert plan["measured"] and plan["batch_up_to"] == int(doc["pays_up_to"])
+    assert booted_flags[-1]["speculative_config"][SCHEDULE_KEY] == [[1, 3, 3], [4, 1024, 0]]
+    assert [r["vs_better"] for r in plan["against_the_better"]] == [0.1, 0.1, 0.0, 0.0]
