@@ -37,12 +37,18 @@ def row_of(stats: dict[str, float], completed: int, output_tokens: int) -> dict[
             "mean_length": round(1 + accepted / drafts, 4) if drafts else None}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser(doc: str) -> argparse.ArgumentParser:
+    """The options these n-gram measurements share: the study, the output folder, K."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--config", type=Path, required=True,
                     help="a study file serving the model's own weights")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--k", type=int, default=3)
+    return ap
+
+
+def main() -> None:
+    ap = parser(__doc__)
     ap.add_argument("--lookup", default="4,2", help="prompt_lookup_max,prompt_lookup_min")
     ap.add_argument("--dummy-dtypes", default="", help="more dtypes for the random weights")
     ap.add_argument("--random-len", default="128,32", help="the random workload's in,out")

@@ -15,25 +15,19 @@ fields, and the mean TPOT).
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import time
-from pathlib import Path
 
 from autotune.api import load_study_config
 from autotune.api.parts import run_boot
-from lab.ngram_drafts import row_of
+from lab.ngram_drafts import parser, row_of
 
 KEY = "num_speculative_tokens_per_batch_size"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", type=Path, required=True,
-                    help="a study file serving the model's own weights")
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--k", type=int, default=3)
+    ap = parser(__doc__)
     ap.add_argument("--last", type=int, default=2, help="the schedule's last batch with K")
     ap.add_argument("--high", type=int, default=8, help="the concurrency above it")
     ap.add_argument("--seed", type=int, default=1)
