@@ -6,7 +6,7 @@ for example "speculative (ngram, K 3) up to 6 req/s, trial 2 (no speculation) ab
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.config.study import StudyConfig
@@ -76,7 +76,8 @@ def by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRecord]
     if a.loads and b.loads and max(min(a.loads), min(b.loads)) > cfg.capacity.low:
         doc["text"] += (f"; below {max(min(a.loads), min(b.loads)):g} not measured for both: "
                         "`autotune export --by-load` measures them there")
-    if (plan := schedule(cfg.capacity.axis, spec, spec.curve(), doc)) is not None:
+    if (plan := schedule(cfg.capacity.axis, spec, spec.curve(), doc,
+                         cfg.server.args)) is not None:
         doc["schedule"] = plan | {"measured": False}
         doc["text"] += f"; {plan['text']}, not measured: `autotune export --by-load` measures it"
     return doc
@@ -85,34 +86,39 @@ def by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRecord]
 def batch_at(axis: str, points: Sequence[LoadPoint], load: float) -> float | None:
     """The batch vLLM runs at `load` on a config's points: the requests in flight on the
     concurrency axis; on the rate axis, by Little's law, the rate times the time a request
-    runs (its mean end-to-end latency less vLLM's mean queue wait), read between the points
-    around it. None where the points do not reach `load`."""
+    runs (its mean end-to-end latency less vLLM's mean queue wait: points without that wait
+    are left out, since near capacity the queue is most of the latency), a mean over steps,
+    read between the points around it. None where the points do not reach `load`."""
     if axis == "concurrency":
         return load
-    pts = [(p.load, p.load * (p.metrics["mean_e2el_ms"] - p.server.get(
-        "server_mean_queue_ms", 0.0)) / 1000.0) for p in points
-        if not p.flag and "mean_e2el_ms" in p.metrics]
+    pts = [(p.load, p.load * (p.metrics["mean_e2el_ms"] - p.server["server_mean_queue_ms"])
+            / 1000.0) for p in points if not p.flag and "mean_e2el_ms" in p.metrics
+           and "server_mean_queue_ms" in p.server]
     pts = [(x, y) for x, y in sorted(pts) if y > 0]
     return Curve([x for x, _ in pts], [y for _, y in pts]).at(load) if pts else None
 
 
 def schedule(axis: str, spec: TrialRecord, points: Sequence[LoadPoint],
-             found: dict[str, Any]) -> dict[str, Any] | None:
+             found: dict[str, Any], fixed: Mapping[str, Any] | None = None
+             ) -> dict[str, Any] | None:
     """One server for both sides of the line: the speculative config with K by batch size
     (SCHEDULE_KEY), its K up to the batch it runs at the load where it stops paying and none
-    above; None where it pays at no load or at every load, or its K is not set."""
-    up, spec_cfg = found.get("pays_up_to"), spec.flags.get("speculative_config")
-    if not isinstance(spec_cfg, dict):
+    above. None where it pays at no load or at every load, its K is not set, that batch
+    reaches its max_num_seqs (the K-0 range would never apply), or it runs data parallel
+    (vLLM drops the key there); `fixed`: the study's fixed server args."""
+    flags = {**(fixed or {}), **spec.flags}
+    up, spec_cfg = found.get("pays_up_to"), flags.get("speculative_config")
+    if not isinstance(spec_cfg, dict) or int(flags.get("data_parallel_size") or 1) > 1:
         return None
     k = spec_cfg.get("num_speculative_tokens")
     if up is None or found.get("everywhere") or not isinstance(k, int) or k < 1:
         return None
     at = batch_at(axis, points, up)
-    if at is None or at < 1:
+    seqs = int(flags.get("max_num_seqs") or 0)
+    if at is None or at < 1 or (seqs and int(at) >= seqs):
         return None
     last = int(at)
-    top = max(last + 1, int(spec.flags.get("max_num_seqs") or 1024))
-    plan = [[1, last, k], [last + 1, top, 0]]
+    plan = [[1, last, k], [last + 1, max(last + 1, seqs or 1024), 0]]
     return {"batch_up_to": last, "speculative_config": {**spec_cfg, SCHEDULE_KEY: plan},
             "text": f"or one server, trial {spec.number}'s flags with K {k} up to a batch of "
                     f"{last} and none above: speculative_config.{SCHEDULE_KEY} "

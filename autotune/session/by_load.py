@@ -13,10 +13,11 @@ import json
 import math
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from autotune.config.study import StudyConfig
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, LoadError, ServerError
 from autotune.measure.capacity import CapacityResult
 from autotune.measure.crossover import Curve
 from autotune.measure.on_server import capacity_on
@@ -92,18 +93,28 @@ def measure_by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRec
                        f"mean TPOT, both booted again and measured at {len(rungs)} loads")
     doc |= {"loads": rungs, "order": [r.number for r in order], "points": {
         str(n): _points(res) for n, res in found.items()}}
-    plan = schedule(capacity.axis, spec, found[spec.number].curve(), doc)
-    if plan is not None:  # one server for both sides of the line, booted third
-        res = measure({**spec.flags, "speculative_config": plan["speculative_config"]},
-                      f"trial {spec.number}, K by batch size", "schedule")
-        doc["schedule"] = plan | {"measured": True, "points": _points(res),
-                                  "against_the_better": against_better(
-                                      points_curve(res.curve()), a, b)}
-    where.mkdir(parents=True, exist_ok=True)
     path = where / "by_load.json"
-    path.write_text(json.dumps(doc, indent=2) + "\n")
     doc["path"] = str(path)
+    plan = schedule(capacity.axis, spec, found[spec.number].curve(), doc, cfg.server.args)
+    if plan is not None:  # one server for both sides of the line, booted after the pair
+        doc["schedule"] = plan | {"measured": False}
+        _write(path, doc)  # the pair's answer is kept whatever the third boot does
+        try:
+            res = measure({**spec.flags, "speculative_config": plan["speculative_config"]},
+                          f"trial {spec.number}, K by batch size", "schedule")
+        except (ServerError, LoadError) as e:
+            doc["schedule"]["error"] = f"{type(e).__name__}: {e}"
+        else:
+            doc["schedule"] |= {"measured": True, "points": _points(res),
+                                "slower_than_the_better": slower_than_better(
+                                    points_curve(res.curve()), a, b)}
+    _write(path, doc)
     return doc
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({k: v for k, v in doc.items() if k != "path"}, indent=2) + "\n")
 
 
 def _points(res: CapacityResult) -> list[dict[str, Any]]:
@@ -111,14 +122,16 @@ def _points(res: CapacityResult) -> list[dict[str, Any]]:
              "met": p.passed} for p in res.curve()]
 
 
-def against_better(plan: Curve, a: Curve, b: Curve) -> list[dict[str, Any]]:
-    """The schedule's METRIC at each of its loads against the better of the two configs there
-    (relative: positive, the schedule is worse by that much), where all three were read."""
+def slower_than_better(plan: Curve, a: Curve, b: Curve) -> list[dict[str, Any]]:
+    """The schedule's METRIC at each of its loads against the better of the two configs there,
+    of those that met the SLOs at that load (positive: the schedule's mean TPOT is higher by
+    that share), where the schedule and at least one of them were read."""
     rows = []
     for x in plan.loads:
-        mine, best = plan.at(x), min((v for v in (a.at(x), b.at(x)) if v), default=None)
+        met = [c.at(x) for c in (a, b) if c.capacity is not None and x <= c.capacity]
+        mine, best = plan.at(x), min((v for v in met if v), default=None)
         if mine and best:
-            rows.append({"load": x, "vs_better": round(mine / best - 1.0, 4)})
+            rows.append({"load": x, "slower_by": round(mine / best - 1.0, 4)})
     return rows
 
 
@@ -133,12 +146,18 @@ def print_by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRecor
             for p in pts), highlight=False, soft_wrap=True)
     out.print(f"by load (measured): {doc['text']}", highlight=False, soft_wrap=True)
     if (plan := doc.get("schedule")) is not None:
-        worst = max((r["vs_better"] for r in plan["against_the_better"]), default=None)
-        out.print(f"  {plan['text']}: measured at " + ", ".join(
-            f"{p['load']:g} -> {p[METRIC]:.1f} ms{'' if p['met'] else ' (misses)'}"
-            for p in plan["points"]) + ("" if worst is None else
-                                       f"; at most {worst:+.0%} against the better of the "
-                                       "two at each load"), highlight=False, soft_wrap=True)
+        if "error" in plan:
+            out.print(f"  {plan['text']}: its boot failed ({plan['error']})",
+                      highlight=False, soft_wrap=True)
+        else:
+            worst = max((r["slower_by"] for r in plan["slower_than_the_better"]),
+                        default=None)
+            out.print(f"  {plan['text']}: measured at " + ", ".join(
+                f"{p['load']:g} -> {p[METRIC]:.1f} ms{'' if p['met'] else ' (misses)'}"
+                for p in plan["points"]) + ("" if worst is None else
+                                           f"; mean TPOT at most {worst:+.0%} against the "
+                                           "better of the two at each load"),
+                      highlight=False, soft_wrap=True)
     out.print(f"written to {doc['path']}", highlight=False)
     return doc
 

@@ -141,12 +141,19 @@ def test_one_server_for_both_sides_of_the_line_k_by_batch_size() -> None:
         assert schedule("concurrency", spec, (), found) is None
     no_k = rec(3, {"speculative_config": {"method": "ngram"}}, [15], 1)
     assert schedule("concurrency", no_k, (), {"pays_up_to": 3.0, "everywhere": False}) is None
-    pts = (LoadPoint(2.0, True, (), {"mean_e2el_ms": 1000.0}),
+    pts = (LoadPoint(2.0, True, (), {"mean_e2el_ms": 1000.0}, server={
+               "server_mean_queue_ms": 0.0}),
            LoadPoint(4.0, True, (), {"mean_e2el_ms": 2000.0}, server={
-               "server_mean_queue_ms": 500.0}))
+               "server_mean_queue_ms": 500.0}),
+           LoadPoint(8.0, False, (), {"mean_e2el_ms": 9000.0}))  # no queue read: left out
     assert batch_at("rate", pts, 2.0) == 2.0 and batch_at("rate", pts, 4.0) == 6.0
     assert abs(batch_at("rate", pts, 3.0) - 12 ** 0.5) < 1e-9  # log-linear between them
-    assert batch_at("rate", pts, 9.0) is None and batch_at("concurrency", pts, 9.0) == 9.0
+    assert batch_at("rate", pts, 6.0) is None and batch_at("concurrency", pts, 9.0) == 9.0
+    line = {"pays_up_to": 6.4, "everywhere": False}
+    # the batch reaches max_num_seqs (the K-0 range would never apply), or data parallel
+    assert schedule("concurrency", rec(4, {**NGRAM, "max_num_seqs": 6}, [15], 1), (), line) \
+        is None
+    assert schedule("concurrency", spec, (), line, {"data_parallel_size": 2}) is None
 
 
 def test_export_by_load_measures_the_schedule_third(tmp_path: Any, monkeypatch: Any) -> None:
@@ -190,4 +197,22 @@ def test_export_by_load_measures_the_schedule_third(tmp_path: Any, monkeypatch: 
     plan = doc["schedule"]
     assert plan["measured"] and plan["batch_up_to"] == int(doc["pays_up_to"])
     assert booted_flags[-1]["speculative_config"][SCHEDULE_KEY] == [[1, 3, 3], [4, 1024, 0]]
-    assert [r["vs_better"] for r in plan["against_the_better"]] == [0.1, 0.1, 0.0, 0.0]
+    assert [r["slower_by"] for r in plan["slower_than_the_better"]] == [0.1, 0.1, 0.0, 0.0]
+    # a third boot that fails (vLLM refusing the key) keeps the pair's answer, and says why
+    from pathlib import Path
+
+    from autotune.errors import ServerBootError
+
+    def refused(server: Any, flags: dict[str, Any], run_dir: Any, phase: Any) -> Any:
+        if SCHEDULE_KEY in (flags.get("speculative_config") or {}):
+            raise ServerBootError(1, "unknown key")
+        return booted(server, flags, run_dir, phase)
+
+    monkeypatch.setattr(mod, "booted", refused)
+    doc = mod.measure_by_load(c, pick, [pick, spec], lambda _p: None, [1.0, 2.0, 4.0, 8.0])
+    assert 2 < doc["pays_up_to"] < 4 and not doc["schedule"]["measured"]
+    assert "unknown key" in doc["schedule"]["error"]
+    import json
+
+    assert json.loads(Path(doc["path"]).read_text())["schedule"]["error"] == \
+        doc["schedule"]["error"]
