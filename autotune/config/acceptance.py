@@ -138,16 +138,24 @@ def check_methods(profiles: Mapping[str, Any]) -> Mapping[str, Any]:
     return profiles
 
 
+def profile_for(method: object, profiles: Mapping[str, AcceptanceProfile]
+                ) -> AcceptanceProfile | None:
+    """The declared profile random weights can run `method` at: None where there is none, or
+    where the method drafts from the text (TEXT_DRAFTED: on random weights it drafts nothing
+    to accept), so its trials cannot be judged there."""
+    return None if str(method) in TEXT_DRAFTED else profiles.get(str(method))
+
+
 def synthetic(flags: Mapping[str, Any], profiles: Mapping[str, AcceptanceProfile]
               ) -> dict[str, Any]:
     """`flags` with the trial's speculative_config accepting at its method's declared profile
     (rejection_sample_method synthetic, K rates); unchanged where the trial does not speculate,
-    its method has no profile or drafts from the text (TEXT_DRAFTED: on random weights it
-    drafts nothing to accept), or its K is not set (vLLM then takes it from the draft)."""
+    its method has no profile it can run at (profile_for), or its K is not set (vLLM then
+    takes it from the draft)."""
     spec = flags.get("speculative_config")
-    if not isinstance(spec, Mapping) or spec.get("method") in TEXT_DRAFTED:
+    if not isinstance(spec, Mapping):
         return dict(flags)
-    profile = profiles.get(str(spec.get("method")))
+    profile = profile_for(spec.get("method"), profiles)
     k = spec.get("num_speculative_tokens")
     if profile is None or not isinstance(k, int) or k < 1 \
             or spec.get("rejection_sample_method") not in (None, SYNTHETIC):

@@ -135,15 +135,19 @@ def slower_than_better(plan: Curve, a: Curve, b: Curve) -> list[dict[str, Any]]:
     return rows
 
 
+def _listed(points: list[dict[str, Any]]) -> str:
+    """A ladder's points as printed: "1 -> 12.3 ms, 2 -> 15.0 ms (misses)"."""
+    return ", ".join(f"{p['load']:g} -> {p[METRIC]:.1f} ms{'' if p['met'] else ' (misses)'}"
+                     for p in points)
+
+
 def print_by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRecord],
                   loads: list[float] | None = None) -> dict[str, Any]:
     """`export --by-load`: measure_by_load with its progress, then its table and answer."""
     doc = measure_by_load(cfg, trial, records, lambda p: out.print(f"  by load: {p}",
                                                                    highlight=False), loads)
     for n, pts in doc["points"].items():
-        out.print(f"  trial {n}: " + ", ".join(
-            f"{p['load']:g} -> {p[METRIC]:.1f} ms{'' if p['met'] else ' (misses)'}"
-            for p in pts), highlight=False, soft_wrap=True)
+        out.print(f"  trial {n}: {_listed(pts)}", highlight=False, soft_wrap=True)
     out.print(f"by load (measured): {doc['text']}", highlight=False, soft_wrap=True)
     if (plan := doc.get("schedule")) is not None:
         if "error" in plan:
@@ -152,11 +156,9 @@ def print_by_load(cfg: StudyConfig, trial: TrialRecord, records: list[TrialRecor
         else:
             worst = max((r["slower_by"] for r in plan["slower_than_the_better"]),
                         default=None)
-            out.print(f"  {plan['text']}: measured at " + ", ".join(
-                f"{p['load']:g} -> {p[METRIC]:.1f} ms{'' if p['met'] else ' (misses)'}"
-                for p in plan["points"]) + ("" if worst is None else
-                                           f"; mean TPOT at most {worst:+.0%} against the "
-                                           "better of the two at each load"),
+            out.print(f"  {plan['text']}: measured at {_listed(plan['points'])}"
+                      + ("" if worst is None else f"; mean TPOT at most {worst:+.0%} "
+                         "against the better of the two at each load"),
                       highlight=False, soft_wrap=True)
     out.print(f"written to {doc['path']}", highlight=False)
     return doc

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from autotune.config import weights
-from autotune.config.acceptance import TEXT_DRAFTED
+from autotune.config.acceptance import TEXT_DRAFTED, profile_for
 from autotune.config.study import ServerConfig
 from autotune.errors import ConfigError
 from autotune.tuning.search_space import CategoricalParam, SearchSpace, study_space
@@ -29,8 +29,8 @@ def space_of(search_space: str, server: ServerConfig) -> tuple[SearchSpace, list
     method = space.parameters.get(METHOD)
     if not isinstance(method, CategoricalParam):
         return space, []
-    left = [str(c) for c in method.choices if c is not None
-            and (str(c) not in server.acceptance or str(c) in TEXT_DRAFTED)]
+    left = [str(c) for c in method.choices
+            if c is not None and profile_for(c, server.acceptance) is None]
     return (without(space, METHOD, left), left) if left else (space, [])
 
 
