@@ -10,7 +10,9 @@
 #       qwen2.5-coder-1.5b); REAL_SPEC_CONFIG: the capacity study's file (default
 #       lab/examples/h100-real-spec.yaml; the draft pair: lab/examples/h100-real-draft.yaml);
 #       LOWLOAD_STARTS=all: the low-load study runs every start of the file (default: the
-#       defaults and the n-gram starts only); STUDIES=lowload (or capacity) runs one; a
+#       defaults and the n-gram starts only); STUDIES=lowload (or capacity) runs one;
+#       STUDIES=fidelity runs lab/spec_fidelity.py instead (issue 82: the 0.5B drafting for
+#       the 1.5B on its own weights against random ones at the measured profile); a
 #       carried .gpu/rs-state/state.tgz (the state.tgz of an earlier machine, or one made of a
 #       raw folder's optuna.db and trial files) is unpacked first, so a study cut off there
 #       resumes here
@@ -41,8 +43,14 @@ case $cmd in
     cd - > /dev/null || exit 1
     [ -f .gpu/rs-state/state.tgz ] && tar -C $rs -xzf .gpu/rs-state/state.tgz && echo "state restored"
     cd $rs/at || exit 1
-    setsid nohup python3 -m lab.gpu.real_spec run --res $rs/res --studies "${STUDIES:-capacity,lowload}" \
-      --deadline $(( t0 + deadline_in )) >> $rs/res/orchestrator.log 2>&1 < /dev/null &
+    if [ "${STUDIES:-}" = fidelity ]; then  # issue 82's fidelity of synthetic acceptance
+      setsid nohup python3 -m lab.spec_fidelity --config lab/examples/h100-real-draft.yaml \
+        --draft $rs/models/qwen2.5-coder-0.5b --out $rs/res/fidelity \
+        --deadline $(( t0 + deadline_in )) >> $rs/res/orchestrator.log 2>&1 < /dev/null &
+    else
+      setsid nohup python3 -m lab.gpu.real_spec run --res $rs/res --studies "${STUDIES:-capacity,lowload}" \
+        --deadline $(( t0 + deadline_in )) >> $rs/res/orchestrator.log 2>&1 < /dev/null &
+    fi
     echo $! > $rs/pid
     echo "started (pid $(cat $rs/pid)), deadline in $(( t0 + deadline_in - $(date +%s) )) s"
     cd - > /dev/null || exit 1
@@ -60,6 +68,8 @@ kill -0 "$pid" 2>/dev/null && echo "STILL RUNNING" || echo "FINISHED"
 # what comes back: at most 8 files; the state (optuna.db, the guard's reference, the trials'
 # result files) and the tails of the logs, so that a cut-off run still leaves its trials
 cp $rs/res/events.jsonl $rs/res/*-trials.json $rs/res/*-trials.txt "$OUT"/ 2>/dev/null
+cp $rs/res/fidelity/runs.jsonl $rs/res/fidelity/summary.json $rs/res/fidelity/profile.json \
+  "$OUT"/ 2>/dev/null
 # (the compile caches under vllm-cache made it 26 MB, over the 16 MB a file may come back in)
 (cd $rs && tar --exclude='*.log' --exclude='*.safetensors' --exclude=vllm-cache \
   -czf "$OUT"/state.tgz mlruns res 2>/dev/null)
@@ -72,7 +82,7 @@ cp $rs/res/events.jsonl $rs/res/*-trials.json $rs/res/*-trials.txt "$OUT"/ 2>/de
 nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv,noheader
 cat $rs/res/events.jsonl 2>/dev/null
 for f in $rs/res/*-trials.txt; do [ -f "$f" ] && { echo "== $f"; tail -c 3000 "$f"; }; done
-tail -c 1500 $rs/res/orchestrator.log
+tail -c 3000 $rs/res/orchestrator.log
 for f in $rs/res/capacity.log $rs/res/lowload.log; do
   [ -f "$f" ] && { echo "== $f"; tail -c 1500 "$f"; }
 done
