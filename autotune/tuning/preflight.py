@@ -71,7 +71,7 @@ def preflight(cfg: StudyConfig, space: SearchSpace | None = None) -> Preflight:
     in the study, so hosts need not hold the same search-space file."""
     if space is None:
         space, left = space_of(cfg.search_space, cfg.server)
-        for note in shape_only_notes(cfg.server, space.name, left):  # once, before a boot
+        for note in shape_only_notes(cfg.server, space, left):  # once, before a boot
             warnings.warn(note, stacklevel=1)
     check_workdir(cfg.workdir)
     check_url(cfg.storage_url())

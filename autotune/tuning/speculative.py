@@ -8,7 +8,7 @@ proposes no drafts for a profile to accept (docs/speculative.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from autotune.config import weights
@@ -87,11 +87,13 @@ def left_out_notes(left: list[str], space: str, declared: Iterable[str] = ()) ->
     return notes
 
 
-def unused_profiles(server: ServerConfig, left: list[str]) -> str | None:
-    """What a shape-only study says of a declared profile for a text-drafted method its space
-    does not search (none is applied: launch_flags skips them); None where there is none."""
+def unused_profiles(server: ServerConfig, left: list[str],
+                    fixed: Mapping[str, Any] | None = None) -> str | None:
+    """What a shape-only study (the server's, or a space whose `fixed` args serve random
+    weights) says of a declared profile for a text-drafted method its space does not search
+    (none is applied: launch_flags skips them); None where there is none."""
     dead = [m for m in server.acceptance if m in TEXT_DRAFTED and m not in left]
-    if not dead or not weights.shape_only(server):
+    if not dead or not weights.shape_only(server, fixed):
         return None
     names = ", ".join(f"server.acceptance.{m}" for m in dead)
     return (f"{names}: not applied. These methods draft only where the text repeats itself, "
@@ -99,11 +101,11 @@ def unused_profiles(server: ServerConfig, left: list[str]) -> str | None:
             "drop the entry, or study them on your model's own weights")
 
 
-def shape_only_notes(server: ServerConfig, space: str, left: list[str]) -> list[str]:
+def shape_only_notes(server: ServerConfig, space: SearchSpace, left: list[str]) -> list[str]:
     """Every warning a shape-only study gives of speculation before its first boot: the methods
     left out, then the declared profiles it does not apply."""
-    unused = unused_profiles(server, left)
-    return left_out_notes(left, space, server.acceptance) + ([unused] if unused else [])
+    unused = unused_profiles(server, left, space.fixed)
+    return left_out_notes(left, space.name, server.acceptance) + ([unused] if unused else [])
 
 
 def check_emulation(server: ServerConfig, space: SearchSpace, vllm_version: str) -> None:

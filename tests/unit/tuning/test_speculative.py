@@ -110,4 +110,8 @@ def test_a_text_drafted_profile_the_space_does_not_search_is_said_to_be_unused()
                           acceptance={"ngram": {"mean_length": 1.8, "measured_k": 3}})
     said = unused_profiles(server, [])
     assert said is not None and said.startswith("server.acceptance.ngram: not applied")
-    assert unused_profiles(server.model_copy(update={"shape_only": False}), []) is None
+    own = server.model_copy(update={"shape_only": False})
+    assert unused_profiles(own, []) is None
+    # a space whose fixed args serve random weights makes the study shape only all the same
+    fixed = unused_profiles(own, [], {"load_format": "dummy"})
+    assert fixed is not None and fixed.startswith("server.acceptance.ngram: not applied")
