@@ -12,7 +12,8 @@
 #       LOWLOAD_STARTS=all: the low-load study runs every start of the file (default: the
 #       defaults and the n-gram starts only); STUDIES=lowload (or capacity) runs one;
 #       STUDIES=fidelity runs lab/spec_fidelity.py instead (issue 82: the 0.5B drafting for
-#       the 1.5B on its own weights against random ones at the measured profile); a
+#       REAL_SPEC_CONFIG's model, the 1.5B's file by default, on its own weights against
+#       random ones at the measured profile); a
 #       carried .gpu/rs-state/state.tgz (the state.tgz of an earlier machine, or one made of a
 #       raw folder's optuna.db and trial files) is unpacked first, so a study cut off there
 #       resumes here
@@ -44,7 +45,8 @@ case $cmd in
     [ -f .gpu/rs-state/state.tgz ] && tar -C $rs -xzf .gpu/rs-state/state.tgz && echo "state restored"
     cd $rs/at || exit 1
     if [ "${STUDIES:-}" = fidelity ]; then  # issue 82's fidelity of synthetic acceptance
-      setsid nohup python3 -m lab.spec_fidelity --config lab/examples/h100-real-draft.yaml \
+      setsid nohup python3 -m lab.spec_fidelity \
+        --config "${REAL_SPEC_CONFIG:-lab/examples/h100-real-draft.yaml}" \
         --draft $rs/models/qwen2.5-coder-0.5b --out $rs/res/fidelity \
         --deadline $(( t0 + deadline_in )) >> $rs/res/orchestrator.log 2>&1 < /dev/null &
     else
