@@ -129,7 +129,7 @@ def main() -> None:
     base = cfg.workloads()[0].model_copy(update={"output_len": a.output_len, "warmup": 4})
     warm = base.model_copy(update={"max_concurrency": 32, "num_prompts": 64, "label": "warm"})
     profiles = [warm] + [base.model_copy(update={
-        "max_concurrency": c, "num_prompts": max(16, 2 * c), "label": f"c{c}"}) for c in loads]
+        "max_concurrency": c, "num_prompts": max(32, 3 * c), "label": f"c{c}"}) for c in loads]
     spec = {"method": "draft_model", "model": a.draft, "num_speculative_tokens": a.k}
     rows: list[dict[str, Any]] = []
     runs = [(arm, i) for i, arm in enumerate(ORDER)] + [("defaults", len(ORDER))]
