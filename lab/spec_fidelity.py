@@ -37,7 +37,7 @@ from lab.ngram_drafts import parser, row_of
 
 ORDER = ("own", "random", "random", "own")
 BOOT_S = 240  # a boot and its loads, until one is timed: none starts without that much left
-KEYS = ("mean_tpot_ms", "output_throughput")
+KEYS = ("mean_tpot_ms", "p99_tpot_ms", "output_throughput")
 
 
 def acceptance(a: Any) -> dict[str, Any]:
@@ -61,7 +61,9 @@ def acceptance(a: Any) -> dict[str, Any]:
 
 def servers(cfg: Any, profile: dict[str, Any]) -> dict[str, ServerConfig]:
     own = cfg.server
-    entry = profile["study_file_entry"]["server"]["acceptance"]
+    entry = profile.get("study_file_entry", {}).get("server", {}).get("acceptance", {})
+    if "draft_model" not in entry:  # else the random arm would reject real drafts, not emulate
+        sys.exit("the profile has no server.acceptance.draft_model entry (study_file_entry)")
     random_weights = ServerConfig.model_validate(
         {**own.model_dump(mode="json"), "shape_only": True, "acceptance": entry})
     return {"own": own, "random": random_weights, "defaults": own}
@@ -118,6 +120,8 @@ def main() -> None:
     # same shapes (own or random weights) then skip torch.compile
     doc = yaml.safe_load(a.config.read_text())
     doc["server"]["cache_root"] = str((a.out / "vllm-cache").resolve())
+    # the profile measured on the replies the boots run: acceptance differs with the workload
+    doc["profile"]["output_len"] = a.output_len
     a.config = a.out / "study.yaml"
     a.config.write_text(yaml.safe_dump(doc, sort_keys=False))
     cfg = load_study_config(a.config)
@@ -132,39 +136,42 @@ def main() -> None:
         "max_concurrency": c, "num_prompts": max(32, 3 * c), "label": f"c{c}"}) for c in loads]
     spec = {"method": "draft_model", "model": a.draft, "num_speculative_tokens": a.k}
     rows: list[dict[str, Any]] = []
+    (a.out / "runs.jsonl").write_text("")  # this run's rows only, as summary.json has them
+
+    def land(r: dict[str, Any]) -> None:
+        print(json.dumps({k: r.get(k) for k in ("arm", "boot", "concurrency", "mean_tpot_ms",
+                                                "output_throughput", "mean_length", "skipped",
+                                                "error") if k in r}), flush=True)
+        with (a.out / "runs.jsonl").open("a") as f:
+            f.write(json.dumps(r) + "\n")
+
     runs = [(arm, i) for i, arm in enumerate(ORDER)] + [("defaults", len(ORDER))]
-    took: list[float] = []  # each boot's seconds, its loads included
+    took: list[float] = []  # each boot's seconds (its loads included, failed or not)
     for arm, i in runs:
-        if a.deadline and a.deadline - time.time() < max(took, default=BOOT_S) + 30:
-            print(f"skipped {arm} boot {i}: {a.deadline - time.time():.0f} s left", flush=True)
+        left = a.deadline - time.time()
+        if a.deadline and left < max(took, default=BOOT_S) + 30:
+            land({"arm": arm, "boot": i, "skipped": f"{left:.0f} s left to the deadline"})
             continue
         run_dir = a.out / "boots" / f"{i}-{arm}"
         run_dir.mkdir(parents=True, exist_ok=True)
         flags = {} if arm == "defaults" else {"speculative_config": spec}
         t0 = time.time()
-        try:
+        try:  # a boot or a load that fails is a row too, and the rest still run
             res = run_boot(srv[arm], profiles, flags, run_dir)
-            took.append(time.time() - t0)
-        except Exception as e:  # a boot that fails is a row too, and the rest still run
-            failed = {"arm": arm, "boot": i, "error": f"{type(e).__name__}: {e}"[:2000]}
-            print(json.dumps(failed), flush=True)
-            with (a.out / "runs.jsonl").open("a") as f:
-                f.write(json.dumps(failed) + "\n")
+            got = [row(arm, i, c, res, f"c{c}") for c in loads]
+        except Exception as e:
+            land({"arm": arm, "boot": i, "error": f"{type(e).__name__}: {e}"[:2000]})
             continue
-        for c in loads:
-            r = row(arm, i, c, res, f"c{c}")
+        finally:
+            took.append(time.time() - t0)
+        for r in got:
             rows.append(r)
-            print(json.dumps({k: r[k] for k in ("arm", "boot", "concurrency", "mean_tpot_ms",
-                                                "output_throughput", "mean_length")}),
-                  flush=True)
-            with (a.out / "runs.jsonl").open("a") as f:
-                f.write(json.dumps(r) + "\n")
+            land(r)
         (a.out / "summary.json").write_text(json.dumps({
             "profile": {k: profile.get(k) for k in ("mean_length", "rates", "drafts",
                                                     "draft_share", "requests", "seconds")},
             "k": a.k, "loads": loads, "output_len": a.output_len,
             "compare": compare(rows, loads)}, indent=1) + "\n")
-
 
 if __name__ == "__main__":
     main()

@@ -12,8 +12,9 @@
 #       LOWLOAD_STARTS=all: the low-load study runs every start of the file (default: the
 #       defaults and the n-gram starts only); STUDIES=lowload (or capacity) runs one;
 #       STUDIES=fidelity runs lab/spec_fidelity.py instead (issue 82: the 0.5B drafting for
-#       REAL_SPEC_CONFIG's model, the 1.5B's file by default, on its own weights against
-#       random ones at the measured profile); a
+#       REAL_SPEC_CONFIG's model, the 1.5B's file by default, which needs REAL_MODELS to name
+#       qwen2.5-coder-1.5b too, on its own weights against random ones at the measured
+#       profile); a
 #       carried .gpu/rs-state/state.tgz (the state.tgz of an earlier machine, or one made of a
 #       raw folder's optuna.db and trial files) is unpacked first, so a study cut off there
 #       resumes here
@@ -44,6 +45,7 @@ case $cmd in
     cd - > /dev/null || exit 1
     [ -f .gpu/rs-state/state.tgz ] && tar -C $rs -xzf .gpu/rs-state/state.tgz && echo "state restored"
     cd $rs/at || exit 1
+    echo "${STUDIES:-studies}" > $rs/res/job
     if [ "${STUDIES:-}" = fidelity ]; then  # issue 82's fidelity of synthetic acceptance
       setsid nohup python3 -m lab.spec_fidelity \
         --config "${REAL_SPEC_CONFIG:-lab/examples/h100-real-draft.yaml}" \
@@ -70,15 +72,17 @@ kill -0 "$pid" 2>/dev/null && echo "STILL RUNNING" || echo "FINISHED"
 # what comes back: at most 8 files; the state (optuna.db, the guard's reference, the trials'
 # result files) and the tails of the logs, so that a cut-off run still leaves its trials
 cp $rs/res/events.jsonl $rs/res/*-trials.json $rs/res/*-trials.txt "$OUT"/ 2>/dev/null
-cp $rs/res/fidelity/runs.jsonl $rs/res/fidelity/summary.json $rs/res/fidelity/profile.json \
-  "$OUT"/ 2>/dev/null
+if [ "$(cat $rs/res/job 2>/dev/null)" = fidelity ]; then  # this machine's job, not a restored one's
+  cp $rs/res/fidelity/runs.jsonl $rs/res/fidelity/summary.json $rs/res/fidelity/profile.json \
+    "$OUT"/ 2>/dev/null
+fi
 # (the compile caches under vllm-cache made it 26 MB, over the 16 MB a file may come back in)
 (cd $rs && tar --exclude='*.log' --exclude='*.safetensors' --exclude=vllm-cache \
   -czf "$OUT"/state.tgz mlruns res 2>/dev/null)
-(cd $rs && for f in res/*.log $(find mlruns -name '*.log' 2>/dev/null); do
+(cd $rs && for f in $(find res mlruns -name '*.log' 2>/dev/null); do
    echo "== $f ($(wc -c < "$f") bytes)"; tail -c 20000 "$f"; done > "$OUT"/logs-tail.txt)
 # each server's boot (how vLLM compiled and captured CUDA graphs), without the access lines
-(cd $rs && for f in $(find mlruns -name server.log 2>/dev/null); do
+(cd $rs && for f in $(find mlruns res -name server.log 2>/dev/null); do
    echo "== $f"; grep -v -e "GET /metrics" -e "POST /v1" "$f" | head -c 30000; done \
    > "$OUT"/logs-head.txt)
 nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv,noheader

@@ -11,7 +11,13 @@ import yaml
 
 from autotune.config.study import ServerConfig
 from autotune.tuning.search_space import CategoricalParam
-from autotune.tuning.speculative import left_out_notes, space_of, unused_profiles, without
+from autotune.tuning.speculative import (
+    left_out_notes,
+    shape_only_notes,
+    space_of,
+    unused_profiles,
+    without,
+)
 
 SPACE = {
     "name": "spec",
@@ -110,8 +116,23 @@ def test_a_text_drafted_profile_the_space_does_not_search_is_said_to_be_unused()
                           acceptance={"ngram": {"mean_length": 1.8, "measured_k": 3}})
     said = unused_profiles(server, [])
     assert said is not None and said.startswith("server.acceptance.ngram: not applied")
-    own = server.model_copy(update={"shape_only": False})
+    own = ServerConfig(model="m", acceptance={"ngram": {"mean_length": 1.8, "measured_k": 3}})
     assert unused_profiles(own, []) is None
     # a space whose fixed args serve random weights makes the study shape only all the same
     fixed = unused_profiles(own, [], {"load_format": "dummy"})
     assert fixed is not None and fixed.startswith("server.acceptance.ngram: not applied")
+
+
+def test_preflights_notes_read_random_weights_from_the_spaces_fixed_args(tmp_path: Path) -> None:
+    doc = {**SPACE, "fixed": {"load_format": "dummy"}, "starts": [{"max_num_seqs": 32}]}
+    doc["parameters"] = {
+        "speculative_method": {"type": "categorical", "choices": [None, "mtp"],
+                               "into": "speculative_config", "key": "method"},
+        "max_num_seqs": {"type": "int", "low": 8, "high": 64}}
+    path = tmp_path / "fixed.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    own = ServerConfig(model="m", acceptance={"ngram": {"mean_length": 1.8, "measured_k": 3}})
+    space, left = space_of(str(path), own)
+    assert left == ["mtp"]  # no profile for it: left out, said first
+    notes = shape_only_notes(own, space, left)
+    assert len(notes) == 2 and notes[1].startswith("server.acceptance.ngram: not applied")
