@@ -53,10 +53,17 @@ sed -e "s|^MODEL=.*|MODEL=\"$model\"|" \
     -e "s|^pip install -q datasets|true  # offline: the random dataset needs no datasets|" \
     "$src" > "$work/tune/auto_tune.sh"
 vllm_bin=$(command -v vllm) || { echo "no vllm on PATH" >&2; exit 1; }
+# auto_tune.sh calls bc, curl and awk, which a bare image may lack (the lent GPU machines lack
+# bc): lab/auto_tune_shims holds stand-ins for the ways it calls them, put on its PATH where missing
+shim=()
+for tool in bc curl awk; do
+  command -v $tool > /dev/null && continue
+  mkdir -p "$work/bin" && cp "$(dirname "$0")/auto_tune_shims/$tool" "$work/bin/" && shim+=("$tool")
+done
 "$vllm_bin" serve --help=all > "$work/help.txt" 2>&1
-python3 - "$work/tune/auto_tune.sh" "$work/help.txt" "${EXTRA_SERVE_ARGS:-}" \
+SHIMS="${shim[*]:-}" python3 - "$work/tune/auto_tune.sh" "$work/help.txt" "${EXTRA_SERVE_ARGS:-}" \
   "${MEM_START:-0.98}" "${MEM_FLOOR:-0.9}" > "$out/changes.txt" <<'PY'
-import re, sys
+import os, re, sys
 path, helptext, extra, start, floor = sys.argv[1:]
 t, known = open(path).read(), open(helptext).read()
 said = ["the settings: MODEL, SYSTEM, lengths, MAX_LATENCY_ALLOWED_MS, the grid, BASE",
@@ -80,6 +87,8 @@ if a > 0 and b > a:
     t = t[:t.rfind("\n", 0, t.rfind("# ====", 0, a))] + "\n" + t[b:]
     said.append("the closing profiler run of the best config: left out")
 open(path, "w").write(t)
+for tool in os.environ.get("SHIMS", "").split():
+    said.append(f"{tool}: not installed here; lab/auto_tune_shims/{tool} stands in for it")
 print("\n".join(said))
 PY
 cp "$work/tune/auto_tune.sh" "$out/auto_tune.run.sh"  # what ran, beside its results
@@ -91,7 +100,7 @@ done
 t0=$(date +%s)
 limit=()  # AUTO_TUNE_LIMIT_S: stop it there (the GPU time it is given) and keep the best so far
 [ -z "${AUTO_TUNE_LIMIT_S:-}" ] || limit=(timeout --kill-after=30 "$AUTO_TUNE_LIMIT_S")
-PATH="$(dirname "$vllm_bin"):$PATH" "${limit[@]}" bash "$work/tune/auto_tune.sh" \
+PATH="$(dirname "$vllm_bin"):$work/bin:$PATH" "${limit[@]}" bash "$work/tune/auto_tune.sh" \
   > "$out/auto_tune.log" 2>&1
 rc=$?
 if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then

@@ -24,17 +24,19 @@ from pathlib import Path
 from typing import Any
 
 from autotune.api import ProfileConfig, load_study_config
-from autotune.api.parts import run_boot
+from autotune.api.parts import acceptance_profile_of, run_boot
 
 
 def row_of(stats: dict[str, float], completed: int, output_tokens: int) -> dict[str, Any]:
-    drafts = stats.get("server_spec_drafts", 0.0)
+    """One run's speculative counters (server_spec_* deltas) with the mean acceptance length and
+    the share of decode steps that drafted, as the product's acceptance profile reads them."""
     accepted = stats.get("server_spec_accepted_tokens", 0.0)
-    steps = output_tokens - completed - accepted
-    return {"requests": completed, "output_tokens": output_tokens, "drafts": drafts,
+    profile = acceptance_profile_of(stats, 0, output_tokens, completed) or {}
+    return {"requests": completed, "output_tokens": output_tokens,
+            "drafts": stats.get("server_spec_drafts", 0.0),
             "draft_tokens": stats.get("server_spec_draft_tokens", 0.0), "accepted": accepted,
-            "decode_steps": steps, "draft_share": round(drafts / steps, 4) if steps else None,
-            "mean_length": round(1 + accepted / drafts, 4) if drafts else None}
+            "decode_steps": output_tokens - completed - accepted,
+            "draft_share": profile.get("draft_share"), "mean_length": profile.get("mean_length")}
 
 
 def parser(doc: str) -> argparse.ArgumentParser:

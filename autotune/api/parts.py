@@ -42,6 +42,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "autotune.measure.settle": ("Settle", "settle_rules=rules"),
     "autotune.measure.drift": ("point_drift",),
     "autotune.config.metric_names": ("QUANTILES",),
+    # speculative decoding: the acceptance profile read from vLLM's counters
+    "autotune.session.acceptance": ("acceptance_profile_of=profile_of",),
     # the reference client (`vllm bench serve`) and the quality guard
     "autotune.measure.verify": ("Reference", "Target", "capacity_target", "reference_check=verify",
                                 "verify_lines=lines"),
@@ -129,6 +131,7 @@ if TYPE_CHECKING:
     from autotune.server.scrape import scrape_url as scrape_url
     from autotune.server.vllm_help import check_flags as check_flags
     from autotune.server.vllm_help import get_vllm_info as vllm_info  # noqa: F401
+    from autotune.session.acceptance import profile_of as acceptance_profile_of  # noqa: F401
     from autotune.tuning.certify_rule import Rule as CertifyRule  # noqa: F401
     from autotune.tuning.certify_sim import across as certify_across  # noqa: F401
     from autotune.tuning.certify_sim import sitting as certify_sitting  # noqa: F401
@@ -138,6 +141,13 @@ if TYPE_CHECKING:
     from autotune.tuning.plan import fit_pairs as fit_pairs
     from autotune.tuning.plan import too_few as too_few
     from autotune.tuning.quality import Guard as QualityGuard  # noqa: F401
+
+    # mypy exports a name imported under another name only when __all__ lists it; at run time
+    # faces() below sets __all__ to every name
+    __all__ = ["trace_window", "judge_point", "measure_load", "request_samples",
+               "capacity_search", "settle_rules", "verify_lines", "reference_check",
+               "vllm_info", "acceptance_profile_of", "CertifyRule", "certify_across",
+               "certify_sitting", "machine_identity", "QualityGuard"]
 
 if not TYPE_CHECKING:  # at run time each name loads on first use; mypy reads the above
     __all__, __getattr__, __dir__ = faces(__name__, globals(), _HOMES)

@@ -19,7 +19,7 @@ running() { [ -f $w/at.pid ] && kill -0 "$(cat $w/at.pid)" 2>/dev/null; }
 if [ "$cmd" = start ]; then
   running && { echo "auto_tune.sh is running: wait for it" >&2; exit 1; }
   src=$1 wait_s=${2:-480}; shift $(( $# < 2 ? $# : 2 ))
-  mkdir -p $w/out && cp "$src" $w/auto_tune.sh && cp lab/auto_tune_contender.sh $w/
+  mkdir -p $w/out && cp "$src" $w/auto_tune.sh && cp -r lab/auto_tune_contender.sh lab/auto_tune_shims $w/
   AUTO_TUNE_LIMIT_S=${AUTO_TUNE_LIMIT_S:-1380} setsid nohup bash $w/auto_tune_contender.sh \
     $w/auto_tune.sh "$1" $w/out "${@:2}" > $w/contender.log 2>&1 < /dev/null &
   echo $! > $w/at.pid
