@@ -89,7 +89,7 @@ def claim(a: argparse.Namespace) -> None:
         "certify": None if cert is None else {k: cert.get(k) for k in
                                               ("status", "pick", "gain", "reference",
                                                "minutes", "why")},
-        "source": f"autotune study {a.study_name} ({a.config})"})
+        "source": f"autotune study {a.study_name} ({a.config})", "machine": a.machine})
 
 
 def claim_auto_tune(a: argparse.Namespace) -> None:
@@ -104,12 +104,13 @@ def claim_auto_tune(a: argparse.Namespace) -> None:
            if best and c.get("gpu_memory_utilization") else {}),
         "claimed_capacity": c.get("claimed_capacity"), "gpu_minutes": c["gpu_minutes"],
         "auto_tune": c, "source": "vLLM benchmarks/auto_tune/auto_tune.sh "
-        "(lab/auto_tune_contender.sh)"})
+        "(lab/auto_tune_contender.sh)", "machine": a.machine})
 
 
 def claim_flags(a: argparse.Namespace) -> None:
     _store(a.contenders, a.name, {"config": json.loads(a.flags), "claimed_capacity": None,
-                                  "gpu_minutes": 0.0, "source": a.source})
+                                  "gpu_minutes": 0.0, "source": a.source,
+                                  "machine": a.machine})
 
 
 def _rates(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -201,16 +202,65 @@ def _verdicts(j: dict[str, Any]) -> list[dict[str, Any]] | None:
                                                      else None)
 
 
+def _reference(j: dict[str, Any], samples: int | None) -> dict[str, Any] | None:
+    """The judge's verdicts by rate, as the issue asks for them: {rate: samples, met, p99 TTFT
+    and TPOT (the samples' medians), the share of samples that met, which rate it was}."""
+    if "error" in j:
+        return {"error": j["error"]}
+    rows = j.get("reference_capacity_verdicts")
+    if not rows:
+        return None
+    return {f"{r['rate']:g}": {"label": r["label"], "samples": r.get("samples_n", samples),
+                               "met": r["verdict"] == "meets", "meets_share": r["meets_share"],
+                               "p99_ttft_ms": r["p99_ttft_ms"], "p99_tpot_ms": r["p99_tpot_ms"]}
+            for r in rows}
+
+
+def reading(contenders: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """Which claims held (the judge met the SLOs at the contender's own claim) and which config
+    the judge ranks first: the highest rate it met, ties to the lower p99 TTFT there."""
+    refs: dict[str, dict[str, Any]] = {n: c["reference"] for n, c in contenders.items()
+                                       if c.get("reference")}
+    if not refs:
+        return None
+
+    def held_(n: str, claim: float | None) -> bool | None:
+        r = refs.get(n)
+        if not claim or not r or "error" in r:
+            return None
+        return bool(r.get(f"{claim:g}", {}).get("met"))
+
+    held = {n: held_(n, c["claimed_capacity"]) for n, c in contenders.items()}
+    best = {n: max(((float(rate), -(row["p99_ttft_ms"] or 0.0)) for rate, row in r.items()
+                    if row["met"]), default=(0.0, 0.0))
+            for n, r in refs.items() if "error" not in r}
+    first = max(best, key=lambda n: best[n]) if best else None
+    return {"claims_held": held, "ranked_first": first,
+            "met_at_most": {n: b[0] or None for n, b in best.items()}}
+
+
 def summarize(a: argparse.Namespace) -> None:
-    """The shape's entry of docs/results/certified/summary.json from judged.json: the issue's
-    fields for autotune, and `contenders` for the others."""
+    """The shape's entry of docs/results/certified/summary.json from judged.json (or, before
+    the judge has run, from contenders.json: the claims without a reference): the issue's fields
+    for autotune, and `contenders` for every contender, autotune among them."""
     judged = json.loads(a.judged.read_text())
+    if "contenders" not in judged:  # contenders.json: nothing judged yet
+        judged = {"config": None, "contenders": judged, "samples": None, "order": None,
+                  "slos": None, "best_claim": max((c["claimed_capacity"] or 0.0)
+                                                  for c in judged.values()) or None}
     cs = judged["contenders"]
     me = cs[a.ours]
     cert = me.get("certify") or {}
     gain, ref = cert.get("gain"), cert.get("reference")
+    contenders = {n: {"config": c["config"], "gpu_minutes": c["gpu_minutes"],
+                      "claimed_capacity": c["claimed_capacity"], "machine": c.get("machine"),
+                      "source": c["source"], "reference": _reference(c, judged["samples"]),
+                      **({"trials": c["trials"]} if "trials" in c else {}),
+                      **({"auto_tune": c["auto_tune"]} if "auto_tune" in c else {})}
+                  for n, c in cs.items()}
     shape = {
-        "config": judged["config"], "machine": a.machine, "budget_gpu_minutes": a.budget,
+        "config": judged["config"] or a.config, "machine": a.machine,
+        "budget_gpu_minutes": a.budget,
         "gpu_minutes_used": me["gpu_minutes"], "trials": me.get("trials"),
         "pick": me["config"], "pick_trial": me.get("trial"),
         "claimed_capacity": me["claimed_capacity"], "said": me.get("said"),
@@ -227,13 +277,7 @@ def summarize(a: argparse.Namespace) -> None:
         "reference_capacity_verdicts": _verdicts(me),
         "best_claim": judged["best_claim"], "judge_samples": judged["samples"],
         "judge_order": judged["order"], "slos": judged["slos"],
-        "contenders": {n: {"config": c["config"], "gpu_minutes": c["gpu_minutes"],
-                           "claimed_capacity": c["claimed_capacity"], "source": c["source"],
-                           "reference_capacity_verdicts": _verdicts(c),
-                           **({"trials": c["trials"]} if "trials" in c else {}),
-                           **({"auto_tune": c["auto_tune"]} if "auto_tune" in c else {})}
-                       for n, c in cs.items() if n != a.ours},
-        "raw": a.raw}
+        "contenders": contenders, "reading": reading(contenders), "raw": a.raw}
     doc = json.loads(a.summary.read_text())
     doc.setdefault("shapes", {})[a.shape] = shape
     a.summary.write_text(json.dumps(doc, indent=1) + "\n")
@@ -249,15 +293,18 @@ def main() -> None:
     c.add_argument("--name", required=True)
     c.add_argument("--minutes", type=float, required=True, help="the run's wall minutes")
     c.add_argument("--contenders", type=Path, required=True)
+    c.add_argument("--machine", default=None, help="the GPU it tuned on (name, UUID)")
     t = sub.add_parser("claim-auto-tune")
     t.add_argument("--dir", type=Path, required=True)
     t.add_argument("--name", default="auto_tune_sh")
     t.add_argument("--contenders", type=Path, required=True)
+    t.add_argument("--machine", default=None, help="the GPU it tuned on (name, UUID)")
     f = sub.add_parser("claim-flags")
     f.add_argument("--name", required=True)
     f.add_argument("--flags", required=True, help="the config's flags (JSON)")
     f.add_argument("--source", required=True, help="where the recipe comes from")
     f.add_argument("--contenders", type=Path, required=True)
+    f.add_argument("--machine", default=None, help="none: a recipe is not tuned")
     j = sub.add_parser("judge")
     j.add_argument("--config", type=Path, required=True)
     j.add_argument("--contenders", type=Path, required=True)
@@ -269,7 +316,9 @@ def main() -> None:
                    help="judge every contender at this capacity and one step above (the same "
                         "rates for all, whatever each claims)")
     s = sub.add_parser("summarize")
-    s.add_argument("--judged", type=Path, required=True)
+    s.add_argument("--judged", type=Path, required=True,
+                   help="judge's judged.json, or contenders.json before the judge has run")
+    s.add_argument("--config", default=None, help="the study file (with contenders.json)")
     s.add_argument("--summary", type=Path, default=Path("docs/results/certified/summary.json"))
     s.add_argument("--shape", required=True)
     s.add_argument("--ours", default="autotune")
