@@ -24,9 +24,21 @@ def typed_imports(path: Path) -> dict[str, tuple[str, str]]:
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
             for imp in node.body:
+                if isinstance(imp, ast.Assign):  # __all__: mypy's export of renamed names
+                    continue
                 assert isinstance(imp, ast.ImportFrom) and imp.module is not None
                 out.update({a.asname or a.name: (imp.module, a.name) for a in imp.names})
     return out
+
+
+def typed_all(path: Path) -> set[str] | None:
+    """The names a face's `if TYPE_CHECKING:` block lists in `__all__` (None: no such list)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for st in node.body:
+                if isinstance(st, ast.Assign) and ast.unparse(st.targets[0]) == "__all__":
+                    return set(ast.literal_eval(st.value))
+    return None
 
 
 def table(face: ModuleType) -> dict[str, tuple[str, str]]:
@@ -43,6 +55,9 @@ def test_a_face_and_its_typed_imports_are_one_table(face: ModuleType) -> None:
     assert face.__file__ is not None
     assert typed_imports(Path(face.__file__)) == table(face)
     assert sorted(face.__all__) == sorted(table(face))
+    renamed = {pub for pub, (_, attr) in table(face).items() if pub != attr}
+    # mypy exports `import x as y` only where __all__ lists y: every renamed name, no other
+    assert typed_all(Path(face.__file__)) == (renamed or None)
     for name in face.__all__:
         home, attr = table(face)[name]
         assert getattr(face, name) is getattr(sys.modules[home], attr), name
