@@ -47,7 +47,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     # the reference client (`vllm bench serve`) and the quality guard
     "autotune.measure.verify": ("Reference", "Target", "capacity_target", "reference_check=verify",
                                 "verify_lines=lines"),
-    "autotune.measure.reference": ("run_reference", "same_read"),
+    "autotune.measure.reference": ("run_reference", "reference_client", "same_read"),
     "autotune.measure.quality": ("Completion",),
     "autotune.tuning.quality": ("QualityGuard=Guard",),
     # the certify rule and what it prices: gains over boots, pairs, a sitting simulated
@@ -97,6 +97,7 @@ if TYPE_CHECKING:
     from autotune.measure.on_server import write_records as write_records
     from autotune.measure.point import samples as request_samples  # noqa: F401
     from autotune.measure.quality import Completion as Completion
+    from autotune.measure.reference import reference_client as reference_client
     from autotune.measure.reference import run_reference as run_reference
     from autotune.measure.reference import same_read as same_read
     from autotune.measure.runner import BOOT_ENV as BOOT_ENV

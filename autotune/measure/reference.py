@@ -4,15 +4,25 @@ load, and what it measured.
 Where autotune's numbers and these differ on the same server, autotune's are wrong until shown
 otherwise (docs/load-generator.md). `run_reference` runs it as a subprocess (its own output to a
 log file), optionally on given CPUs (the calling thread's affinity is what the child inherits),
-and reads its `--save-result --save-detailed` JSON.
+and reads its `--save-result --save-detailed` JSON. Inside `reference_client(vllm)` its runs
+go to one process of vLLM's own Python, which runs the `vllm` command's own entry point once a
+run (sys.argv set as that command line sets it): the same client, without importing vLLM again
+for every run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import re
+import selectors
+import shutil
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,21 +103,172 @@ def summarize(doc: dict[str, Any]) -> ReferenceResult:
     return ReferenceResult(metrics, *same_read([list(x) for x in doc.get("itls", []) if x]))
 
 
+# One `vllm ...` command line a line on stdin ({"argv": [...], "log": path}), each run through
+# the command's own entry point with its output in the run's log; {"rc": N} a line back once it
+# ends. {"ready": true} first, once vLLM's CLI is imported.
+_DRIVER = r"""
+import json, os, sys, traceback
+back = os.fdopen(os.dup(1), "w", buffering=1)
+null = os.open(os.devnull, os.O_WRONLY)
+os.dup2(null, 1)
+import vllm.entrypoints.cli.main as cli
+back.write(json.dumps({"ready": True}) + "\n")
+for line in sys.stdin:
+    job = json.loads(line)
+    fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    rc = 0
+    try:
+        sys.argv = ["vllm", *job["argv"]]
+        cli.main()
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        rc = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    back.write(json.dumps({"rc": rc}) + "\n")
+"""
+# pip's launcher for an interpreter path too long for a #! line: /bin/sh execs the Python
+_SH_EXEC = re.compile(r"""^'''exec' "?([^" ]+)"? """)
+
+
+def vllm_python(vllm: Sequence[str]) -> str | None:
+    """The Python that the `vllm` command runs in (its script's interpreter line, or the one
+    pip's /bin/sh launcher execs for a long path); None where it is not such a script."""
+    if len(vllm) != 1:
+        return None
+    path = shutil.which(vllm[0])
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512).decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    if not head or not head[0].startswith("#!"):
+        return None
+    first = head[0][2:].split()
+    if first and first[0] != "/bin/sh" and "python" in os.path.basename(first[0]):
+        return first[0]
+    m = _SH_EXEC.match(head[1]) if len(head) > 1 else None
+    return m[1] if m else None
+
+
+class ReferenceClient:
+    """One process of vLLM's Python that runs `vllm bench serve` runs one after another."""
+
+    def __init__(self, python: str, log: Path | None = None) -> None:
+        self.python, self.log = python, log
+        self.proc: subprocess.Popen[str] | None = None
+        self.failed = False  # it could not start once: every run is its own process
+
+    def _start(self, timeout_s: float) -> bool:
+        with (self.log.open("a") if self.log else open(os.devnull, "w")) as err:
+            self.proc = subprocess.Popen([self.python, "-u", "-c", _DRIVER],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=err, text=True, start_new_session=True)
+        return self._reply(timeout_s) == {"ready": True}
+
+    def _reply(self, timeout_s: float) -> dict[str, Any] | None:
+        """The process's next line; {} where it closed its end (it died), None past
+        `timeout_s`."""
+        assert self.proc is not None and self.proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout_s):
+                return None
+        line = self.proc.stdout.readline()
+        reply: dict[str, Any] = json.loads(line) if line.strip() else {}
+        return reply
+
+    def run(self, argv: Sequence[str], log: Path, timeout_s: float) -> int | None:
+        """One run's exit status; None where this process cannot run it (it did not start,
+        or died): the caller runs the command itself. A run past `timeout_s` raises."""
+        if self.failed:
+            return None
+        t0 = time.monotonic()
+        if (self.proc is None or self.proc.poll() is not None) and not self._start(timeout_s):
+            self.close()
+            self.failed = True
+            return None
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps({"argv": list(argv), "log": str(log)}) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            self.close()
+            return None
+        reply = self._reply(max(1.0, timeout_s - (time.monotonic() - t0)))
+        if not reply:
+            self.close()
+            if reply is None:
+                raise LoadError(f"vllm bench serve ran past {timeout_s:g} s (its log: {log})")
+            return None  # it died in the run: the caller runs it as its own process
+        return int(reply["rc"])
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, 9)
+            self.proc.wait()
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+            self.proc = None
+
+
+_CLIENT: ContextVar[tuple[tuple[str, ...], ReferenceClient] | None] = ContextVar(
+    "reference_client", default=None)
+
+
+@contextlib.contextmanager
+def reference_client(vllm: Sequence[str], log: Path | None = None) -> Iterator[bool]:
+    """`run_reference`'s runs of this `vllm` (without given CPUs) go to one process of vLLM's
+    Python inside the block; yields whether they do (False: not a Python script, so each run
+    is its own process as outside the block). `log` gets that process's own errors."""
+    python = vllm_python(vllm)
+    if python is None:
+        yield False
+        return
+    client = ReferenceClient(python, log)
+    token = _CLIENT.set((tuple(vllm), client))
+    try:
+        yield True
+    finally:
+        _CLIENT.reset(token)
+        client.close()
+
+
 def run_reference(vllm: Sequence[str], url: str, model: str, tokenizer: str,
                   profile: ProfileConfig, out: Path, cpus: Sequence[int] | None = None,
                   rt: bool = False, timeout_s: float = 900.0) -> ReferenceResult:
     """Run `vllm bench serve` once (on `cpus` when given, as SCHED_FIFO with `rt` where the
-    OS allows it, as autotune's client runs); its log beside `out`."""
+    OS allows it, as autotune's client runs); its log beside `out`. Inside
+    `reference_client(vllm)`, without `cpus` or `rt`, the run goes to that client's process."""
     out.parent.mkdir(parents=True, exist_ok=True)
     argv = reference_argv(vllm, url, model, tokenizer, profile, out)
     log = out.with_suffix(".log")
-    with log.open("w") as f, pinned(cpus):
-        try:
-            rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s,
-                                check=False, preexec_fn=realtime if rt else None).returncode
-        except subprocess.TimeoutExpired:
-            raise LoadError(f"vllm bench serve ran past {timeout_s:g} s (its log: {log})") \
-                from None
+    rc: int | None = None
+    held = _CLIENT.get()
+    if held is not None and held[0] == tuple(vllm) and not cpus and not rt:
+        rc = held[1].run(argv[len(vllm):], log, timeout_s)
+    if rc is None:
+        with log.open("w") as f, pinned(cpus):
+            try:
+                rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT,
+                                    timeout=timeout_s, check=False,
+                                    preexec_fn=realtime if rt else None).returncode
+            except subprocess.TimeoutExpired:
+                raise LoadError(f"vllm bench serve ran past {timeout_s:g} s (its log: {log})") \
+                    from None
     if rc != 0 or not out.exists():
         tail = log.read_text(errors="replace").strip().splitlines()[-3:]
         raise LoadError(f"vllm bench serve exited with {rc}: {' | '.join(tail)}")

