@@ -49,6 +49,7 @@ from autotune.api.parts import (
     free_port,
     launch_env,
     reference_check,
+    reference_client,
     serve_argv,
 )
 
@@ -130,31 +131,34 @@ def judge_one(cfg: StudyConfig, name: str, c: dict[str, Any], best: float, sampl
     proc = ServerProcess(argv, log_path=out / "server.log", port=free_port(s.host),
                          host=s.host, env=env)
     res: dict[str, Any] = {"serve_argv": shlex.join(argv)} | ({"gpu": gpu} if gpu else {})
-    try:
-        proc.start()
-        res["boot_s"] = round(proc.wait_healthy(s.boot_timeout_s), 1)
-        ref = Reference(s.executable, proc.base_url, s.model, s.tokenizer_dir, cfg.workloads()[0],
-                        out / "server.log")
-        assert cfg.capacity is not None
-        checks: list[dict[str, Any]] = []
-        own = at or c.get("claimed_capacity")  # --at: every contender at one rate pair
-        if own:
-            d = reference_check(ref, capacity_target(cfg.capacity, own), cfg.slos, samples,
-                                out / "own", seed,
-                                on_run=lambda line: print(f"  {name}: {line}", flush=True))
-            checks += _rates(d)
-            res["own_agrees"] = d["verdicts_agree"]
-        if best and best != own and not at:
-            d = reference_check(ref, capacity_target(cfg.capacity, best), cfg.slos, samples,
-                       out / "best", seed + 100, ceiling=True,
-                       on_run=lambda line: print(f"  {name} at the best claim: {line}",
-                                                 flush=True))
-            checks += [r | {"label": "best claim"} for r in _rates(d)]
-        res["reference_capacity_verdicts"] = checks
-    except Exception as e:  # a config that does not boot or serve: said, the rest judged
-        res["error"] = f"{type(e).__name__}: {e}"
-    finally:
-        proc.stop()
+    # every `vllm bench serve` run of this contender in one process, vLLM's import in it
+    # overlapping the server's boot
+    with reference_client(s.executable, out / "reference-client.log", start=True):
+        try:
+            proc.start()
+            res["boot_s"] = round(proc.wait_healthy(s.boot_timeout_s), 1)
+            ref = Reference(s.executable, proc.base_url, s.model, s.tokenizer_dir,
+                            cfg.workloads()[0], out / "server.log")
+            assert cfg.capacity is not None
+            checks: list[dict[str, Any]] = []
+            own = at or c.get("claimed_capacity")  # --at: every contender at one rate pair
+            if own:
+                d = reference_check(ref, capacity_target(cfg.capacity, own), cfg.slos, samples,
+                                    out / "own", seed,
+                                    on_run=lambda line: print(f"  {name}: {line}", flush=True))
+                checks += _rates(d)
+                res["own_agrees"] = d["verdicts_agree"]
+            if best and best != own and not at:
+                d = reference_check(ref, capacity_target(cfg.capacity, best), cfg.slos, samples,
+                                    out / "best", seed + 100, ceiling=True,
+                                    on_run=lambda line: print(f"  {name} at the best claim: "
+                                                              f"{line}", flush=True))
+                checks += [r | {"label": "best claim"} for r in _rates(d)]
+            res["reference_capacity_verdicts"] = checks
+        except Exception as e:  # a config that does not boot or serve: said, the rest judged
+            res["error"] = f"{type(e).__name__}: {e}"
+        finally:
+            proc.stop()
     return res
 
 

@@ -166,14 +166,25 @@ class ReferenceClient:
     def __init__(self, python: str, log: Path | None = None) -> None:
         self.python, self.log = python, log
         self.proc: subprocess.Popen[str] | None = None
+        self.ready = False  # its "ready" line read: vLLM's CLI imported
         self.failed = False  # it could not start once: every run is its own process
 
-    def _start(self, timeout_s: float) -> bool:
-        with (self.log.open("a") if self.log else open(os.devnull, "w")) as err:
-            self.proc = subprocess.Popen([self.python, "-u", "-c", _DRIVER],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=err, text=True, start_new_session=True)
-        return self._reply(timeout_s) == {"ready": True}
+    def start(self) -> None:
+        """Start the process (vLLM's import runs meanwhile); `run` waits for it."""
+        if self.proc is None and not self.failed:
+            with (self.log.open("a") if self.log else open(os.devnull, "w")) as err:
+                self.proc = subprocess.Popen([self.python, "-u", "-c", _DRIVER],
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=err, text=True, start_new_session=True)
+            self.ready = False
+
+    def _started(self, timeout_s: float) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            self.close()  # it died between runs: a new one
+        self.start()
+        if not self.ready:
+            self.ready = self.proc is not None and self._reply(timeout_s) == {"ready": True}
+        return self.ready
 
     def _reply(self, timeout_s: float) -> dict[str, Any] | None:
         """The process's next line; {} where it closed its end (it died), None past
@@ -193,7 +204,7 @@ class ReferenceClient:
         if self.failed:
             return None
         t0 = time.monotonic()
-        if (self.proc is None or self.proc.poll() is not None) and not self._start(timeout_s):
+        if not self._started(timeout_s):
             self.close()
             self.failed = True
             return None
@@ -222,7 +233,7 @@ class ReferenceClient:
                 if pipe is not None:
                     with contextlib.suppress(OSError):
                         pipe.close()
-            self.proc = None
+            self.proc, self.ready = None, False
 
 
 _CLIENT: ContextVar[tuple[tuple[str, ...], ReferenceClient] | None] = ContextVar(
@@ -230,15 +241,24 @@ _CLIENT: ContextVar[tuple[tuple[str, ...], ReferenceClient] | None] = ContextVar
 
 
 @contextlib.contextmanager
-def reference_client(vllm: Sequence[str], log: Path | None = None) -> Iterator[bool]:
+def reference_client(vllm: Sequence[str], log: Path | None = None, start: bool = False
+                     ) -> Iterator[bool]:
     """`run_reference`'s runs of this `vllm` (without given CPUs) go to one process of vLLM's
     Python inside the block; yields whether they do (False: not a Python script, so each run
-    is its own process as outside the block). `log` gets that process's own errors."""
+    is its own process as outside the block). `log` gets that process's own errors; `start`
+    starts the process at once (its import overlapping, say, a server's boot), else at the
+    first run. A block inside another's for the same `vllm` uses the outer block's process."""
+    held = _CLIENT.get()
+    if held is not None and held[0] == tuple(vllm):
+        yield True
+        return
     python = vllm_python(vllm)
     if python is None:
         yield False
         return
     client = ReferenceClient(python, log)
+    if start:
+        client.start()
     token = _CLIENT.set((tuple(vllm), client))
     try:
         yield True

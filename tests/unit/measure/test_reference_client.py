@@ -113,3 +113,16 @@ def test_a_run_past_its_time_raises_and_a_process_that_died_is_replaced(
             _run(fake_vllm, tmp_path, 13)
         _run(fake_vllm, tmp_path, 2)
         assert json.loads((tmp_path / "out" / "run-2.json").read_text())["pid"] != first
+
+
+def test_a_block_inside_another_shares_its_process_and_start_begins_the_import_at_once(
+        fake_vllm: Path, tmp_path: Path) -> None:
+    with r.reference_client([str(fake_vllm)], start=True):
+        held = r._CLIENT.get()
+        assert held is not None and held[1].proc is not None  # started before any run
+        _run(fake_vllm, tmp_path, 1)
+        with r.reference_client([str(fake_vllm)]):  # verify's own block, inside the judge's
+            assert r._CLIENT.get() is held
+            _run(fake_vllm, tmp_path, 2)
+    pids = {json.loads((tmp_path / "out" / f"run-{s}.json").read_text())["pid"] for s in (1, 2)}
+    assert len(pids) == 1
