@@ -16,9 +16,7 @@ import contextlib
 import json
 import math
 import os
-import re
 import selectors
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -31,6 +29,7 @@ from autotune.config.workload import PRESETS, ProfileConfig
 from autotune.errors import LoadError
 from autotune.load.datasets import sharegpt_json_for_vllm
 from autotune.load.placement import pinned, realtime
+from autotune.server.forkserver import console_script
 
 # a gap between two token events under this was one read's events parsed one after another,
 # not two engine steps (no vLLM engine step takes 0.2 ms; parsing an event takes ~20-50 us)
@@ -104,14 +103,16 @@ def summarize(doc: dict[str, Any]) -> ReferenceResult:
 
 
 # One `vllm ...` command line a line on stdin ({"argv": [...], "log": path}), each run through
-# the command's own entry point with its output in the run's log; {"rc": N} a line back once it
-# ends. {"ready": true} first, once vLLM's CLI is imported.
+# the console script's own entry point ("module:function", its argument) with its output in the
+# run's log; {"rc": N} a line back once it ends. {"ready": true} first, once that is imported.
 _DRIVER = r"""
 import json, os, sys, traceback
 back = os.fdopen(os.dup(1), "w", buffering=1)
 null = os.open(os.devnull, os.O_WRONLY)
 os.dup2(null, 1)
-import vllm.entrypoints.cli.main as cli
+import importlib
+module, _, function = sys.argv[1].partition(":")
+entry = getattr(importlib.import_module(module), function)
 back.write(json.dumps({"ready": True}) + "\n")
 for line in sys.stdin:
     job = json.loads(line)
@@ -122,7 +123,7 @@ for line in sys.stdin:
     rc = 0
     try:
         sys.argv = ["vllm", *job["argv"]]
-        cli.main()
+        entry()
     except SystemExit as e:
         rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:
@@ -134,37 +135,11 @@ for line in sys.stdin:
     os.dup2(null, 2)
     back.write(json.dumps({"rc": rc}) + "\n")
 """
-# pip's launcher for an interpreter path too long for a #! line: /bin/sh execs the Python
-_SH_EXEC = re.compile(r"""^'''exec' "?([^" ]+)"? """)
-
-
-def vllm_python(vllm: Sequence[str]) -> str | None:
-    """The Python that the `vllm` command runs in (its script's interpreter line, or the one
-    pip's /bin/sh launcher execs for a long path); None where it is not such a script."""
-    if len(vllm) != 1:
-        return None
-    path = shutil.which(vllm[0])
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as f:
-            head = f.read(512).decode(errors="replace").splitlines()
-    except OSError:
-        return None
-    if not head or not head[0].startswith("#!"):
-        return None
-    first = head[0][2:].split()
-    if first and first[0] != "/bin/sh" and "python" in os.path.basename(first[0]):
-        return first[0]
-    m = _SH_EXEC.match(head[1]) if len(head) > 1 else None
-    return m[1] if m else None
-
-
 class ReferenceClient:
     """One process of vLLM's Python that runs `vllm bench serve` runs one after another."""
 
-    def __init__(self, python: str, log: Path | None = None) -> None:
-        self.python, self.log = python, log
+    def __init__(self, python: str, entry: str, log: Path | None = None) -> None:
+        self.python, self.entry, self.log = python, entry, log
         self.proc: subprocess.Popen[str] | None = None
         self.ready = False  # its "ready" line read: vLLM's CLI imported
         self.failed = False  # it could not start once: every run is its own process
@@ -173,7 +148,7 @@ class ReferenceClient:
         """Start the process (vLLM's import runs meanwhile); `run` waits for it."""
         if self.proc is None and not self.failed:
             with (self.log.open("a") if self.log else open(os.devnull, "w")) as err:
-                self.proc = subprocess.Popen([self.python, "-u", "-c", _DRIVER],
+                self.proc = subprocess.Popen([self.python, "-u", "-c", _DRIVER, self.entry],
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                              stderr=err, text=True, start_new_session=True)
             self.ready = False
@@ -252,11 +227,11 @@ def reference_client(vllm: Sequence[str], log: Path | None = None, start: bool =
     if held is not None and held[0] == tuple(vllm):
         yield True
         return
-    python = vllm_python(vllm)
-    if python is None:
+    script = console_script(vllm)  # the Python and entry point of a `vllm` pip wrote
+    if script is None:
         yield False
         return
-    client = ReferenceClient(python, log)
+    client = ReferenceClient(*script, log=log)
     if start:
         client.start()
     token = _CLIENT.set((tuple(vllm), client))

