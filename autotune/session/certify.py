@@ -6,6 +6,7 @@ with `export --verify` (session/checks.py), not in tuning/.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -17,7 +18,9 @@ import optuna
 
 from autotune.config.study import StudyConfig
 from autotune.errors import ClientError, ConfigError, LoadError, ServerError, StudyError
+from autotune.measure.reference import reference_client
 from autotune.outputs.console import console
+from autotune.server.machine import preloads
 from autotune.tuning.bill import Bill, bill
 from autotune.tuning.certify import (
     Boots,
@@ -181,9 +184,17 @@ def certify_phase(st: optuna.Study, cfg: StudyConfig, pre: Preflight, requests: 
     ref = reference_check(cfg, None, lambda p: on_phase(-1, p, {})) \
         if cfg.certify.reference else None
     up = reference_up_check(cfg) if cfg.certify.reference else None
-    return run_certify(st, cfg, pre, requests, pick, budget.left, budget.costs, reference=ref,
-                       on_phase=on_phase, on_trial=on_trial, on_step=on_step, boots=boots,
-                       lanes=lanes, final=budget.final, reference_up=up)
+    # the reference check's runs in one process of vLLM's Python (reference_client); where the
+    # certify boots are stock launches (a GPU's) its import starts now, beside the first boot,
+    # not beside a measured load (a preloaded server boots in seconds on a few cores)
+    client = reference_client(cfg.server.executable, cfg.study_dir() / "reference-client.log",
+                              start=not preloads(cfg.server)) \
+        if cfg.certify.reference else contextlib.nullcontext(False)
+    with client:
+        return run_certify(st, cfg, pre, requests, pick, budget.left, budget.costs,
+                           reference=ref, on_phase=on_phase, on_trial=on_trial,
+                           on_step=on_step, boots=boots, lanes=lanes, final=budget.final,
+                           reference_up=up)
 
 
 def certified_minutes(c: Certification | None) -> float:
