@@ -30,6 +30,7 @@ from autotune.errors import LoadError
 from autotune.load.datasets import sharegpt_json_for_vllm
 from autotune.load.placement import pinned, realtime
 from autotune.server.forkserver import console_script
+from autotune.server.process import with_pdeathsig
 
 # a gap between two token events under this was one read's events parsed one after another,
 # not two engine steps (no vLLM engine step takes 0.2 ms; parsing an event takes ~20-50 us)
@@ -106,11 +107,12 @@ def summarize(doc: dict[str, Any]) -> ReferenceResult:
 # the console script's own entry point ("module:function", its argument) with its output in the
 # run's log; {"rc": N} a line back once it ends. {"ready": true} first, once that is imported.
 _DRIVER = r"""
-import json, os, sys, traceback
+import sys
+del sys.path[0]  # -c's current folder: the console script's vLLM, not a checkout here
+import importlib, json, os, traceback
 back = os.fdopen(os.dup(1), "w", buffering=1)
 null = os.open(os.devnull, os.O_WRONLY)
 os.dup2(null, 1)
-import importlib
 module, _, function = sys.argv[1].partition(":")
 entry = getattr(importlib.import_module(module), function)
 back.write(json.dumps({"ready": True}) + "\n")
@@ -120,15 +122,16 @@ for line in sys.stdin:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    rc = 0
+    back.write(json.dumps({"started": True}) + "\n")
     try:
         sys.argv = ["vllm", *job["argv"]]
-        entry()
+        code = entry()  # as the console script's sys.exit(main()) reads it
     except SystemExit as e:
-        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        code = e.code
     except BaseException:
         traceback.print_exc()
-        rc = 1
+        code = 1
+    rc = code if isinstance(code, int) else (0 if code is None else 1)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(null, 1)
@@ -140,7 +143,8 @@ class ReferenceClient:
 
     def __init__(self, python: str, entry: str, log: Path | None = None) -> None:
         self.python, self.entry, self.log = python, entry, log
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._buf = b""  # what the process wrote past its last line read
         self.ready = False  # its "ready" line read: vLLM's CLI imported
         self.failed = False  # it could not start once: every run is its own process
 
@@ -148,10 +152,11 @@ class ReferenceClient:
         """Start the process (vLLM's import runs meanwhile); `run` waits for it."""
         if self.proc is None and not self.failed:
             with (self.log.open("a") if self.log else open(os.devnull, "w")) as err:
-                self.proc = subprocess.Popen([self.python, "-u", "-c", _DRIVER, self.entry],
+                self.proc = subprocess.Popen(with_pdeathsig([self.python, "-u", "-c", _DRIVER,
+                                                             self.entry]),
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                             stderr=err, text=True, start_new_session=True)
-            self.ready = False
+                                             stderr=err, start_new_session=True)
+            self.ready, self._buf = False, b""
 
     def _started(self, timeout_s: float) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
@@ -163,19 +168,32 @@ class ReferenceClient:
 
     def _reply(self, timeout_s: float) -> dict[str, Any] | None:
         """The process's next line; {} where it closed its end (it died), None past
-        `timeout_s`."""
+        `timeout_s`. Read from the pipe's file descriptor with a buffer of its own: two lines
+        that arrive in one read are both kept."""
         assert self.proc is not None and self.proc.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout_s):
-                return None
-        line = self.proc.stdout.readline()
-        reply: dict[str, Any] = json.loads(line) if line.strip() else {}
-        return reply
+        fd = self.proc.stdout.fileno()
+        end = time.monotonic() + timeout_s
+        while b"\n" not in self._buf:
+            with selectors.DefaultSelector() as sel:
+                sel.register(fd, selectors.EVENT_READ)
+                if not sel.select(max(0.0, end - time.monotonic())):
+                    return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return {}
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        try:
+            reply = json.loads(line) if line.strip() else {}
+        except ValueError:  # not the driver's line (something printed at start-up): no client
+            reply = {}
+        return reply if isinstance(reply, dict) else {}
 
     def run(self, argv: Sequence[str], log: Path, timeout_s: float) -> int | None:
-        """One run's exit status; None where this process cannot run it (it did not start,
-        or died): the caller runs the command itself. A run past `timeout_s` raises."""
+        """One run's exit status; None where this process could not start the run (it did not
+        start, or died between runs): the caller runs the command itself. A run past
+        `timeout_s`, or one during which the process died, raises (a run the server has
+        partly served is not run again; its log is kept)."""
         if self.failed:
             return None
         t0 = time.monotonic()
@@ -185,17 +203,22 @@ class ReferenceClient:
             return None
         assert self.proc is not None and self.proc.stdin is not None
         try:
-            self.proc.stdin.write(json.dumps({"argv": list(argv), "log": str(log)}) + "\n")
+            self.proc.stdin.write((json.dumps({"argv": list(argv), "log": str(log)}) + "\n")
+                                  .encode())
             self.proc.stdin.flush()
         except BrokenPipeError:
             self.close()
             return None
-        reply = self._reply(max(1.0, timeout_s - (time.monotonic() - t0)))
-        if not reply:
+        left = timeout_s - (time.monotonic() - t0)
+        started = self._reply(max(1.0, left)) == {"started": True}
+        reply = self._reply(max(1.0, timeout_s - (time.monotonic() - t0))) if started else {}
+        if not reply or "rc" not in reply:
             self.close()
+            if not started:
+                return None  # it never began the run: the caller runs it as its own process
             if reply is None:
                 raise LoadError(f"vllm bench serve ran past {timeout_s:g} s (its log: {log})")
-            return None  # it died in the run: the caller runs it as its own process
+            raise LoadError(f"vllm bench serve's process ended inside the run (its log: {log})")
         return int(reply["rc"])
 
     def close(self) -> None:
@@ -228,7 +251,8 @@ def reference_client(vllm: Sequence[str], log: Path | None = None, start: bool =
         yield True
         return
     script = console_script(vllm)  # the Python and entry point of a `vllm` pip wrote
-    if script is None:
+    # VLLM_USE_RUST_BENCH: vLLM's CLI execs another binary for `bench serve`, ending the process
+    if script is None or os.environ.get("VLLM_USE_RUST_BENCH", "0") not in ("", "0"):
         yield False
         return
     client = ReferenceClient(*script, log=log)

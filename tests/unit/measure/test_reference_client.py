@@ -69,6 +69,14 @@ def test_a_vllm_that_is_no_python_script_runs_each_run_as_its_own_process(
             assert not held and r._CLIENT.get() is None
 
 
+def test_vllms_rust_bench_runs_each_run_as_its_own_process(
+        fake_vllm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VLLM_USE_RUST_BENCH=1: vLLM's CLI execs another binary for `bench serve`."""
+    monkeypatch.setenv("VLLM_USE_RUST_BENCH", "1")
+    with r.reference_client([str(fake_vllm)]) as held:
+        assert not held
+
+
 def test_runs_share_one_process_and_each_keeps_its_own_log(fake_vllm: Path,
                                                            tmp_path: Path) -> None:
     with r.reference_client([str(fake_vllm)], tmp_path / "client.log") as held:
@@ -98,10 +106,11 @@ def test_a_run_past_its_time_raises_and_a_process_that_died_is_replaced(
             _run(fake_vllm, tmp_path, 666, timeout_s=3)
         _run(fake_vllm, tmp_path, 1)  # a new process after the one that was stopped
         first = json.loads((tmp_path / "out" / "run-1.json").read_text())["pid"]
-        # a process that dies inside a run: the run goes again as a process of its own,
-        # which dies the same way (the stand-in's exit 3 on this seed)
-        with pytest.raises(LoadError, match="exited with 3"):
+        # a process that dies inside a run: the server has served part of it, so the run is
+        # not sent again; it raises with its log kept, and the next run gets a new process
+        with pytest.raises(LoadError, match="process ended inside the run"):
             _run(fake_vllm, tmp_path, 13)
+        assert (tmp_path / "out" / "run-13.log").exists()
         _run(fake_vllm, tmp_path, 2)
         assert json.loads((tmp_path / "out" / "run-2.json").read_text())["pid"] != first
 
