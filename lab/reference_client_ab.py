@@ -49,9 +49,10 @@ def rounds(url: str, model: Path, vllm: str, out: Path, n_rounds: int, n_runs: i
                 if mode == "one process" and not held:
                     sys.exit(f"{vllm} is not a Python script: no one-process client")
                 for i in range(n_runs):
-                    prof = ProfileConfig(name="random", input_len=64, output_len=16,
-                                         num_prompts=32, max_concurrency=4, warmup=2,
-                                         seed=100 * r + i)
+                    prof = ProfileConfig.model_validate(
+                        {"name": "random", "input_len": 64, "output_len": 16,
+                         "num_prompts": 32, "max_concurrency": 4, "warmup": 2,
+                         "seed": 100 * r + i})
                     t0 = time.monotonic()
                     res = run_reference([vllm], url, str(model), str(model), prof,
                                         out / "runs" / f"r{r}-{mode.replace(' ', '-')}-{i}.json")
